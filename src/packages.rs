@@ -1,0 +1,144 @@
+//! Where Pyodide package wheels come from (a local mirror directory or an HTTPS base URL), their
+//! verification against the sha256 recorded in `pyodide-lock.json`, and the in-memory cache that keeps
+//! every verified wheel for the life of the server.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use sha2::{Digest, Sha256};
+
+use crate::assets::Assets;
+use crate::sandbox::fetch::Fetcher;
+
+/// The configured package source.
+#[derive(Debug, Clone)]
+pub enum PackageSource {
+    /// A directory holding the wheels (an offline mirror of the Pyodide package directory).
+    Dir(PathBuf),
+    /// An HTTPS base URL (the Pyodide CDN directory of the pinned version, or a mirror of it).
+    Url(String),
+}
+
+impl PackageSource {
+    /// `package_base_url` as configured: an `https://` URL, a `file://` URL or a plain path.
+    pub fn parse(value: &str) -> Self {
+        if let Some(path) = value.strip_prefix("file://") {
+            PackageSource::Dir(PathBuf::from(path))
+        } else if value.starts_with("https://") || value.starts_with("http://") {
+            let mut url = value.to_string();
+            if !url.ends_with('/') {
+                url.push('/');
+            }
+            PackageSource::Url(url)
+        } else {
+            PackageSource::Dir(PathBuf::from(value))
+        }
+    }
+
+    /// The Pyodide CDN directory for the pinned version.
+    pub fn default_cdn() -> Self {
+        PackageSource::Url(format!(
+            "https://cdn.jsdelivr.net/pyodide/v{}/full/",
+            crate::assets::PYODIDE_VERSION
+        ))
+    }
+}
+
+/// Why a wheel could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum PackageError {
+    #[error("{0} is not a package of the Pyodide lock file")]
+    NotInLock(String),
+    #[error("cannot read wheel {file} from package directory {dir}: {source}")]
+    Read {
+        file: String,
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Download(String),
+    #[error("sha256 mismatch for package {package} ({file}): expected {expected}, got {actual}")]
+    Sha256Mismatch {
+        package: String,
+        file: String,
+        expected: String,
+        actual: String,
+    },
+}
+
+/// Fetches, verifies and caches lock-file wheels.
+pub struct Packages {
+    source: PackageSource,
+    assets: Arc<Assets>,
+    fetcher: Fetcher,
+    cache: Mutex<HashMap<String, Arc<[u8]>>>,
+}
+
+impl Packages {
+    pub fn new(source: PackageSource, assets: Arc<Assets>, fetcher: Fetcher) -> Self {
+        Self {
+            source,
+            assets,
+            fetcher,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The verified bytes of the lock-file wheel `file_name`.
+    pub fn wheel(&self, file_name: &str) -> Result<Arc<[u8]>, PackageError> {
+        if let Some(hit) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(file_name) {
+            return Ok(hit.clone());
+        }
+        let entry = self
+            .assets
+            .lock_by_file
+            .get(file_name)
+            .ok_or_else(|| PackageError::NotInLock(file_name.to_string()))?;
+        let bytes = match &self.source {
+            PackageSource::Dir(dir) => {
+                std::fs::read(dir.join(file_name)).map_err(|source| PackageError::Read {
+                    file: file_name.to_string(),
+                    dir: dir.clone(),
+                    source,
+                })?
+            }
+            PackageSource::Url(base) => {
+                let url = format!("{base}{file_name}");
+                let response = futures::executor::block_on(self.fetcher.fetch(
+                    url.clone(),
+                    "GET".into(),
+                    Vec::new(),
+                    None,
+                ))
+                .map_err(|e| PackageError::Download(e.to_string()))?;
+                if response.status != 200 {
+                    return Err(PackageError::Download(format!(
+                        "download failed (HTTP {}) for {url}",
+                        response.status
+                    )));
+                }
+                response.body
+            }
+        };
+        let actual = hex(&Sha256::digest(&bytes));
+        if actual != entry.sha256 {
+            return Err(PackageError::Sha256Mismatch {
+                package: entry.name.clone(),
+                file: file_name.to_string(),
+                expected: entry.sha256.clone(),
+                actual,
+            });
+        }
+        let bytes: Arc<[u8]> = bytes.into();
+        self.cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(file_name.to_string(), bytes.clone());
+        Ok(bytes)
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,481 @@
+//! The execution engine: one request in, one result out, each in a fresh sandbox — a new
+//! `deno_core::JsRuntime` (its own V8 isolate), a new Pyodide interpreter and a new Emscripten MEMFS
+//! whose `/workspace` is the working directory. Nothing survives a call.
+//!
+//! [`Engine`] holds what all sandboxes share (the Pyodide files, the package cache, the HTTPS fetcher);
+//! [`Engine::boot`] makes a ready [`Sandbox`]; [`Sandbox::execute`] runs one request and consumes it.
+//! A sandbox is not `Send`: boot and execute it on one dedicated thread, never on an async runtime.
+
+pub mod fetch;
+mod ops;
+mod output;
+mod watchdog;
+
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Once};
+use std::time::{Duration, Instant};
+
+use deno_core::{JsRuntime, ModuleSpecifier, RuntimeOptions, StaticModuleLoader, v8};
+use serde::{Deserialize, Serialize};
+
+pub use fetch::{Fetcher, MAX_RESPONSE_BYTES};
+pub use output::{
+    MAX_RETURNED_FILE_BYTES, MAX_RETURNED_FILES, MAX_RETURNED_TOTAL_BYTES, MAX_STREAM_BYTES,
+    OutputFile,
+};
+
+use crate::assets::{AssetError, Assets};
+use crate::packages::{PackageSource, Packages};
+use ops::SandboxState;
+use watchdog::Watchdog;
+
+/// The Python half of an execution, evaluated once per sandbox.
+pub(crate) const RUNNER_PY: &str = include_str!("py/runner.py");
+
+/// The largest final-expression string returned (64 KiB), applied by the Python runner.
+pub const MAX_RESULT_BYTES: usize = 64 * 1024;
+
+/// 1 MB in the configuration's sense.
+const MB: u64 = 1024 * 1024;
+
+/// Engine settings; the server fills them from its configuration.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Directory with the pinned Pyodide npm package files.
+    pub asset_dir: PathBuf,
+    /// HTTPS hosts sandboxes may fetch from (subdomains included).
+    pub allowed_hosts: Vec<String>,
+    /// V8 heap budget per isolate, in MiB.
+    pub memory_limit_mb: u64,
+    /// Cap on one WebAssembly linear memory, in MiB (applies process-wide; see [`Engine::new`]).
+    pub wasm_memory_limit_mb: u64,
+    /// Where lock-file wheels come from.
+    pub package_source: PackageSource,
+    /// Load packages for recognised imports before the code runs.
+    pub runtime_package_installation: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            asset_dir: Assets::default_dir(),
+            allowed_hosts: default_allowed_hosts(),
+            memory_limit_mb: 512,
+            wasm_memory_limit_mb: 2048,
+            package_source: PackageSource::default_cdn(),
+            runtime_package_installation: true,
+        }
+    }
+}
+
+/// The outbound HTTPS hosts allowed by default: the Pyodide CDN and the Python Package Index's API and
+/// file hosts.
+pub fn default_allowed_hosts() -> Vec<String> {
+    ["cdn.jsdelivr.net", "pypi.org", "files.pythonhosted.org"]
+        .into_iter()
+        .map(String::from)
+        .collect()
+}
+
+/// A file placed under /workspace before the code runs.
+#[derive(Debug, Clone)]
+pub struct InputFile {
+    /// Path relative to /workspace (validated by the caller).
+    pub path: String,
+    pub content: Vec<u8>,
+}
+
+/// One execution request.
+#[derive(Debug, Clone)]
+pub struct ExecRequest {
+    pub code: String,
+    pub files: Vec<InputFile>,
+    pub timeout: Duration,
+}
+
+/// What kind of failure an [`ExecError`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ErrorKind {
+    /// The Python code raised.
+    Python,
+    /// `timeout_ms` ran out.
+    Timeout,
+    /// The sandbox itself failed (boot, heap budget, engine error).
+    Runtime,
+    /// The request was rejected before execution (server).
+    Validation,
+    /// The queue was full (server).
+    Overload,
+}
+
+/// A structured error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecError {
+    pub kind: ErrorKind,
+    #[serde(rename = "type")]
+    pub error_type: String,
+    pub message: String,
+    pub traceback: Option<String>,
+}
+
+impl ExecError {
+    pub fn new(kind: ErrorKind, error_type: &str, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            error_type: error_type.to_string(),
+            message: message.into(),
+            traceback: None,
+        }
+    }
+}
+
+/// The result of one execution.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecResult {
+    pub success: bool,
+    pub stdout: String,
+    pub stderr: String,
+    /// `str()` of the final expression; `None` when there is none or it is `None`.
+    pub result: Option<String>,
+    pub files: Vec<OutputFile>,
+    pub error: Option<ExecError>,
+    pub timed_out: bool,
+    pub output_truncated: bool,
+}
+
+impl ExecResult {
+    /// A failed result with no output.
+    pub fn failure(error: ExecError) -> Self {
+        Self {
+            success: false,
+            stdout: String::new(),
+            stderr: String::new(),
+            result: None,
+            files: Vec::new(),
+            timed_out: error.kind == ErrorKind::Timeout,
+            error: Some(error),
+            output_truncated: false,
+        }
+    }
+}
+
+/// Why the engine could not be created or a sandbox could not boot.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Assets(#[from] AssetError),
+    #[error("cannot create the engine's I/O runtime: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("cannot create the HTTPS client: {0}")]
+    Http(#[from] reqwest::Error),
+    #[error("sandbox start-up failed: {0}")]
+    Boot(String),
+}
+
+/// What every sandbox shares.
+pub(crate) struct EngineShared {
+    pub config: EngineConfig,
+    pub assets: Arc<Assets>,
+    pub fetcher: Fetcher,
+    pub packages: Packages,
+    _io: IoRuntime,
+}
+
+/// The multi-thread runtime that performs sandbox network I/O; shut down without blocking.
+struct IoRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for IoRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// The engine: creates sandboxes. Cheap to clone and `Send + Sync`.
+#[derive(Clone)]
+pub struct Engine {
+    shared: Arc<EngineShared>,
+}
+
+static V8_FLAGS: Once = Once::new();
+
+impl Engine {
+    /// Checks the assets and prepares what sandboxes share. The first engine of the process also sets
+    /// V8's process-wide flags, among them the WebAssembly memory cap.
+    pub fn new(config: EngineConfig) -> Result<Self, EngineError> {
+        let assets = Arc::new(Assets::load(&config.asset_dir)?);
+        V8_FLAGS.call_once(|| {
+            let pages = config.wasm_memory_limit_mb.saturating_mul(MB) / 65536;
+            let unknown = deno_core::v8_set_flags(vec![
+                "code-interpreter-mcp".into(),
+                format!("--wasm-max-mem-pages={pages}"),
+            ]);
+            if unknown.len() > 1 {
+                tracing::warn!(?unknown, "V8 did not recognise some flags");
+            }
+        });
+        let io = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("sandbox-io")
+            .enable_all()
+            .build()?;
+        let fetcher = Fetcher::new(config.allowed_hosts.clone(), io.handle().clone())?;
+        let packages = Packages::new(config.package_source.clone(), assets.clone(), fetcher.clone());
+        Ok(Self {
+            shared: Arc::new(EngineShared {
+                config,
+                assets,
+                fetcher,
+                packages,
+                _io: IoRuntime(Some(io)),
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.shared.config
+    }
+
+    /// Boots a fresh sandbox: new isolate, new Pyodide, locked-down globals.
+    pub fn boot(&self) -> Result<Sandbox, EngineError> {
+        Sandbox::boot(self.shared.clone())
+    }
+
+    /// Boots a sandbox and runs `request` in it. Start-up failures become a runtime error result.
+    pub fn execute(&self, request: ExecRequest) -> ExecResult {
+        match self.boot() {
+            Ok(sandbox) => sandbox.execute(request),
+            Err(e) => ExecResult::failure(ExecError::new(
+                ErrorKind::Runtime,
+                "SandboxStartupError",
+                e.to_string(),
+            )),
+        }
+    }
+}
+
+/// A booted, never-used sandbox.
+pub struct Sandbox {
+    runtime: JsRuntime,
+    tokio: tokio::runtime::Runtime,
+    heap_exhausted: Arc<AtomicBool>,
+    boot_time: Duration,
+}
+
+impl Sandbox {
+    fn boot(shared: Arc<EngineShared>) -> Result<Self, EngineError> {
+        let started = Instant::now();
+        let tokio = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let assets = shared.assets.clone();
+        let spec = |name: &str| ModuleSpecifier::parse(&format!("asset:///{name}")).expect("static URL");
+        let loader = StaticModuleLoader::new([
+            (spec("pyodide.mjs"), assets.loader_js.clone()),
+            (spec("pyodide.asm.mjs"), assets.asm_js.clone()),
+        ]);
+        let heap_bytes = usize::try_from(shared.config.memory_limit_mb.saturating_mul(MB))
+            .unwrap_or(usize::MAX);
+        // V8 posts delayed tasks to the runtime that is current when the isolate is created.
+        let _context = tokio.enter();
+        let mut runtime = JsRuntime::try_new(RuntimeOptions {
+            extensions: vec![ops::sandbox::init(shared.clone())],
+            module_loader: Some(Rc::new(loader)),
+            create_params: Some(v8::CreateParams::default().heap_limits(0, heap_bytes)),
+            ..Default::default()
+        })
+        .map_err(|e| EngineError::Boot(e.to_string()))?;
+
+        let heap_exhausted = Arc::new(AtomicBool::new(false));
+        {
+            let handle = runtime.v8_isolate().thread_safe_handle();
+            let flag = heap_exhausted.clone();
+            runtime.add_near_heap_limit_callback(move |current, _initial| {
+                flag.store(true, Ordering::SeqCst);
+                handle.terminate_execution();
+                // Room to unwind; the isolate is discarded afterwards.
+                current + current / 2
+            });
+        }
+
+        let boot = {
+            let state = runtime.op_state();
+            let state = state.borrow();
+            let entry = state.borrow::<SandboxState>().entry.as_ref();
+            entry
+                .map(|e| e.boot.clone())
+                .ok_or_else(|| EngineError::Boot("runtime.js did not register".into()))?
+        };
+        let call = runtime.call(&boot);
+        tokio
+            .block_on(runtime.with_event_loop_promise(call, Default::default()))
+            .map_err(|e| {
+                if heap_exhausted.load(Ordering::SeqCst) {
+                    EngineError::Boot(format!(
+                        "the V8 heap budget (workers.memory_limit_mb = {} MiB) is too small to start Pyodide",
+                        shared.config.memory_limit_mb
+                    ))
+                } else {
+                    EngineError::Boot(e.to_string())
+                }
+            })?;
+        if !shared.config.runtime_package_installation {
+            runtime
+                .op_state()
+                .borrow_mut()
+                .borrow_mut::<SandboxState>()
+                .downloads_enabled = false;
+        }
+        // Output printed while booting is not the user's.
+        {
+            let state = runtime.op_state();
+            let mut state = state.borrow_mut();
+            let s = state.borrow_mut::<SandboxState>();
+            s.stdout = output::CappedBuffer::new(MAX_STREAM_BYTES);
+            s.stderr = output::CappedBuffer::new(MAX_STREAM_BYTES);
+        }
+        Ok(Self {
+            runtime,
+            tokio,
+            heap_exhausted,
+            boot_time: started.elapsed(),
+        })
+    }
+
+    /// How long booting took.
+    pub fn boot_time(&self) -> Duration {
+        self.boot_time
+    }
+
+    /// Runs one request. The sandbox is consumed: its isolate is discarded afterwards.
+    pub fn execute(mut self, request: ExecRequest) -> ExecResult {
+        let timeout_ms = request.timeout.as_millis();
+        let watchdog = Watchdog::start(self.runtime.v8_isolate().thread_safe_handle(), request.timeout);
+        let (run, memory_limit_mb) = {
+            let state = self.runtime.op_state();
+            let mut state = state.borrow_mut();
+            let s = state.borrow_mut::<SandboxState>();
+            s.code = Some(request.code);
+            s.input_files = request
+                .files
+                .into_iter()
+                .map(|f| (f.path, Some(f.content)))
+                .collect();
+            s.watchdog = Some(watchdog.sender());
+            let run = s.entry.as_ref().map(|e| e.run.clone());
+            (run, s.shared.config.memory_limit_mb)
+        };
+        let Some(run) = run else {
+            return ExecResult::failure(ExecError::new(
+                ErrorKind::Runtime,
+                "SandboxError",
+                "the sandbox has no run entry point",
+            ));
+        };
+
+        let wake = watchdog.wake.clone();
+        let runtime = &mut self.runtime;
+        let outcome = self.tokio.block_on(async {
+            let call = runtime.call(&run);
+            tokio::select! {
+                r = runtime.with_event_loop_promise(call, Default::default()) => Some(r),
+                _ = wake.notified() => None,
+            }
+        });
+        let timed_out = watchdog.fired();
+        drop(watchdog);
+
+        let state = self.runtime.op_state();
+        let mut state = state.borrow_mut();
+        let s = state.borrow_mut::<SandboxState>();
+        let report: Option<Report> = s.report.take().and_then(|j| serde_json::from_str(&j).ok());
+        let files = std::mem::take(&mut s.files);
+        let mut result = ExecResult {
+            success: false,
+            stdout: s.stdout.text(),
+            stderr: s.stderr.text(),
+            result: None,
+            output_truncated: s.stdout.truncated() || s.stderr.truncated() || files.truncated(),
+            files: files.into_files(),
+            error: None,
+            timed_out,
+        };
+
+        if timed_out {
+            result.error = Some(ExecError::new(
+                ErrorKind::Timeout,
+                "TimeoutError",
+                format!("execution exceeded timeout_ms = {timeout_ms} ms and was stopped"),
+            ));
+        } else if self.heap_exhausted.load(Ordering::SeqCst) {
+            result.error = Some(ExecError::new(
+                ErrorKind::Runtime,
+                "MemoryLimitExceeded",
+                format!(
+                    "the sandbox exhausted its V8 heap budget (workers.memory_limit_mb = {memory_limit_mb} MiB)"
+                ),
+            ));
+        } else {
+            match (outcome, report) {
+                (Some(Ok(_)), Some(report)) => {
+                    result.success = report.success;
+                    result.result = report.result;
+                    result.output_truncated |= report.result_truncated;
+                    result.error = report.error.map(|e| ExecError {
+                        kind: ErrorKind::Python,
+                        error_type: e.error_type,
+                        message: e.message,
+                        traceback: Some(e.traceback),
+                    });
+                }
+                (Some(Err(e)), _) => {
+                    result.error = Some(ExecError::new(
+                        ErrorKind::Runtime,
+                        "SandboxError",
+                        stalled_or(e.to_string()),
+                    ));
+                }
+                _ => {
+                    result.error = Some(ExecError::new(
+                        ErrorKind::Runtime,
+                        "SandboxError",
+                        "the sandbox ended without a result",
+                    ));
+                }
+            }
+        }
+        result
+    }
+}
+
+fn stalled_or(message: String) -> String {
+    if message.contains("Promise resolution is still pending") {
+        "the code awaited something that can never complete (the event loop ran out of work)".into()
+    } else {
+        message
+    }
+}
+
+/// What `runtime.js` reports after running the Python runner.
+#[derive(Deserialize)]
+struct Report {
+    success: bool,
+    #[serde(default)]
+    result: Option<String>,
+    #[serde(default)]
+    result_truncated: bool,
+    #[serde(default)]
+    error: Option<PyError>,
+}
+
+#[derive(Deserialize)]
+struct PyError {
+    #[serde(rename = "type")]
+    error_type: String,
+    message: String,
+    traceback: String,
+}

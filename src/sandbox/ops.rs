@@ -1,0 +1,388 @@
+//! The `sandbox` deno_core extension: every op the sandbox's JavaScript may call. Ops are the only
+//! door from the isolate to Rust; each one does a single narrow thing (append captured output, fill a
+//! buffer with OS randomness, fetch from an allowlisted host, serve a Pyodide runtime file, ...).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::mpsc::Sender;
+use std::time::Instant;
+
+use base64::Engine as _;
+use deno_core::{OpState, ToJsBuffer, op2, v8};
+use deno_error::JsErrorBox;
+
+use super::output::{CappedBuffer, FileCollector, MAX_STREAM_BYTES};
+use super::watchdog::WatchMsg;
+use super::EngineShared;
+
+/// The JavaScript entry points registered by `runtime.js`.
+pub(crate) struct EntryPoints {
+    pub boot: v8::Global<v8::Function>,
+    pub run: v8::Global<v8::Function>,
+}
+
+/// Per-sandbox state kept in the isolate's `OpState`.
+pub(crate) struct SandboxState {
+    pub shared: Arc<EngineShared>,
+    pub started: Instant,
+    pub stdout: CappedBuffer,
+    pub stderr: CappedBuffer,
+    pub entry: Option<EntryPoints>,
+    pub code: Option<String>,
+    pub input_files: Vec<(String, Option<Vec<u8>>)>,
+    pub files: FileCollector,
+    pub report: Option<String>,
+    pub watchdog: Option<Sender<WatchMsg>>,
+    /// Whether wheels and HTTPS downloads may still be fetched (false once runtime installation is
+    /// disabled and initialisation is over).
+    pub downloads_enabled: bool,
+}
+
+impl SandboxState {
+    pub fn new(shared: Arc<EngineShared>) -> Self {
+        Self {
+            shared,
+            started: Instant::now(),
+            stdout: CappedBuffer::new(MAX_STREAM_BYTES),
+            stderr: CappedBuffer::new(MAX_STREAM_BYTES),
+            entry: None,
+            code: None,
+            input_files: Vec::new(),
+            files: FileCollector::default(),
+            report: None,
+            watchdog: None,
+            downloads_enabled: true,
+        }
+    }
+}
+
+deno_core::extension!(
+    sandbox,
+    ops = [
+        op_sandbox_atob,
+        op_sandbox_boot_config,
+        op_sandbox_btoa,
+        op_sandbox_code,
+        op_sandbox_collect_file,
+        op_sandbox_decode,
+        op_sandbox_fetch,
+        op_sandbox_input_file,
+        op_sandbox_input_file_count,
+        op_sandbox_now,
+        op_sandbox_offer_file,
+        op_sandbox_random_fill,
+        op_sandbox_read_asset,
+        op_sandbox_read_asset_text,
+        op_sandbox_register,
+        op_sandbox_report,
+        op_sandbox_start_clock,
+        op_sandbox_url_parse,
+        op_sandbox_write,
+    ],
+    esm_entry_point = "ext:sandbox/runtime.js",
+    esm = [dir "src/sandbox/js", "runtime.js"],
+    options = { shared: Arc<EngineShared> },
+    state = |state, options| {
+        state.put(SandboxState::new(options.shared));
+    },
+);
+
+fn state(op_state: &OpState) -> &SandboxState {
+    op_state.borrow::<SandboxState>()
+}
+
+fn state_mut(op_state: &mut OpState) -> &mut SandboxState {
+    op_state.borrow_mut::<SandboxState>()
+}
+
+#[op2]
+fn op_sandbox_register(
+    op_state: &mut OpState,
+    #[scoped] boot: v8::Global<v8::Function>,
+    #[scoped] run: v8::Global<v8::Function>,
+) -> Result<(), JsErrorBox> {
+    let s = state_mut(op_state);
+    if s.entry.is_some() {
+        return Err(JsErrorBox::generic("entry points are already registered"));
+    }
+    s.entry = Some(EntryPoints { boot, run });
+    Ok(())
+}
+
+/// Boot parameters for `loadPyodide`.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BootConfig {
+    lock_file: String,
+    runner_source: &'static str,
+    auto_load: bool,
+    env: std::collections::BTreeMap<&'static str, &'static str>,
+}
+
+#[op2]
+#[serde]
+fn op_sandbox_boot_config(op_state: &mut OpState) -> BootConfig {
+    let s = state(op_state);
+    BootConfig {
+        lock_file: s.shared.assets.lock_json.to_string(),
+        runner_source: super::RUNNER_PY,
+        auto_load: s.shared.config.runtime_package_installation,
+        env: [
+            ("HOME", "/home/pyodide"),
+            ("LANG", "C.UTF-8"),
+            ("PYTHONIOENCODING", "utf-8"),
+        ]
+        .into_iter()
+        .collect(),
+    }
+}
+
+#[op2]
+#[string]
+fn op_sandbox_code(op_state: &mut OpState) -> Result<String, JsErrorBox> {
+    state_mut(op_state)
+        .code
+        .take()
+        .ok_or_else(|| JsErrorBox::generic("no code to run"))
+}
+
+#[op2(fast)]
+fn op_sandbox_report(op_state: &mut OpState, #[string] json: String) {
+    state_mut(op_state).report = Some(json);
+}
+
+#[op2(fast)]
+fn op_sandbox_write(op_state: &mut OpState, fd: u32, #[buffer] data: &[u8]) -> u32 {
+    let s = state_mut(op_state);
+    match fd {
+        1 => s.stdout.push(data),
+        _ => s.stderr.push(data),
+    }
+    data.len() as u32
+}
+
+#[op2(fast)]
+fn op_sandbox_random_fill(#[buffer] data: &mut [u8]) -> Result<(), JsErrorBox> {
+    getrandom::fill(data).map_err(|e| JsErrorBox::generic(format!("OS randomness unavailable: {e}")))
+}
+
+#[op2(fast)]
+fn op_sandbox_now(op_state: &mut OpState) -> f64 {
+    state(op_state).started.elapsed().as_secs_f64() * 1000.0
+}
+
+/// Arms the timeout watchdog: user code starts now.
+#[op2(fast)]
+fn op_sandbox_start_clock(op_state: &mut OpState) {
+    if let Some(tx) = &state(op_state).watchdog {
+        let _ = tx.send(WatchMsg::Arm(Instant::now()));
+    }
+}
+
+#[op2(fast)]
+#[smi]
+fn op_sandbox_input_file_count(op_state: &mut OpState) -> u32 {
+    state(op_state).input_files.len() as u32
+}
+
+#[op2]
+#[serde]
+fn op_sandbox_input_file(
+    op_state: &mut OpState,
+    #[smi] index: u32,
+) -> Result<(String, ToJsBuffer), JsErrorBox> {
+    let entry = state_mut(op_state)
+        .input_files
+        .get_mut(index as usize)
+        .ok_or_else(|| JsErrorBox::range_error("no such input file"))?;
+    let data = entry.1.take().unwrap_or_default();
+    Ok((entry.0.clone(), data.into()))
+}
+
+#[op2(fast)]
+fn op_sandbox_offer_file(op_state: &mut OpState, #[string] _path: &str, size: f64) -> bool {
+    state_mut(op_state).files.offer(size as u64)
+}
+
+#[op2(fast)]
+fn op_sandbox_collect_file(op_state: &mut OpState, #[string] path: String, #[buffer] data: &[u8]) {
+    state_mut(op_state).files.collect(path, data);
+}
+
+/// Serves a Pyodide runtime file or a lock-file wheel (verified) by name.
+#[op2]
+#[buffer]
+fn op_sandbox_read_asset(op_state: &mut OpState, #[string] path: String) -> Result<Vec<u8>, JsErrorBox> {
+    let s = state(op_state);
+    let name = path.strip_prefix("/pyodide/").unwrap_or(&path);
+    let assets = &s.shared.assets;
+    match name {
+        "pyodide.asm.wasm" => Ok(assets.wasm.to_vec()),
+        "python_stdlib.zip" => Ok(assets.stdlib.to_vec()),
+        _ => {
+            let file_name = name.rsplit('/').next().unwrap_or(name);
+            if !assets.lock_by_file.contains_key(file_name) {
+                return Err(JsErrorBox::type_error(format!("{path} is not a Pyodide runtime file")));
+            }
+            if !s.downloads_enabled {
+                return Err(JsErrorBox::generic("Runtime package installation is disabled"));
+            }
+            s.shared
+                .packages
+                .wheel(file_name)
+                .map(|bytes| bytes.to_vec())
+                .map_err(|e| JsErrorBox::generic(e.to_string()))
+        }
+    }
+}
+
+#[op2]
+#[string]
+fn op_sandbox_read_asset_text(op_state: &mut OpState, #[string] path: String) -> Result<String, JsErrorBox> {
+    let name = path.strip_prefix("/pyodide/").unwrap_or(&path);
+    match name {
+        "pyodide-lock.json" => Ok(state(op_state).shared.assets.lock_json.to_string()),
+        _ => Err(JsErrorBox::type_error(format!("{path} is not a Pyodide runtime text file"))),
+    }
+}
+
+#[op2]
+#[string]
+fn op_sandbox_decode(
+    #[string] label: String,
+    #[buffer] data: &[u8],
+    fatal: bool,
+    ignore_bom: bool,
+) -> Result<String, JsErrorBox> {
+    let encoding = encoding_rs::Encoding::for_label(label.as_bytes())
+        .ok_or_else(|| JsErrorBox::range_error(format!("the encoding label {label:?} is not supported")))?;
+    let (text, had_errors) = if ignore_bom {
+        encoding.decode_without_bom_handling(data)
+    } else {
+        encoding.decode_with_bom_removal(data)
+    };
+    if fatal && had_errors {
+        return Err(JsErrorBox::type_error("the encoded data is not valid"));
+    }
+    let decoded = text.into_owned();
+    Ok(decoded)
+}
+
+#[op2]
+#[string]
+fn op_sandbox_btoa(#[string] data: String) -> Result<String, JsErrorBox> {
+    let bytes: Option<Vec<u8>> = data.chars().map(|c| u8::try_from(u32::from(c)).ok()).collect();
+    let bytes = bytes.ok_or_else(|| {
+        JsErrorBox::new("InvalidCharacterError", "btoa: the string contains characters outside Latin-1")
+    })?;
+    Ok(base64::engine::general_purpose::STANDARD.encode(bytes))
+}
+
+#[op2]
+#[string]
+fn op_sandbox_atob(#[string] data: String) -> Result<String, JsErrorBox> {
+    let mut cleaned: String = data.chars().filter(|c| !matches!(c, ' ' | '\t' | '\n' | '\x0c' | '\r')).collect();
+    if cleaned.len() % 4 == 0 && cleaned.ends_with("==") {
+        cleaned.truncate(cleaned.len() - 2);
+    } else if cleaned.len() % 4 == 0 && cleaned.ends_with('=') {
+        cleaned.truncate(cleaned.len() - 1);
+    }
+    let engine = base64::engine::GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        base64::engine::GeneralPurposeConfig::new()
+            .with_decode_padding_mode(base64::engine::DecodePaddingMode::RequireNone)
+            .with_decode_allow_trailing_bits(true),
+    );
+    let bytes = engine
+        .decode(cleaned.as_bytes())
+        .map_err(|_| JsErrorBox::new("InvalidCharacterError", "atob: the string is not valid Base64"))?;
+    Ok(bytes.into_iter().map(char::from).collect())
+}
+
+#[derive(serde::Serialize)]
+struct UrlParts {
+    href: String,
+    origin: String,
+    protocol: String,
+    username: String,
+    password: String,
+    host: String,
+    hostname: String,
+    port: String,
+    pathname: String,
+    search: String,
+    hash: String,
+}
+
+#[op2]
+#[serde]
+fn op_sandbox_url_parse(#[string] href: String, #[string] base: Option<String>) -> Result<UrlParts, JsErrorBox> {
+    let invalid = || JsErrorBox::type_error(format!("Invalid URL: {href:?}"));
+    let url = match base {
+        Some(base) => url::Url::parse(&base).and_then(|b| b.join(&href)).map_err(|_| invalid())?,
+        None => url::Url::parse(&href).map_err(|_| invalid())?,
+    };
+    let nonempty = |prefix: &str, s: Option<&str>| match s {
+        Some(s) if !s.is_empty() => format!("{prefix}{s}"),
+        _ => String::new(),
+    };
+    let hostname = url.host_str().unwrap_or("").to_string();
+    let port = url.port().map(|p| p.to_string()).unwrap_or_default();
+    Ok(UrlParts {
+        href: url.as_str().to_string(),
+        origin: url.origin().ascii_serialization(),
+        protocol: format!("{}:", url.scheme()),
+        username: url.username().to_string(),
+        password: url.password().unwrap_or("").to_string(),
+        host: if port.is_empty() { hostname.clone() } else { format!("{hostname}:{port}") },
+        hostname,
+        port,
+        pathname: url.path().to_string(),
+        search: nonempty("?", url.query()),
+        hash: nonempty("#", url.fragment()),
+    })
+}
+
+#[op2]
+#[serde]
+async fn op_sandbox_fetch(
+    op_state: Rc<RefCell<OpState>>,
+    #[string] url: String,
+    #[string] method: String,
+    #[serde] headers: Vec<(String, String)>,
+    #[serde] body: Option<deno_core::JsBuffer>,
+) -> Result<JsResponse, JsErrorBox> {
+    let (fetcher, enabled) = {
+        let op_state = op_state.borrow();
+        let s = state(&op_state);
+        (s.shared.fetcher.clone(), s.downloads_enabled)
+    };
+    if !enabled {
+        return Err(JsErrorBox::generic(super::fetch::FetchError::Disabled.to_string()));
+    }
+    let r = fetcher
+        .fetch(url, method, headers, body.map(|b| b.to_vec()))
+        .await
+        .map_err(|e| JsErrorBox::generic(e.to_string()))?;
+    Ok(JsResponse {
+        status: r.status,
+        status_text: r.status_text,
+        url: r.url,
+        redirected: r.redirected,
+        headers: r.headers,
+        body: r.body.into(),
+    })
+}
+
+/// A fetch response as handed to JavaScript.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsResponse {
+    status: u16,
+    status_text: String,
+    url: String,
+    redirected: bool,
+    headers: Vec<(String, String)>,
+    body: ToJsBuffer,
+}
