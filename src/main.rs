@@ -11,7 +11,9 @@ fn main() {
             timeout_ms,
             asset_dir,
             package_base_url,
-        }) => code_interpreter_mcp::cli::exec(script, files, timeout_ms, asset_dir, package_base_url),
+        }) => {
+            code_interpreter_mcp::cli::exec(script, files, timeout_ms, asset_dir, package_base_url)
+        }
         None => Err(anyhow::anyhow!(
             "the MCP server is not built yet; use `code-interpreter-mcp exec script.py`"
         )),

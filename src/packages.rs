@@ -87,7 +87,12 @@ impl Packages {
 
     /// The verified bytes of the lock-file wheel `file_name`.
     pub fn wheel(&self, file_name: &str) -> Result<Arc<[u8]>, PackageError> {
-        if let Some(hit) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(file_name) {
+        if let Some(hit) = self
+            .cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(file_name)
+        {
             return Ok(hit.clone());
         }
         let entry = self

@@ -224,7 +224,11 @@ impl Engine {
             .enable_all()
             .build()?;
         let fetcher = Fetcher::new(config.allowed_hosts.clone(), io.handle().clone())?;
-        let packages = Packages::new(config.package_source.clone(), assets.clone(), fetcher.clone());
+        let packages = Packages::new(
+            config.package_source.clone(),
+            assets.clone(),
+            fetcher.clone(),
+        );
         Ok(Self {
             shared: Arc::new(EngineShared {
                 config,
@@ -273,13 +277,14 @@ impl Sandbox {
             .enable_all()
             .build()?;
         let assets = shared.assets.clone();
-        let spec = |name: &str| ModuleSpecifier::parse(&format!("asset:///{name}")).expect("static URL");
+        let spec =
+            |name: &str| ModuleSpecifier::parse(&format!("asset:///{name}")).expect("static URL");
         let loader = StaticModuleLoader::new([
             (spec("pyodide.mjs"), assets.loader_js.clone()),
             (spec("pyodide.asm.mjs"), assets.asm_js.clone()),
         ]);
-        let heap_bytes = usize::try_from(shared.config.memory_limit_mb.saturating_mul(MB))
-            .unwrap_or(usize::MAX);
+        let heap_bytes =
+            usize::try_from(shared.config.memory_limit_mb.saturating_mul(MB)).unwrap_or(usize::MAX);
         // V8 posts delayed tasks to the runtime that is current when the isolate is created.
         let _context = tokio.enter();
         let mut runtime = JsRuntime::try_new(RuntimeOptions {
@@ -354,7 +359,10 @@ impl Sandbox {
     /// Runs one request. The sandbox is consumed: its isolate is discarded afterwards.
     pub fn execute(mut self, request: ExecRequest) -> ExecResult {
         let timeout_ms = request.timeout.as_millis();
-        let watchdog = Watchdog::start(self.runtime.v8_isolate().thread_safe_handle(), request.timeout);
+        let watchdog = Watchdog::start(
+            self.runtime.v8_isolate().thread_safe_handle(),
+            request.timeout,
+        );
         let (run, memory_limit_mb) = {
             let state = self.runtime.op_state();
             let mut state = state.borrow_mut();

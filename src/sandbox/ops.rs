@@ -12,9 +12,9 @@ use base64::Engine as _;
 use deno_core::{OpState, ToJsBuffer, op2, v8};
 use deno_error::JsErrorBox;
 
+use super::EngineShared;
 use super::output::{CappedBuffer, FileCollector, MAX_STREAM_BYTES};
 use super::watchdog::WatchMsg;
-use super::EngineShared;
 
 /// The JavaScript entry points registered by `runtime.js`.
 pub(crate) struct EntryPoints {
@@ -164,7 +164,8 @@ fn op_sandbox_write(op_state: &mut OpState, fd: u32, #[buffer] data: &[u8]) -> u
 
 #[op2(fast)]
 fn op_sandbox_random_fill(#[buffer] data: &mut [u8]) -> Result<(), JsErrorBox> {
-    getrandom::fill(data).map_err(|e| JsErrorBox::generic(format!("OS randomness unavailable: {e}")))
+    getrandom::fill(data)
+        .map_err(|e| JsErrorBox::generic(format!("OS randomness unavailable: {e}")))
 }
 
 #[op2(fast)]
@@ -213,7 +214,10 @@ fn op_sandbox_collect_file(op_state: &mut OpState, #[string] path: String, #[buf
 /// Serves a Pyodide runtime file or a lock-file wheel (verified) by name.
 #[op2]
 #[buffer]
-fn op_sandbox_read_asset(op_state: &mut OpState, #[string] path: String) -> Result<Vec<u8>, JsErrorBox> {
+fn op_sandbox_read_asset(
+    op_state: &mut OpState,
+    #[string] path: String,
+) -> Result<Vec<u8>, JsErrorBox> {
     let s = state(op_state);
     let name = path.strip_prefix("/pyodide/").unwrap_or(&path);
     let assets = &s.shared.assets;
@@ -223,10 +227,14 @@ fn op_sandbox_read_asset(op_state: &mut OpState, #[string] path: String) -> Resu
         _ => {
             let file_name = name.rsplit('/').next().unwrap_or(name);
             if !assets.lock_by_file.contains_key(file_name) {
-                return Err(JsErrorBox::type_error(format!("{path} is not a Pyodide runtime file")));
+                return Err(JsErrorBox::type_error(format!(
+                    "{path} is not a Pyodide runtime file"
+                )));
             }
             if !s.downloads_enabled {
-                return Err(JsErrorBox::generic("Runtime package installation is disabled"));
+                return Err(JsErrorBox::generic(
+                    "Runtime package installation is disabled",
+                ));
             }
             s.shared
                 .packages
@@ -239,11 +247,16 @@ fn op_sandbox_read_asset(op_state: &mut OpState, #[string] path: String) -> Resu
 
 #[op2]
 #[string]
-fn op_sandbox_read_asset_text(op_state: &mut OpState, #[string] path: String) -> Result<String, JsErrorBox> {
+fn op_sandbox_read_asset_text(
+    op_state: &mut OpState,
+    #[string] path: String,
+) -> Result<String, JsErrorBox> {
     let name = path.strip_prefix("/pyodide/").unwrap_or(&path);
     match name {
         "pyodide-lock.json" => Ok(state(op_state).shared.assets.lock_json.to_string()),
-        _ => Err(JsErrorBox::type_error(format!("{path} is not a Pyodide runtime text file"))),
+        _ => Err(JsErrorBox::type_error(format!(
+            "{path} is not a Pyodide runtime text file"
+        ))),
     }
 }
 
@@ -255,8 +268,9 @@ fn op_sandbox_decode(
     fatal: bool,
     ignore_bom: bool,
 ) -> Result<String, JsErrorBox> {
-    let encoding = encoding_rs::Encoding::for_label(label.as_bytes())
-        .ok_or_else(|| JsErrorBox::range_error(format!("the encoding label {label:?} is not supported")))?;
+    let encoding = encoding_rs::Encoding::for_label(label.as_bytes()).ok_or_else(|| {
+        JsErrorBox::range_error(format!("the encoding label {label:?} is not supported"))
+    })?;
     let (text, had_errors) = if ignore_bom {
         encoding.decode_without_bom_handling(data)
     } else {
@@ -272,9 +286,15 @@ fn op_sandbox_decode(
 #[op2]
 #[string]
 fn op_sandbox_btoa(#[string] data: String) -> Result<String, JsErrorBox> {
-    let bytes: Option<Vec<u8>> = data.chars().map(|c| u8::try_from(u32::from(c)).ok()).collect();
+    let bytes: Option<Vec<u8>> = data
+        .chars()
+        .map(|c| u8::try_from(u32::from(c)).ok())
+        .collect();
     let bytes = bytes.ok_or_else(|| {
-        JsErrorBox::new("InvalidCharacterError", "btoa: the string contains characters outside Latin-1")
+        JsErrorBox::new(
+            "InvalidCharacterError",
+            "btoa: the string contains characters outside Latin-1",
+        )
     })?;
     Ok(base64::engine::general_purpose::STANDARD.encode(bytes))
 }
@@ -282,21 +302,31 @@ fn op_sandbox_btoa(#[string] data: String) -> Result<String, JsErrorBox> {
 #[op2]
 #[string]
 fn op_sandbox_atob(#[string] data: String) -> Result<String, JsErrorBox> {
-    let mut cleaned: String = data.chars().filter(|c| !matches!(c, ' ' | '\t' | '\n' | '\x0c' | '\r')).collect();
-    if cleaned.len() % 4 == 0 && cleaned.ends_with("==") {
-        cleaned.truncate(cleaned.len() - 2);
-    } else if cleaned.len() % 4 == 0 && cleaned.ends_with('=') {
-        cleaned.truncate(cleaned.len() - 1);
-    }
+    let cleaned: String = data
+        .chars()
+        .filter(|c| !matches!(c, ' ' | '\t' | '\n' | '\x0c' | '\r'))
+        .collect();
+    // Padding is optional, but only in its canonical place.
+    let body = if cleaned.len().is_multiple_of(4) {
+        cleaned
+            .strip_suffix("==")
+            .or_else(|| cleaned.strip_suffix('='))
+            .unwrap_or(&cleaned)
+    } else {
+        &cleaned
+    };
     let engine = base64::engine::GeneralPurpose::new(
         &base64::alphabet::STANDARD,
         base64::engine::GeneralPurposeConfig::new()
             .with_decode_padding_mode(base64::engine::DecodePaddingMode::RequireNone)
             .with_decode_allow_trailing_bits(true),
     );
-    let bytes = engine
-        .decode(cleaned.as_bytes())
-        .map_err(|_| JsErrorBox::new("InvalidCharacterError", "atob: the string is not valid Base64"))?;
+    let bytes = engine.decode(body.as_bytes()).map_err(|_| {
+        JsErrorBox::new(
+            "InvalidCharacterError",
+            "atob: the string is not valid Base64",
+        )
+    })?;
     Ok(bytes.into_iter().map(char::from).collect())
 }
 
@@ -317,10 +347,15 @@ struct UrlParts {
 
 #[op2]
 #[serde]
-fn op_sandbox_url_parse(#[string] href: String, #[string] base: Option<String>) -> Result<UrlParts, JsErrorBox> {
+fn op_sandbox_url_parse(
+    #[string] href: String,
+    #[string] base: Option<String>,
+) -> Result<UrlParts, JsErrorBox> {
     let invalid = || JsErrorBox::type_error(format!("Invalid URL: {href:?}"));
     let url = match base {
-        Some(base) => url::Url::parse(&base).and_then(|b| b.join(&href)).map_err(|_| invalid())?,
+        Some(base) => url::Url::parse(&base)
+            .and_then(|b| b.join(&href))
+            .map_err(|_| invalid())?,
         None => url::Url::parse(&href).map_err(|_| invalid())?,
     };
     let nonempty = |prefix: &str, s: Option<&str>| match s {
@@ -335,7 +370,11 @@ fn op_sandbox_url_parse(#[string] href: String, #[string] base: Option<String>) 
         protocol: format!("{}:", url.scheme()),
         username: url.username().to_string(),
         password: url.password().unwrap_or("").to_string(),
-        host: if port.is_empty() { hostname.clone() } else { format!("{hostname}:{port}") },
+        host: if port.is_empty() {
+            hostname.clone()
+        } else {
+            format!("{hostname}:{port}")
+        },
         hostname,
         port,
         pathname: url.path().to_string(),
@@ -359,7 +398,9 @@ async fn op_sandbox_fetch(
         (s.shared.fetcher.clone(), s.downloads_enabled)
     };
     if !enabled {
-        return Err(JsErrorBox::generic(super::fetch::FetchError::Disabled.to_string()));
+        return Err(JsErrorBox::generic(
+            super::fetch::FetchError::Disabled.to_string(),
+        ));
     }
     let r = fetcher
         .fetch(url, method, headers, body.map(|b| b.to_vec()))

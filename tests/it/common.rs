@@ -1,0 +1,68 @@
+//! Shared fixtures: one engine per test process, and helpers to run code.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use code_interpreter_mcp::packages::PackageSource;
+use code_interpreter_mcp::sandbox::{Engine, EngineConfig, ExecRequest, ExecResult, InputFile};
+
+/// The local Pyodide package mirror: `CODE_INTERPRETER_MCP_TEST_PACKAGES`, else `../shared/pyodide-packages`.
+pub fn package_mirror() -> PathBuf {
+    let dir = std::env::var_os("CODE_INTERPRETER_MCP_TEST_PACKAGES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/pyodide-packages")
+        });
+    assert!(
+        dir.join("numpy-2.4.3-cp314-cp314-pyemscripten_2026_0_wasm32.whl")
+            .is_file(),
+        "the Pyodide package mirror is missing at {} (set CODE_INTERPRETER_MCP_TEST_PACKAGES)",
+        dir.display()
+    );
+    dir
+}
+
+pub fn engine() -> &'static Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        Engine::new(EngineConfig {
+            package_source: PackageSource::Dir(package_mirror()),
+            ..EngineConfig::default()
+        })
+        .expect("engine starts")
+    })
+}
+
+pub fn request(code: &str) -> ExecRequest {
+    ExecRequest {
+        code: code.to_string(),
+        files: Vec::new(),
+        timeout: Duration::from_secs(30),
+    }
+}
+
+pub fn run(code: &str) -> ExecResult {
+    engine().execute(request(code))
+}
+
+pub fn run_with(code: &str, files: &[(&str, &[u8])], timeout: Duration) -> ExecResult {
+    engine().execute(ExecRequest {
+        code: code.to_string(),
+        files: files
+            .iter()
+            .map(|(p, c)| InputFile {
+                path: p.to_string(),
+                content: c.to_vec(),
+            })
+            .collect(),
+        timeout,
+    })
+}
+
+/// Asserts success and returns the result, printing everything on failure.
+#[track_caller]
+pub fn ok(result: &ExecResult) -> &ExecResult {
+    assert!(result.success, "execution failed: {result:#?}");
+    result
+}

@@ -1,0 +1,192 @@
+//! The request/result contract: output streams, final expression, top-level await, files in and out,
+//! Python errors with the user's line numbers, freshness between calls, fresh entropy.
+
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use code_interpreter_mcp::sandbox::{ErrorKind, ExecRequest};
+
+use crate::common::{engine, ok, run, run_with};
+
+#[test]
+fn stdout_stderr_and_final_expression_are_separate() {
+    let r = run("import sys\nprint('out')\nprint('err', file=sys.stderr)\n6 * 7");
+    ok(&r);
+    assert_eq!(r.stdout, "out\n");
+    assert_eq!(r.stderr, "err\n");
+    assert_eq!(r.result.as_deref(), Some("42"));
+    assert!(r.error.is_none());
+    assert!(!r.timed_out && !r.output_truncated);
+}
+
+#[test]
+fn final_expression_is_str_and_none_is_null() {
+    assert_eq!(
+        run("'text'").result.as_deref(),
+        Some("text"),
+        "str(), not repr()"
+    );
+    assert_eq!(run("None").result, None);
+    assert_eq!(
+        run("x = 1").result,
+        None,
+        "an assignment is not an expression"
+    );
+    assert_eq!(run("print(1)").result, None, "print() returns None");
+}
+
+#[test]
+fn top_level_await_works() {
+    let r =
+        run("import asyncio\nawait asyncio.sleep(0.01)\nasync def f():\n    return 5\nawait f()");
+    assert_eq!(ok(&r).result.as_deref(), Some("5"));
+}
+
+#[test]
+fn python_errors_are_structured_with_user_line_numbers() {
+    let r = run("x = 1\n\ndef f():\n    return 1 / 0\n\nf()\n");
+    assert!(!r.success);
+    let e = r.error.expect("an error");
+    assert_eq!(e.kind, ErrorKind::Python);
+    assert_eq!(e.error_type, "ZeroDivisionError");
+    assert_eq!(e.message, "division by zero");
+    let tb = e.traceback.expect("a traceback");
+    assert!(tb.contains("line 6, in <module>"), "{tb}");
+    assert!(tb.contains("line 4, in f"), "{tb}");
+    assert!(
+        !tb.contains("_pyodide") && !tb.contains("sandbox-runner"),
+        "runner frames leak: {tb}"
+    );
+}
+
+#[test]
+fn syntax_errors_point_at_the_user_line() {
+    let r = run("a = 1\nb = (\n");
+    let e = r.error.expect("an error");
+    assert_eq!(e.kind, ErrorKind::Python);
+    assert_eq!(e.error_type, "SyntaxError");
+    assert!(e.traceback.unwrap().contains("line 2"));
+}
+
+#[test]
+fn output_before_an_error_is_kept() {
+    let r = run("print('partial')\nraise ValueError('boom')");
+    assert!(!r.success);
+    assert_eq!(r.stdout, "partial\n");
+    assert_eq!(r.error.unwrap().message, "boom");
+}
+
+#[test]
+fn sys_exit_zero_is_success_and_nonzero_is_an_error() {
+    assert!(run("import sys\nsys.exit(0)").success);
+    let r = run("import sys\nsys.exit(3)");
+    assert!(!r.success);
+    assert_eq!(r.error.unwrap().error_type, "SystemExit");
+}
+
+#[test]
+fn input_files_are_readable_and_only_new_files_return() {
+    let code = r#"
+from pathlib import Path
+import os
+text = Path('data/input.txt').read_text()
+Path('data/input.txt').write_text('changed')      # modified input: not returned
+Path('out').mkdir()
+Path('out/results.csv').write_text('value\n2\n3\n')
+Path('image.png').write_bytes(b'\x89PNG')
+Path('scratch.tmp').write_text('gone')
+os.remove('scratch.tmp')                            # deleted before the end: not returned
+os.symlink('out/results.csv', 'link.csv')           # not a regular file
+print(os.getcwd())
+text
+"#;
+    let r = run_with(
+        code,
+        &[("data/input.txt", b"hello\n")],
+        Duration::from_secs(30),
+    );
+    ok(&r);
+    assert_eq!(r.stdout, "/workspace\n");
+    assert_eq!(r.result.as_deref(), Some("hello\n"));
+    let paths: Vec<_> = r.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(paths, ["image.png", "out/results.csv"]);
+    let csv = &r.files[1];
+    assert_eq!(csv.mime_type, "text/csv");
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(&csv.content_base64)
+        .unwrap();
+    assert_eq!(decoded, b"value\n2\n3\n");
+    assert_eq!(r.files[0].mime_type, "image/png");
+}
+
+#[test]
+fn binary_input_files_round_trip() {
+    let data: Vec<u8> = (0..=255u8).collect();
+    let r = run_with(
+        "from pathlib import Path\nPath('copy.bin').write_bytes(Path('in.bin').read_bytes())",
+        &[("in.bin", &data)],
+        Duration::from_secs(30),
+    );
+    ok(&r);
+    let out = base64::engine::general_purpose::STANDARD
+        .decode(&r.files[0].content_base64)
+        .unwrap();
+    assert_eq!(out, data);
+}
+
+#[test]
+fn nothing_survives_a_call() {
+    let first = run(
+        "import sys, builtins\nleaked = 1\nbuiltins.leaked_builtin = 2\nsys.modules['leaked_module'] = sys\nopen('/tmp/leak', 'w').write('x')\nopen('leak.txt', 'w').write('x')",
+    );
+    ok(&first);
+    let second = run(
+        "import sys, os, builtins\n[('leaked' in globals()), hasattr(builtins, 'leaked_builtin'), ('leaked_module' in sys.modules), os.path.exists('/tmp/leak'), os.path.exists('leak.txt')]",
+    );
+    assert_eq!(
+        ok(&second).result.as_deref(),
+        Some("[False, False, False, False, False]")
+    );
+}
+
+#[test]
+fn every_sandbox_sees_fresh_os_randomness() {
+    let code = "import random, uuid, os\n(random.random(), str(uuid.uuid4()), os.urandom(8).hex(), open('/dev/urandom','rb').read(8).hex())";
+    let a = run(code);
+    let b = run(code);
+    let (a, b) = (
+        ok(&a).result.clone().unwrap(),
+        ok(&b).result.clone().unwrap(),
+    );
+    assert_ne!(a, b);
+    // Each of the four sources differs, not just the tuple.
+    let parts = |s: &str| {
+        s.trim_matches(|c| c == '(' || c == ')')
+            .split(", ")
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    for (x, y) in parts(&a).iter().zip(parts(&b).iter()) {
+        assert_ne!(x, y, "{a} vs {b}");
+    }
+}
+
+#[test]
+fn recognised_imports_load_packages_before_the_clock_starts() {
+    // Loading scipy and numpy (read, sha256-verify, unpack, instantiate their Wasm) takes longer than
+    // the timeout given here (about 2 s against 1.5 s); only the code itself (about 0.5 s) is timed.
+    let timeout = Duration::from_millis(1500);
+    let sandbox = engine().boot().expect("boot");
+    let started = Instant::now();
+    let r = sandbox.execute(ExecRequest {
+        code: "import scipy\nscipy.__version__".into(),
+        files: Vec::new(),
+        timeout,
+    });
+    let elapsed = started.elapsed();
+    assert_eq!(ok(&r).result.as_deref(), Some("1.18.0"));
+    assert!(
+        elapsed > timeout,
+        "package loading took only {elapsed:?}, so this test proves nothing; lower the timeout"
+    );
+}

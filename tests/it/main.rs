@@ -1,0 +1,8 @@
+//! Integration tests against the real engine (deno_core + Pyodide), offline. One test binary, so V8 is
+//! linked once; each concern is a module.
+
+mod common;
+mod engine;
+mod exec_cli;
+mod isolation;
+mod limits;
