@@ -2,6 +2,9 @@
 //! Pyodide (CPython on WebAssembly) sandbox for every call, embedded in-process through deno_core/V8.
 //!
 //! Layers, top-down:
+//! - [`server`]: the HTTP transport (axum + rmcp Streamable HTTP at `/mcp`).
+//! - [`tools`]: the MCP tools and their schemas; [`validation`]: request checks before queueing.
+//! - [`executor`]: dedicated worker threads fed by a bounded FIFO queue.
 //! - [`sandbox`]: the engine — one request in, one result out, each in a new isolate + interpreter.
 //! - [`packages`]: where Pyodide wheels come from, their sha256 verification and the in-memory cache.
 //! - [`assets`]: the pinned Pyodide runtime files.
@@ -9,5 +12,9 @@
 
 pub mod assets;
 pub mod cli;
+pub mod executor;
 pub mod packages;
 pub mod sandbox;
+pub mod server;
+pub mod tools;
+pub mod validation;

@@ -9,14 +9,8 @@ fn main() {
             script,
             files,
             timeout_ms,
-            asset_dir,
-            package_base_url,
-        }) => {
-            code_interpreter_mcp::cli::exec(script, files, timeout_ms, asset_dir, package_base_url)
-        }
-        None => Err(anyhow::anyhow!(
-            "the MCP server is not built yet; use `code-interpreter-mcp exec script.py`"
-        )),
+        }) => code_interpreter_mcp::cli::exec(script, files, timeout_ms, &cli.serve),
+        None => code_interpreter_mcp::cli::serve(cli.serve),
     };
     match status {
         Ok(code) => std::process::exit(code),

@@ -96,7 +96,7 @@ pub struct ExecRequest {
 }
 
 /// What kind of failure an [`ExecError`] reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ErrorKind {
     /// The Python code raised.
@@ -112,7 +112,7 @@ pub enum ErrorKind {
 }
 
 /// A structured error.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ExecError {
     pub kind: ErrorKind,
     #[serde(rename = "type")]
@@ -133,7 +133,7 @@ impl ExecError {
 }
 
 /// The result of one execution.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ExecResult {
     pub success: bool,
     pub stdout: String,

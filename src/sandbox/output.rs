@@ -54,7 +54,9 @@ impl CappedBuffer {
 }
 
 /// A file returned to the client.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct OutputFile {
     /// Path relative to /workspace.
     pub path: String,

@@ -6,3 +6,4 @@ mod engine;
 mod exec_cli;
 mod isolation;
 mod limits;
+mod server;
