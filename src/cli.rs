@@ -1,11 +1,15 @@
 //! The command line: with no subcommand the MCP server runs; `code-interpreter-mcp exec script.py` runs
 //! one file through the engine and prints the result as JSON, for humans debugging the sandbox.
+//! `--config FILE` (repeatable) replaces configuration discovery; `--print-config` shows the effective
+//! configuration and where each value came from.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
+use crate::config::{AppConfig, ConfigError, Loaded};
+use crate::packages::PackageSource;
 use crate::sandbox::{Engine, EngineConfig, ExecRequest, InputFile};
 
 #[derive(Debug, Parser)]
@@ -13,40 +17,17 @@ use crate::sandbox::{Engine, EngineConfig, ExecRequest, InputFile};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
-    #[command(flatten)]
-    pub serve: ServeArgs,
-}
-
-/// Server settings taken from the environment until the configuration file support lands.
-#[derive(Debug, clap::Args)]
-pub struct ServeArgs {
-    /// HTTP socket address; port 0 picks a free port.
-    #[arg(
-        long,
-        env = "CODE_INTERPRETER_MCP_BIND_ADDR",
-        default_value = "127.0.0.1:8000"
-    )]
-    pub bind_addr: std::net::SocketAddr,
-    /// Directory with the Pyodide runtime files (default: node_modules/pyodide).
-    #[arg(
-        long = "asset-dir",
-        env = "CODE_INTERPRETER_MCP_ASSET_DIR",
-        global = true
-    )]
-    pub asset_dir: Option<PathBuf>,
-    /// Package wheel source: a directory, file:// URL or https:// base URL.
-    #[arg(
-        long = "package-base-url",
-        env = "CODE_INTERPRETER_MCP_PACKAGE_BASE_URL",
-        global = true
-    )]
-    pub package_base_url: Option<String>,
-    /// Maximum simultaneous executions.
-    #[arg(long, env = "CODE_INTERPRETER_MCP_MAX_WORKERS", default_value_t = 2)]
-    pub max_workers: usize,
-    /// Maximum number of waiting requests.
-    #[arg(long, env = "CODE_INTERPRETER_MCP_QUEUE_CAPACITY", default_value_t = 8)]
-    pub queue_capacity: usize,
+    /// Configuration file to load instead of discovering code-interpreter-mcp.toml and
+    /// *.auto.code-interpreter-mcp.toml in the working directory (repeatable; later files win).
+    #[arg(long = "config", value_name = "FILE", global = true)]
+    pub config: Vec<PathBuf>,
+    /// Print the effective configuration with the source of every value, then exit.
+    #[arg(long)]
+    pub print_config: bool,
+    /// Serve MCP over standard input and output instead of HTTP (for clients that launch the server
+    /// as a child process).
+    #[arg(long)]
+    pub stdio: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -64,12 +45,65 @@ pub enum Command {
     },
 }
 
+/// Runs the command line; returns the process exit status (2 for configuration and start-up errors).
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let loaded = match crate::config::load(&cli.config, &cwd, &|k| std::env::var(k).ok()) {
+        Ok(l) => l,
+        Err(ConfigError(message)) => {
+            eprintln!("code-interpreter-mcp: invalid configuration: {message}");
+            return 2;
+        }
+    };
+    if cli.print_config {
+        print!("{}", crate::config::print_config(&loaded));
+        return 0;
+    }
+    let outcome = match cli.command {
+        Some(Command::Exec {
+            script,
+            files,
+            timeout_ms,
+        }) => exec(script, files, timeout_ms, &loaded.config),
+        None => serve(loaded, cli.stdio),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("code-interpreter-mcp: {e:#}");
+            2
+        }
+    }
+}
+
+/// The engine settings of a configuration.
+pub fn engine_config(config: &AppConfig) -> EngineConfig {
+    let defaults = EngineConfig::default();
+    EngineConfig {
+        asset_dir: if config.asset_dir.is_empty() {
+            defaults.asset_dir
+        } else {
+            PathBuf::from(&config.asset_dir)
+        },
+        allowed_hosts: config.allowed_hosts.clone(),
+        memory_limit_mb: config.workers.memory_limit_mb,
+        wasm_memory_limit_mb: config.workers.wasm_memory_limit_mb,
+        package_source: if config.package_base_url.is_empty() {
+            PackageSource::default_cdn()
+        } else {
+            PackageSource::parse(&config.package_base_url)
+        },
+        runtime_package_installation: config.runtime_package_installation,
+    }
+}
+
 /// Runs `exec`; returns the process exit status.
 pub fn exec(
     script: PathBuf,
     files: Vec<String>,
     timeout_ms: u64,
-    args: &ServeArgs,
+    config: &AppConfig,
 ) -> anyhow::Result<i32> {
     let code = std::fs::read_to_string(&script)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", script.display()))?;
@@ -85,7 +119,7 @@ pub fn exec(
             content,
         });
     }
-    let engine = Engine::new(engine_config(args))?;
+    let engine = Engine::new(engine_config(config))?;
     let result = engine.execute(ExecRequest {
         code,
         files: inputs,
@@ -95,63 +129,39 @@ pub fn exec(
     Ok(if result.success { 0 } else { 1 })
 }
 
-fn engine_config(args: &ServeArgs) -> EngineConfig {
-    let mut config = EngineConfig::default();
-    if let Some(dir) = &args.asset_dir {
-        config.asset_dir = dir.clone();
-    }
-    if let Some(source) = &args.package_base_url {
-        config.package_source = crate::packages::PackageSource::parse(source);
-    }
-    config
-}
-
 /// Runs the MCP server until Ctrl-C or SIGTERM; returns the process exit status.
-pub fn serve(args: ServeArgs) -> anyhow::Result<i32> {
-    tracing_subscriber::fmt()
+pub fn serve(loaded: Loaded, stdio: bool) -> anyhow::Result<i32> {
+    let config = loaded.config;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
+    let subscriber = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn")),
-        )
-        .init();
-    let threads = tokio_worker_threads()?;
+        .with_env_filter(filter);
+    if config.log_format == "json" {
+        subscriber.json().init();
+    } else {
+        subscriber.init();
+    }
+    let threads = match loaded.tokio_worker_threads {
+        Some(n) => {
+            if n < 4 {
+                tracing::warn!(threads = n, "TOKIO_WORKER_THREADS is below 4; honoured");
+            }
+            n
+        }
+        None => std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .max(4),
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .enable_all()
         .build()?;
-    runtime.block_on(crate::server::serve(crate::server::ServerConfig {
-        bind_addr: args.bind_addr,
-        engine: engine_config(&args),
-        max_workers: args.max_workers,
-        queue_capacity: args.queue_capacity,
-        ..Default::default()
-    }))?;
-    Ok(0)
-}
-
-/// TOKIO_WORKER_THREADS, or the available parallelism with a minimum of four.
-fn tokio_worker_threads() -> anyhow::Result<usize> {
-    match std::env::var("TOKIO_WORKER_THREADS") {
-        Ok(value) => {
-            let n: usize = value
-                .trim()
-                .parse()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "TOKIO_WORKER_THREADS must be a positive integer, got {value:?}"
-                    )
-                })?;
-            if n < 4 {
-                tracing::warn!(threads = n, "TOKIO_WORKER_THREADS is below 4");
-            }
-            Ok(n)
-        }
-        Err(_) => Ok(std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-            .max(4)),
+    if stdio {
+        runtime.block_on(crate::server::serve_stdio(config))?;
+    } else {
+        runtime.block_on(crate::server::serve(config))?;
     }
+    Ok(0)
 }

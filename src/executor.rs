@@ -3,6 +3,7 @@
 
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
@@ -10,7 +11,28 @@ use crate::sandbox::{Engine, ErrorKind, ExecError, ExecRequest, ExecResult};
 
 struct Job {
     request: ExecRequest,
-    reply: oneshot::Sender<ExecResult>,
+    enqueued: Instant,
+    reply: oneshot::Sender<Completed>,
+}
+
+/// An execution's result and where its time went.
+#[derive(Debug)]
+pub struct Completed {
+    pub result: ExecResult,
+    /// Time spent waiting for a worker.
+    pub queue_wait: Duration,
+    /// Time on the worker: sandbox start-up plus execution.
+    pub execution: Duration,
+}
+
+impl Completed {
+    fn immediate(result: ExecResult) -> Self {
+        Self {
+            result,
+            queue_wait: Duration::ZERO,
+            execution: Duration::ZERO,
+        }
+    }
 }
 
 /// Handle for submitting executions.
@@ -36,31 +58,36 @@ impl Executor {
     }
 
     /// Runs `request` on a worker; an overload or runtime error result when it cannot be queued.
-    pub async fn execute(&self, request: ExecRequest) -> ExecResult {
+    pub async fn execute(&self, request: ExecRequest) -> Completed {
         let (reply, result) = oneshot::channel();
-        match self.queue.try_send(Job { request, reply }) {
+        let job = Job {
+            request,
+            enqueued: Instant::now(),
+            reply,
+        };
+        match self.queue.try_send(job) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
-                return ExecResult::failure(ExecError::new(
+                return Completed::immediate(ExecResult::failure(ExecError::new(
                     ErrorKind::Overload,
                     "Overloaded",
                     "the execution queue is full; retry later",
-                ));
+                )));
             }
             Err(TrySendError::Disconnected(_)) => {
-                return ExecResult::failure(ExecError::new(
+                return Completed::immediate(ExecResult::failure(ExecError::new(
                     ErrorKind::Runtime,
                     "Unavailable",
                     "no execution workers are running",
-                ));
+                )));
             }
         }
         result.await.unwrap_or_else(|_| {
-            ExecResult::failure(ExecError::new(
+            Completed::immediate(ExecResult::failure(ExecError::new(
                 ErrorKind::Runtime,
                 "WorkerLost",
                 "the worker running this execution stopped",
-            ))
+            )))
         })
     }
 }
@@ -77,7 +104,13 @@ fn worker(engine: Engine, rx: Arc<Mutex<Receiver<Job>>>) {
         if job.reply.is_closed() {
             continue; // the caller went away while queued
         }
+        let queue_wait = job.enqueued.elapsed();
+        let started = Instant::now();
         let result = engine.execute(job.request);
-        let _ = job.reply.send(result);
+        let _ = job.reply.send(Completed {
+            result,
+            queue_wait,
+            execution: started.elapsed(),
+        });
     }
 }

@@ -9,9 +9,11 @@
 //! - [`packages`]: where Pyodide wheels come from, their sha256 verification and the in-memory cache.
 //! - [`assets`]: the pinned Pyodide runtime files.
 //! - [`cli`]: the command line, including the `exec` debugging subcommand.
+//! - [`config`]: the one configuration type, its loading, validation and generated reference.
 
 pub mod assets;
 pub mod cli;
+pub mod config;
 pub mod executor;
 pub mod packages;
 pub mod sandbox;

@@ -1,67 +1,83 @@
 //! The HTTP transport: an axum app serving MCP Streamable HTTP at `/mcp` (both protocol eras, through
-//! rmcp), bound to `bind_addr`, announcing its effective address once it listens.
+//! rmcp) behind the HTTP body ceiling, with Host and Origin verification, bound to `bind_addr` and
+//! announcing its effective address once it listens.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
+use crate::config::AppConfig;
 use crate::executor::Executor;
-use crate::sandbox::{Engine, EngineConfig};
+use crate::sandbox::Engine;
 use crate::tools::CodeInterpreter;
 use crate::validation::InputLimits;
 
-/// Server settings.
-#[derive(Debug, Clone)]
-pub struct ServerConfig {
-    pub bind_addr: SocketAddr,
-    pub engine: EngineConfig,
-    pub max_workers: usize,
-    pub queue_capacity: usize,
-    pub input_limits: InputLimits,
-}
+/// Origins accepted on /mcp when `http_allowed_origins` is empty: pages served from loopback.
+const LOOPBACK_ORIGINS: [&str; 6] = [
+    "http://localhost:*",
+    "http://127.0.0.1:*",
+    "http://[::1]:*",
+    "https://localhost:*",
+    "https://127.0.0.1:*",
+    "https://[::1]:*",
+];
 
-impl Default for ServerConfig {
-    fn default() -> Self {
-        Self {
-            bind_addr: SocketAddr::from(([127, 0, 0, 1], 8000)),
-            engine: EngineConfig::default(),
-            max_workers: 2,
-            queue_capacity: 8,
-            input_limits: InputLimits::default(),
-        }
+fn input_limits(config: &AppConfig) -> InputLimits {
+    InputLimits {
+        max_file_kb: config.input_limits.max_file_kb,
+        max_total_file_kb: config.input_limits.max_total_file_kb,
     }
 }
 
+/// The engine, the workers and the tools over them.
+fn interpreter(config: &AppConfig) -> anyhow::Result<CodeInterpreter> {
+    let engine = Engine::new(crate::cli::engine_config(config))?;
+    let executor = Executor::start(
+        engine,
+        config.workers.max_workers as usize,
+        config.workers.queue_capacity as usize,
+    )?;
+    Ok(CodeInterpreter::new(executor, input_limits(config)))
+}
+
+/// Serves the same tools over MCP stdio until the client closes standard input.
+pub async fn serve_stdio(config: AppConfig) -> anyhow::Result<()> {
+    use rmcp::ServiceExt as _;
+    let service = interpreter(&config)?.serve(rmcp::transport::stdio()).await?;
+    service.waiting().await?;
+    Ok(())
+}
+
 /// Starts the engine and workers, binds, announces, and serves until Ctrl-C or SIGTERM.
-pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
-    let engine = Engine::new(config.engine.clone())?;
-    let executor = Executor::start(engine, config.max_workers, config.queue_capacity)?;
-    let interpreter = CodeInterpreter::new(executor, config.input_limits);
+pub async fn serve(config: AppConfig) -> anyhow::Result<()> {
+    let bind_addr: SocketAddr = config.bind_addr.parse()?;
+    let limits = input_limits(&config);
+    let interpreter = interpreter(&config)?;
 
     let shutdown = CancellationToken::new();
-    let mcp = StreamableHttpService::new(
-        move || Ok(interpreter.clone()),
-        Arc::new(LocalSessionManager::default()),
-        StreamableHttpServerConfig::default()
-            .with_json_response(true)
-            .with_cancellation_token(shutdown.child_token()),
-    );
-    let body_limit = config.input_limits.http_body_limit() as usize;
-    let app = axum::Router::new()
-        .nest_service("/mcp", mcp)
-        .layer(axum::extract::DefaultBodyLimit::max(body_limit));
+    let app = router(interpreter, &config, limits, shutdown.child_token());
 
-    let listener = tokio::net::TcpListener::bind(config.bind_addr).await?;
+    let listener = tokio::net::TcpListener::bind(bind_addr).await?;
     let addr = listener.local_addr()?;
     println!(
         "code-interpreter-mcp listening on port {} at http://{}/mcp",
         addr.port(),
         addr
     );
-    tracing::info!(%addr, body_limit, "serving MCP");
+    tracing::info!(
+        %addr,
+        http_body_limit = limits.http_body_limit(),
+        max_file_kb = limits.max_file_kb,
+        max_total_file_kb = limits.max_total_file_kb,
+        "serving MCP"
+    );
 
     let token = shutdown.clone();
     axum::serve(listener, app)
@@ -71,6 +87,115 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
         })
         .await?;
     Ok(())
+}
+
+/// The axum application.
+pub fn router(
+    interpreter: CodeInterpreter,
+    config: &AppConfig,
+    limits: InputLimits,
+    shutdown: CancellationToken,
+) -> axum::Router {
+    let body_limit = limits.http_body_limit() as usize;
+    let mut mcp_config = StreamableHttpServerConfig::default()
+        .with_json_response(true)
+        .with_max_request_body_bytes(body_limit)
+        .with_cancellation_token(shutdown);
+    mcp_config = if config.skip_host_header_verification {
+        mcp_config.disable_allowed_hosts()
+    } else if config.http_allowed_hosts.is_empty() {
+        mcp_config.with_allowed_hosts(["localhost", "127.0.0.1", "::1"])
+    } else {
+        mcp_config.with_allowed_hosts(
+            config
+                .http_allowed_hosts
+                .iter()
+                .map(|h| h.trim().to_string()),
+        )
+    };
+    mcp_config = if config.http_allowed_origins.is_empty() {
+        mcp_config.with_allowed_origins(LOOPBACK_ORIGINS)
+    } else {
+        mcp_config.with_allowed_origins(config.http_allowed_origins.clone())
+    }
+    .enforce_origin_validation();
+
+    let mcp = StreamableHttpService::new(
+        move || Ok(interpreter.clone()),
+        Arc::new(LocalSessionManager::default()),
+        mcp_config,
+    );
+    axum::Router::new()
+        .nest_service("/mcp", mcp)
+        .layer(axum::middleware::from_fn(session_delete_status))
+        .layer(axum::middleware::from_fn_with_state(
+            BodyCeiling {
+                bytes: body_limit as u64,
+                max_total_file_kb: limits.max_total_file_kb,
+            },
+            enforce_body_ceiling,
+        ))
+}
+
+/// The derived HTTP body ceiling and the setting it comes from.
+#[derive(Clone, Copy)]
+struct BodyCeiling {
+    bytes: u64,
+    max_total_file_kb: u64,
+}
+
+/// Refuses bodies declared larger than the ceiling with 413 and a plain-text explanation; bodies without
+/// a length are bounded by rmcp's own limit, set to the same ceiling.
+async fn enforce_body_ceiling(
+    State(ceiling): State<BodyCeiling>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(len) = declared
+        && len > ceiling.bytes
+    {
+        tracing::warn!(
+            content_length = len,
+            http_body_limit = ceiling.bytes,
+            "rejected an HTTP request body over the limit"
+        );
+        // Read (and discard) a moderately oversized body before answering, so the client sees the 413
+        // instead of a connection reset while it is still sending; far larger bodies are cut off.
+        if len <= ceiling.bytes.saturating_mul(2) {
+            use futures::StreamExt as _;
+            let mut body = request.into_body().into_data_stream();
+            while let Some(Ok(_)) = body.next().await {}
+        }
+        let message = format!(
+            "HTTP request body of {len} bytes exceeds the HTTP body limit of {} bytes, which is derived from \
+             input_limits.max_total_file_kb = {} (raise that setting to accept larger input files)\n",
+            ceiling.bytes, ceiling.max_total_file_kb
+        );
+        return (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            message,
+        )
+            .into_response();
+    }
+    next.run(request).await
+}
+
+/// A successful session DELETE answers 204 rather than rmcp's 202: the transport specification leaves
+/// the status open, and common clients (the Python SDK) treat only 200/204 as a clean termination.
+async fn session_delete_status(request: Request, next: Next) -> Response {
+    let is_delete = request.method() == axum::http::Method::DELETE;
+    let mut response = next.run(request).await;
+    if is_delete && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+        *response.body_mut() = axum::body::Body::empty();
+    }
+    response
 }
 
 async fn wait_for_signal() {

@@ -2,6 +2,7 @@
 //! linked once; each concern is a module.
 
 mod common;
+mod config;
 mod engine;
 mod exec_cli;
 mod isolation;

@@ -148,6 +148,12 @@ fn validation_errors_come_back_before_execution() {
 #[test]
 fn legacy_session_lifecycle_lists_and_calls_the_tool() {
     let server = Server::start(&[]);
+    for version in ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"] {
+        legacy_session(&server, version);
+    }
+}
+
+fn legacy_session(server: &Server, version: &str) {
     let http = client();
     let post = |session: Option<&str>, body: Value| {
         let mut req = http
@@ -157,14 +163,14 @@ fn legacy_session_lifecycle_lists_and_calls_the_tool() {
         if let Some(id) = session {
             req = req
                 .header("Mcp-Session-Id", id)
-                .header("MCP-Protocol-Version", "2025-06-18");
+                .header("MCP-Protocol-Version", version);
         }
         req.body(body.to_string()).send().unwrap()
     };
     let init = post(
         None,
         json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
+            "protocolVersion": version, "capabilities": {},
             "clientInfo": {"name": "it", "version": "1"}}}),
     );
     assert_eq!(init.status(), 200);
@@ -176,7 +182,7 @@ fn legacy_session_lifecycle_lists_and_calls_the_tool() {
         .unwrap()
         .to_string();
     let init = message(init);
-    assert_eq!(init["result"]["protocolVersion"], "2025-06-18");
+    assert_eq!(init["result"]["protocolVersion"], version);
     let ack = post(
         Some(&session),
         json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
@@ -213,8 +219,219 @@ fn legacy_session_lifecycle_lists_and_calls_the_tool() {
     let closed = http
         .delete(&server.url)
         .header("Mcp-Session-Id", &session)
-        .header("MCP-Protocol-Version", "2025-06-18")
+        .header("MCP-Protocol-Version", version)
         .send()
         .unwrap();
-    assert!(closed.status().is_success(), "{}", closed.status());
+    assert_eq!(closed.status(), 204, "session closed");
+    let after = post(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list"}),
+    );
+    assert_eq!(after.status(), 404, "a closed session is gone");
+}
+
+fn post_raw(url: &str, headers: &[(&str, &str)], body: String) -> reqwest::blocking::Response {
+    let mut req = client()
+        .post(url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req.body(body).send().unwrap()
+}
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"it","version":"1"}}}"#;
+
+#[test]
+fn host_header_verification_defaults_to_loopback_names() {
+    let server = Server::start(&[]);
+    let port = server
+        .url
+        .split(':')
+        .nth(2)
+        .unwrap()
+        .trim_end_matches("/mcp")
+        .to_string();
+    for host in ["localhost", "127.0.0.1"] {
+        let r = post_raw(
+            &server.url,
+            &[("Host", &format!("{host}:{port}"))],
+            INIT.into(),
+        );
+        assert_eq!(r.status(), 200, "{host}");
+    }
+    let r = post_raw(&server.url, &[("Host", "[::1]:1234")], INIT.into());
+    assert_eq!(r.status(), 200, "any port on a loopback name");
+    let r = post_raw(&server.url, &[("Host", "evil.example")], INIT.into());
+    assert_eq!(r.status(), 403);
+}
+
+#[test]
+fn configured_hosts_replace_the_default_and_pin_ports() {
+    let server = Server::start(&[(
+        "CODE_INTERPRETER_MCP_HTTP_ALLOWED_HOSTS",
+        "mcp.example.com, proxy.example.com:8443",
+    )]);
+    let status = |host: &str| {
+        post_raw(&server.url, &[("Host", host)], INIT.into())
+            .status()
+            .as_u16()
+    };
+    assert_eq!(status("mcp.example.com"), 200);
+    assert_eq!(
+        status("mcp.example.com:1234"),
+        200,
+        "a bare name permits any port"
+    );
+    assert_eq!(status("proxy.example.com:8443"), 200);
+    assert_eq!(
+        status("proxy.example.com:9000"),
+        403,
+        "host:port pins the port"
+    );
+    assert_eq!(
+        status("localhost"),
+        403,
+        "the list replaces the loopback default"
+    );
+
+    let open = Server::start(&[
+        ("CODE_INTERPRETER_MCP_HTTP_ALLOWED_HOSTS", "mcp.example.com"),
+        ("CODE_INTERPRETER_MCP_SKIP_HOST_HEADER_VERIFICATION", "true"),
+    ]);
+    let r = post_raw(&open.url, &[("Host", "anything.example")], INIT.into());
+    assert_eq!(
+        r.status(),
+        200,
+        "skip_host_header_verification allows any Host"
+    );
+}
+
+#[test]
+fn foreign_origins_are_rejected() {
+    let server = Server::start(&[]);
+    let r = post_raw(
+        &server.url,
+        &[("Origin", "https://evil.example")],
+        INIT.into(),
+    );
+    assert_eq!(r.status(), 403);
+    let r = post_raw(
+        &server.url,
+        &[("Origin", "http://localhost:6274")],
+        INIT.into(),
+    );
+    assert_eq!(
+        r.status(),
+        200,
+        "a page on loopback may call a loopback server"
+    );
+
+    let server = Server::start(&[(
+        "CODE_INTERPRETER_MCP_HTTP_ALLOWED_ORIGINS",
+        "https://app.example.com",
+    )]);
+    let r = post_raw(
+        &server.url,
+        &[("Origin", "https://app.example.com")],
+        INIT.into(),
+    );
+    assert_eq!(r.status(), 200);
+    let r = post_raw(
+        &server.url,
+        &[("Origin", "http://localhost:6274")],
+        INIT.into(),
+    );
+    assert_eq!(
+        r.status(),
+        403,
+        "the configured list replaces the loopback default"
+    );
+}
+
+#[test]
+fn http_body_ceiling_is_derived_from_the_aggregate_limit() {
+    // max_total_file_kb = 1024: ceiling = 4 * ceil(1048576 / 3) + 4 * 63 + 8388608 = 9,786,964 bytes.
+    let ceiling: usize = 9_786_964;
+    let server = Server::start(&[
+        ("CODE_INTERPRETER_MCP_MAX_FILE_KB", "1024"),
+        ("CODE_INTERPRETER_MCP_MAX_TOTAL_FILE_KB", "1024"),
+    ]);
+    let headers = [
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "run_python_code"),
+    ];
+    // A valid call with a 1 MiB file, padded with JSON whitespace to exactly the ceiling.
+    use base64::Engine as _;
+    let content = base64::engine::general_purpose::STANDARD.encode(vec![b'a'; 1024 * 1024]);
+    let call = json!({
+        "jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": {
+            "name": "run_python_code",
+            "arguments": {"code": "import os\nos.path.getsize('big.bin')", "files": [{"path": "big.bin", "content_base64": content}]},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "it", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {}
+            }
+        }
+    })
+    .to_string();
+    let padded = |len: usize| format!("{call}{}", " ".repeat(len - call.len()));
+
+    let r = post_raw(&server.url, &headers, padded(ceiling));
+    assert_eq!(r.status(), 200);
+    let reply = message(r);
+    assert_eq!(
+        reply["result"]["structuredContent"]["result"], "1048576",
+        "{reply}"
+    );
+
+    let r = post_raw(&server.url, &headers, padded(ceiling + 1));
+    assert_eq!(r.status(), 413);
+    let text = r.text().unwrap();
+    assert!(text.contains("9786964 bytes"), "{text}");
+    assert!(
+        text.contains("input_limits.max_total_file_kb = 1024"),
+        "{text}"
+    );
+}
+
+#[test]
+fn stdio_round_trip() {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
+        .arg("--stdio")
+        .env("CODE_INTERPRETER_MCP_PACKAGE_BASE_URL", crate::common::package_mirror())
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut send = |v: Value| writeln!(stdin, "{v}").unwrap();
+    let mut recv = || {
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        serde_json::from_str::<Value>(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+    };
+    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "it", "version": "1"}}}));
+    let init = recv();
+    assert_eq!(init["result"]["serverInfo"]["name"], "code-interpreter-mcp");
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "run_python_code", "arguments": {"code": "import js\njs.console.log('js')\nprint('py')\n1 + 1"}}}));
+    let call = recv();
+    let structured = &call["result"]["structuredContent"];
+    assert_eq!(structured["stdout"], "py\n", "{call}");
+    assert_eq!(structured["stderr"], "js\n", "JavaScript console output stays in the result");
+    assert_eq!(structured["result"], "2");
+    drop(stdin);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "the server exits when stdin closes: {status}");
 }

