@@ -4,7 +4,7 @@
 //! Layers, top-down:
 //! - [`server`]: the HTTP transport (axum + rmcp Streamable HTTP at `/mcp`).
 //! - [`tools`]: the MCP tools and their schemas; [`validation`]: request checks before queueing.
-//! - [`executor`]: dedicated worker threads fed by a bounded FIFO queue.
+//! - [`pool`]: dedicated worker threads fed by a bounded FIFO queue, prewarming, health atomics.
 //! - [`sandbox`]: the engine — one request in, one result out, each in a new isolate + interpreter.
 //! - [`packages`]: where Pyodide wheels come from, their sha256 verification and the in-memory cache.
 //! - [`assets`]: the pinned Pyodide runtime files.
@@ -14,8 +14,8 @@
 pub mod assets;
 pub mod cli;
 pub mod config;
-pub mod executor;
 pub mod packages;
+pub mod pool;
 pub mod sandbox;
 pub mod server;
 pub mod tools;

@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
@@ -14,7 +15,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio_util::sync::CancellationToken;
 
 use crate::config::AppConfig;
-use crate::executor::Executor;
+use crate::pool::{Health, Pool, PoolConfig};
 use crate::sandbox::Engine;
 use crate::tools::CodeInterpreter;
 use crate::validation::InputLimits;
@@ -36,33 +37,61 @@ fn input_limits(config: &AppConfig) -> InputLimits {
     }
 }
 
-/// The engine, the workers and the tools over them.
-fn interpreter(config: &AppConfig) -> anyhow::Result<CodeInterpreter> {
+/// Total time allowed for a graceful shutdown after SIGTERM or Ctrl-C.
+pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Start-up in the specified order: assets checked (engine), workers started and prewarmed workers'
+/// Pyodide initialised and acknowledged (pool). Only then may anything listen.
+fn start_pool(config: &AppConfig) -> anyhow::Result<Pool> {
+    let started = Instant::now();
     let engine = Engine::new(crate::cli::engine_config(config))?;
-    let executor = Executor::start(
+    let pool = Pool::start(
         engine,
-        config.workers.max_workers as usize,
-        config.workers.queue_capacity as usize,
+        PoolConfig {
+            max_workers: config.workers.max_workers as usize,
+            queue_capacity: config.workers.queue_capacity as usize,
+            prewarmed_workers: config.workers.prewarmed_workers as usize,
+        },
     )?;
-    Ok(CodeInterpreter::new(executor, input_limits(config)))
+    tracing::info!(
+        max_workers = config.workers.max_workers,
+        prewarmed_workers = config.workers.prewarmed_workers,
+        queue_capacity = config.workers.queue_capacity,
+        startup_ms = started.elapsed().as_millis() as u64,
+        "workers ready"
+    );
+    Ok(pool)
 }
 
 /// Serves the same tools over MCP stdio until the client closes standard input.
 pub async fn serve_stdio(config: AppConfig) -> anyhow::Result<()> {
     use rmcp::ServiceExt as _;
-    let service = interpreter(&config)?.serve(rmcp::transport::stdio()).await?;
+    let pool = tokio::task::block_in_place(|| start_pool(&config))?;
+    let service = CodeInterpreter::new(pool.clone(), input_limits(&config))
+        .serve(rmcp::transport::stdio())
+        .await?;
     service.waiting().await?;
+    pool.shutdown();
     Ok(())
 }
 
-/// Starts the engine and workers, binds, announces, and serves until Ctrl-C or SIGTERM.
+/// Starts the pool, binds, announces, and serves until Ctrl-C or SIGTERM, then drains: readiness
+/// fails at once, queued calls are cancelled, running calls may finish, probes keep answering until
+/// the workers have exited, then HTTP shuts down gracefully. At the deadline the process exits.
 pub async fn serve(config: AppConfig) -> anyhow::Result<()> {
     let bind_addr: SocketAddr = config.bind_addr.parse()?;
     let limits = input_limits(&config);
-    let interpreter = interpreter(&config)?;
+    let pool = tokio::task::block_in_place(|| start_pool(&config))?;
+    let interpreter = CodeInterpreter::new(pool.clone(), limits);
 
     let shutdown = CancellationToken::new();
-    let app = router(interpreter, &config, limits, shutdown.child_token());
+    let app = router(
+        interpreter,
+        pool.health(),
+        &config,
+        limits,
+        shutdown.child_token(),
+    );
 
     let listener = tokio::net::TcpListener::bind(bind_addr).await?;
     let addr = listener.local_addr()?;
@@ -83,15 +112,32 @@ pub async fn serve(config: AppConfig) -> anyhow::Result<()> {
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             wait_for_signal().await;
+            let deadline = Instant::now() + SHUTDOWN_DEADLINE;
+            tracing::info!(
+                "shutdown requested: draining (deadline {} s)",
+                SHUTDOWN_DEADLINE.as_secs()
+            );
+            std::thread::spawn(move || {
+                std::thread::sleep(SHUTDOWN_DEADLINE);
+                eprintln!("code-interpreter-mcp: shutdown deadline reached; exiting");
+                std::process::exit(1);
+            });
+            pool.shutdown();
+            while !pool.workers_exited() && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            tracing::info!("workers stopped; closing HTTP");
             token.cancel();
         })
         .await?;
+    tracing::info!("shutdown complete");
     Ok(())
 }
 
 /// The axum application.
 pub fn router(
     interpreter: CodeInterpreter,
+    health: Arc<Health>,
     config: &AppConfig,
     limits: InputLimits,
     shutdown: CancellationToken,
@@ -125,7 +171,7 @@ pub fn router(
         Arc::new(LocalSessionManager::default()),
         mcp_config,
     );
-    axum::Router::new()
+    let mcp = axum::Router::new()
         .nest_service("/mcp", mcp)
         .layer(axum::middleware::from_fn(session_delete_status))
         .layer(axum::middleware::from_fn_with_state(
@@ -134,7 +180,29 @@ pub fn router(
                 max_total_file_kb: limits.max_total_file_kb,
             },
             enforce_body_ceiling,
-        ))
+        ));
+    // Probes: outside MCP sessions and Host verification, reading atomics only.
+    let probes = axum::Router::new()
+        .route("/livez", axum::routing::get(livez))
+        .route("/readyz", axum::routing::get(readyz))
+        .with_state(health);
+    mcp.merge(probes)
+}
+
+fn probe(ok: bool) -> Response {
+    if ok {
+        (StatusCode::OK, "ok").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "unavailable").into_response()
+    }
+}
+
+async fn livez(State(health): State<Arc<Health>>) -> Response {
+    probe(health.live())
+}
+
+async fn readyz(State(health): State<Arc<Health>>) -> Response {
+    probe(health.ready())
 }
 
 /// The derived HTTP body ceiling and the setting it comes from.

@@ -5,10 +5,14 @@ use std::time::Duration;
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerConfig};
-use rmcp::{ServerHandler, tool, tool_handler, tool_router};
+use rmcp::model::{
+    CallToolResult, Implementation, ProgressNotificationParam, ProgressToken, ServerCapabilities,
+    ServerConfig,
+};
+use rmcp::service::{Peer, RequestContext};
+use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
 
-use crate::executor::{Completed, Executor};
+use crate::pool::{Completed, Pool, Ticket};
 use crate::sandbox::{ErrorKind, ExecError, ExecRequest, ExecResult};
 use crate::validation::{FileInput, InputLimits, validate};
 
@@ -36,19 +40,43 @@ pub struct RunPythonCodeArgs {
     pub timeout_ms: u64,
 }
 
-/// The MCP server: tools over the executor.
+/// First queue-position notice after this long in the queue.
+const FIRST_QUEUE_NOTICE: Duration = Duration::from_secs(1);
+/// Then a notice (queued: position; running: elapsed time) this often.
+const NOTICE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Where progress notifications for one call go.
+struct Progress {
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+    sent: u32,
+}
+
+impl Progress {
+    /// Sends one notice; `progress` counts notices so that it only increases, as MCP requires.
+    async fn notify(&mut self, message: String) {
+        self.sent += 1;
+        let param = ProgressNotificationParam::new(self.token.clone(), f64::from(self.sent))
+            .with_message(message);
+        if let Err(e) = self.peer.notify_progress(param).await {
+            tracing::debug!(error = %e, "progress notification not delivered");
+        }
+    }
+}
+
+/// The MCP server: tools over the worker pool.
 #[derive(Clone)]
 pub struct CodeInterpreter {
-    executor: Executor,
+    pool: Pool,
     limits: InputLimits,
     #[allow(dead_code, reason = "read by the tool_handler macro")]
     tool_router: ToolRouter<Self>,
 }
 
 impl CodeInterpreter {
-    pub fn new(executor: Executor, limits: InputLimits) -> Self {
+    pub fn new(pool: Pool, limits: InputLimits) -> Self {
         Self {
-            executor,
+            pool,
             limits,
             tool_router: Self::tool_router(),
         }
@@ -56,9 +84,13 @@ impl CodeInterpreter {
 
     /// Validates and runs one call; the structured result. Logs one line per call with its outcome and
     /// timings, never the code, file contents or paths.
-    pub async fn run(&self, args: RunPythonCodeArgs) -> ExecResult {
+    pub async fn run(
+        &self,
+        args: RunPythonCodeArgs,
+        context: Option<RequestContext<RoleServer>>,
+    ) -> ExecResult {
         let started = std::time::Instant::now();
-        let completed = self.validate_and_execute(args).await;
+        let completed = self.validate_and_execute(args, context).await;
         let result = &completed.result;
         let outcome = match &result.error {
             None => "success",
@@ -82,7 +114,11 @@ impl CodeInterpreter {
         completed.result
     }
 
-    async fn validate_and_execute(&self, args: RunPythonCodeArgs) -> Completed {
+    async fn validate_and_execute(
+        &self,
+        args: RunPythonCodeArgs,
+        context: Option<RequestContext<RoleServer>>,
+    ) -> Completed {
         if !(1..=MAX_TIMEOUT_MS).contains(&args.timeout_ms) {
             return validation_error(format!(
                 "timeout_ms must be between 1 and {MAX_TIMEOUT_MS}, got {}",
@@ -93,13 +129,76 @@ impl CodeInterpreter {
             Ok(files) => files,
             Err(message) => return validation_error(message),
         };
-        self.executor
-            .execute(ExecRequest {
-                code: args.code,
-                files,
-                timeout: Duration::from_millis(args.timeout_ms),
+        let ticket = match self.pool.submit(ExecRequest {
+            code: args.code,
+            files,
+            timeout: Duration::from_millis(args.timeout_ms),
+        }) {
+            Ok(ticket) => ticket,
+            Err(error) => return Completed::immediate(ExecResult::failure(error)),
+        };
+        let progress = context.as_ref().and_then(|c| {
+            c.meta.get_progress_token().map(|token| Progress {
+                peer: c.peer.clone(),
+                token,
+                sent: 0,
             })
-            .await
+        });
+        let cancelled = context.map(|c| c.ct).unwrap_or_default();
+        tokio::select! {
+            completed = wait_with_progress(ticket, progress) => completed,
+            // The ticket is dropped with the other branch: a queued job leaves the queue, a running
+            // one finishes and its result is discarded.
+            _ = cancelled.cancelled() => Completed::immediate(ExecResult::failure(ExecError::new(
+                ErrorKind::Runtime,
+                "Cancelled",
+                "the client cancelled this call",
+            ))),
+        }
+    }
+}
+
+/// Waits for `ticket`, sending the queue position after one second of waiting and every five seconds
+/// while still queued, then a heartbeat with the elapsed time every five seconds while running.
+async fn wait_with_progress(mut ticket: Ticket, progress: Option<Progress>) -> Completed {
+    let Some(mut progress) = progress else {
+        return ticket.wait().await;
+    };
+    let submitted = tokio::time::Instant::now();
+    let mut running_since: Option<tokio::time::Instant> = None;
+    let mut next_notice = submitted + FIRST_QUEUE_NOTICE;
+    loop {
+        {
+            let wait = ticket.wait();
+            tokio::pin!(wait);
+            tokio::select! {
+                completed = &mut wait => return completed,
+                _ = tokio::time::sleep_until(next_notice) => {}
+            }
+        }
+        match (ticket.started(), running_since) {
+            (false, _) => {
+                if let Some(position) = ticket.position() {
+                    progress
+                        .notify(format!(
+                            "queued: position {position} in the execution queue"
+                        ))
+                        .await;
+                }
+                next_notice += NOTICE_INTERVAL;
+            }
+            (true, None) => {
+                // Just started: the first heartbeat comes five seconds from now.
+                let now = tokio::time::Instant::now();
+                running_since = Some(now);
+                next_notice = now + NOTICE_INTERVAL;
+            }
+            (true, Some(since)) => {
+                let secs = since.elapsed().as_secs();
+                progress.notify(format!("running for {secs} s")).await;
+                next_notice += NOTICE_INTERVAL;
+            }
+        }
     }
 }
 
@@ -129,8 +228,9 @@ Packages of the Pyodide distribution (numpy, pandas, matplotlib, scipy, ...) loa
     async fn run_python_code(
         &self,
         Parameters(args): Parameters<RunPythonCodeArgs>,
+        context: RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let result = self.run(args).await;
+        let result = self.run(args, Some(context)).await;
         let value = serde_json::to_value(&result).unwrap_or_default();
         if result.success {
             CallToolResult::structured(value)

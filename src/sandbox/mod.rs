@@ -325,7 +325,18 @@ impl Sandbox {
                         shared.config.memory_limit_mb
                     ))
                 } else {
-                    EngineError::Boot(e.to_string())
+                    // What Python or Emscripten printed usually says more than the JS exception.
+                    let state = runtime.op_state();
+                    let state = state.borrow();
+                    let s = state.borrow::<SandboxState>();
+                    let printed = format!("{}{}", s.stdout.text(), s.stderr.text());
+                    let printed = printed.trim();
+                    let tail = &printed[printed.floor_char_boundary(printed.len().saturating_sub(1000))..];
+                    if tail.is_empty() {
+                        EngineError::Boot(e.to_string())
+                    } else {
+                        EngineError::Boot(format!("{e}; output: {tail}"))
+                    }
                 }
             })?;
         if !shared.config.runtime_package_installation {

@@ -7,4 +7,5 @@ mod engine;
 mod exec_cli;
 mod isolation;
 mod limits;
+mod pool;
 mod server;

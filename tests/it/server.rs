@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 /// A running server process, killed on drop.
 pub struct Server {
-    child: Child,
+    pub child: Child,
     pub url: String,
 }
 
@@ -24,6 +24,8 @@ impl Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
             .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
             .env("RUST_LOG", "warn")
+            // Most tests need no sandbox booted before the first call; tests of prewarming set it.
+            .env("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "0")
             .env(
                 "CODE_INTERPRETER_MCP_PACKAGE_BASE_URL",
                 crate::common::package_mirror(),
@@ -53,7 +55,23 @@ impl Server {
     }
 }
 
-fn client() -> reqwest::blocking::Client {
+impl Server {
+    /// A handle on a server started elsewhere (its process is not owned: do not drop it).
+    pub fn attach(url: String) -> Self {
+        Self::attach_child(Command::new("true").spawn().unwrap(), url)
+    }
+
+    pub fn attach_child(child: Child, url: String) -> Self {
+        Self { child, url }
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn base(&self) -> String {
+        self.url.trim_end_matches("/mcp").to_string()
+    }
+}
+
+pub fn client() -> reqwest::blocking::Client {
     reqwest::blocking::Client::builder()
         .timeout(std::time::Duration::from_secs(120))
         .build()
@@ -61,7 +79,7 @@ fn client() -> reqwest::blocking::Client {
 }
 
 /// The JSON-RPC message in a response that is either JSON or an SSE stream.
-fn message(response: reqwest::blocking::Response) -> Value {
+pub fn message(response: reqwest::blocking::Response) -> Value {
     let is_sse = response
         .headers()
         .get("content-type")
@@ -80,7 +98,7 @@ fn message(response: reqwest::blocking::Response) -> Value {
         .unwrap_or_else(|| panic!("no response in stream: {body}"))
 }
 
-fn call_stateless(server: &Server, arguments: Value) -> Value {
+pub fn call_stateless(server: &Server, arguments: Value) -> Value {
     let body = json!({
         "jsonrpc": "2.0", "id": 7, "method": "tools/call",
         "params": {
@@ -404,7 +422,10 @@ fn stdio_round_trip() {
     use std::io::Write;
     let mut child = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
         .arg("--stdio")
-        .env("CODE_INTERPRETER_MCP_PACKAGE_BASE_URL", crate::common::package_mirror())
+        .env(
+            "CODE_INTERPRETER_MCP_PACKAGE_BASE_URL",
+            crate::common::package_mirror(),
+        )
         .env("RUST_LOG", "warn")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -419,19 +440,29 @@ fn stdio_round_trip() {
         stdout.read_line(&mut line).unwrap();
         serde_json::from_str::<Value>(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
     };
-    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "it", "version": "1"}}}));
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "it", "version": "1"}}}),
+    );
     let init = recv();
     assert_eq!(init["result"]["serverInfo"]["name"], "code-interpreter-mcp");
     send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-        "name": "run_python_code", "arguments": {"code": "import js\njs.console.log('js')\nprint('py')\n1 + 1"}}}));
+    send(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "run_python_code", "arguments": {"code": "import js\njs.console.log('js')\nprint('py')\n1 + 1"}}}),
+    );
     let call = recv();
     let structured = &call["result"]["structuredContent"];
     assert_eq!(structured["stdout"], "py\n", "{call}");
-    assert_eq!(structured["stderr"], "js\n", "JavaScript console output stays in the result");
+    assert_eq!(
+        structured["stderr"], "js\n",
+        "JavaScript console output stays in the result"
+    );
     assert_eq!(structured["result"], "2");
     drop(stdin);
     let status = child.wait().unwrap();
-    assert!(status.success(), "the server exits when stdin closes: {status}");
+    assert!(
+        status.success(),
+        "the server exits when stdin closes: {status}"
+    );
 }

@@ -1,0 +1,423 @@
+//! The worker pool: dedicated OS threads (never the async runtime's), each owning at most one sandbox
+//! at a time, fed by one shared FIFO queue of bounded capacity. Prewarmed workers keep a booted sandbox
+//! ready and boot a clean replacement right after each execution. Health is published through atomics
+//! only, so probes never touch the queue lock.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use crate::sandbox::{Engine, ErrorKind, ExecError, ExecRequest, ExecResult, Sandbox};
+
+/// Pool sizing.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolConfig {
+    pub max_workers: usize,
+    pub queue_capacity: usize,
+    pub prewarmed_workers: usize,
+}
+
+/// An execution's result and where its time went.
+#[derive(Debug)]
+pub struct Completed {
+    pub result: ExecResult,
+    /// Time spent waiting for a worker.
+    pub queue_wait: Duration,
+    /// Time on the worker: sandbox start-up (when not prewarmed) plus execution.
+    pub execution: Duration,
+}
+
+impl Completed {
+    /// A result produced without running anything.
+    pub fn immediate(result: ExecResult) -> Self {
+        Self {
+            result,
+            queue_wait: Duration::ZERO,
+            execution: Duration::ZERO,
+        }
+    }
+}
+
+/// Health counters, read by the probes without locking anything.
+#[derive(Debug, Default)]
+pub struct Health {
+    /// Submissions are accepted (false once shutdown began).
+    pub accepting: AtomicBool,
+    /// Worker threads started.
+    pub started_workers: AtomicUsize,
+    /// Worker threads alive (idle, initialising or executing).
+    pub live_workers: AtomicUsize,
+    /// Workers that ended outside normal shutdown (panics included).
+    pub unexpected_exits: AtomicUsize,
+    /// The queue's lock was poisoned.
+    pub poisoned: AtomicBool,
+}
+
+impl Health {
+    /// Liveness: no unrecoverable pool failure is known.
+    pub fn live(&self) -> bool {
+        let all_lost = self.started_workers.load(Ordering::SeqCst) > 0
+            && self.live_workers.load(Ordering::SeqCst) == 0
+            && self.unexpected_exits.load(Ordering::SeqCst) > 0;
+        !self.poisoned.load(Ordering::SeqCst) && !all_lost
+    }
+
+    /// Readiness: live, accepting submissions, and at least one worker alive.
+    pub fn ready(&self) -> bool {
+        self.live()
+            && self.accepting.load(Ordering::SeqCst)
+            && self.live_workers.load(Ordering::SeqCst) > 0
+    }
+}
+
+struct Job {
+    id: u64,
+    request: ExecRequest,
+    enqueued: Instant,
+    started: Arc<AtomicBool>,
+    reply: oneshot::Sender<Completed>,
+}
+
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    closed: bool,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    available: Condvar,
+    capacity: usize,
+    next_id: AtomicU64,
+    health: Arc<Health>,
+}
+
+impl Shared {
+    fn lock(&self) -> Option<MutexGuard<'_, Queue>> {
+        match self.queue.lock() {
+            Ok(q) => Some(q),
+            Err(_) => {
+                self.health.poisoned.store(true, Ordering::SeqCst);
+                None
+            }
+        }
+    }
+}
+
+/// Why the pool could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error("cannot start worker thread: {0}")]
+    Spawn(#[from] std::io::Error),
+    #[error("prewarmed worker {worker} failed to initialise Pyodide: {message}")]
+    Prewarm { worker: usize, message: String },
+}
+
+/// Handle to the pool; cheap to clone.
+#[derive(Clone)]
+pub struct Pool {
+    shared: Arc<Shared>,
+}
+
+impl Pool {
+    /// Starts the workers and waits until every prewarmed worker has booted its first sandbox.
+    pub fn start(engine: Engine, config: PoolConfig) -> Result<Self, PoolError> {
+        let health = Arc::new(Health::default());
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
+            available: Condvar::new(),
+            capacity: config.queue_capacity,
+            next_id: AtomicU64::new(1),
+            health: health.clone(),
+        });
+        let fault_marker = test_fault_marker();
+        let mut acks = Vec::new();
+        for index in 0..config.max_workers.max(1) {
+            let prewarmed = index < config.prewarmed_workers;
+            let (ack_tx, ack_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+            let worker = Worker {
+                index,
+                prewarmed,
+                engine: engine.clone(),
+                shared: shared.clone(),
+                fault_marker: fault_marker.clone(),
+            };
+            health.started_workers.fetch_add(1, Ordering::SeqCst);
+            health.live_workers.fetch_add(1, Ordering::SeqCst);
+            let spawned = std::thread::Builder::new()
+                .name(format!("python-worker-{index}"))
+                .stack_size(8 * 1024 * 1024)
+                .spawn(move || worker.run(ack_tx));
+            if let Err(e) = spawned {
+                health.live_workers.fetch_sub(1, Ordering::SeqCst);
+                return Err(e.into());
+            }
+            if prewarmed {
+                acks.push((index, ack_rx));
+            }
+        }
+        let pool = Self { shared };
+        for (worker, ack) in acks {
+            let outcome = ack
+                .recv()
+                .unwrap_or_else(|_| Err("the worker stopped during start-up".into()));
+            if let Err(message) = outcome {
+                pool.shutdown();
+                return Err(PoolError::Prewarm { worker, message });
+            }
+        }
+        health.accepting.store(true, Ordering::SeqCst);
+        Ok(pool)
+    }
+
+    pub fn health(&self) -> Arc<Health> {
+        self.shared.health.clone()
+    }
+
+    /// Queues `request`; an overload or shutdown error when it cannot be queued.
+    pub fn submit(&self, request: ExecRequest) -> Result<Ticket, ExecError> {
+        if !self.shared.health.accepting.load(Ordering::SeqCst) {
+            return Err(shutting_down());
+        }
+        let Some(mut queue) = self.shared.lock() else {
+            return Err(ExecError::new(
+                ErrorKind::Runtime,
+                "Unavailable",
+                "the execution queue is broken",
+            ));
+        };
+        if queue.closed {
+            return Err(shutting_down());
+        }
+        if queue.jobs.len() >= self.shared.capacity {
+            return Err(ExecError::new(
+                ErrorKind::Overload,
+                "Overloaded",
+                format!(
+                    "the execution queue is full ({} waiting, workers.queue_capacity = {}); retry later",
+                    queue.jobs.len(),
+                    self.shared.capacity
+                ),
+            ));
+        }
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let (reply, receiver) = oneshot::channel();
+        let started = Arc::new(AtomicBool::new(false));
+        queue.jobs.push_back(Job {
+            id,
+            request,
+            enqueued: Instant::now(),
+            started: started.clone(),
+            reply,
+        });
+        drop(queue);
+        self.shared.available.notify_one();
+        Ok(Ticket {
+            id,
+            started,
+            receiver: Some(receiver),
+            shared: self.shared.clone(),
+        })
+    }
+
+    /// Starts shutdown: no new submissions, queued jobs are answered with a runtime error, workers
+    /// finish what they run and exit.
+    pub fn shutdown(&self) {
+        self.shared.health.accepting.store(false, Ordering::SeqCst);
+        let drained: Vec<Job> = match self.shared.lock() {
+            Some(mut queue) => {
+                queue.closed = true;
+                queue.jobs.drain(..).collect()
+            }
+            None => Vec::new(),
+        };
+        self.shared.available.notify_all();
+        for job in drained {
+            let _ = job.reply.send(Completed {
+                queue_wait: job.enqueued.elapsed(),
+                ..Completed::immediate(ExecResult::failure(ExecError::new(
+                    ErrorKind::Runtime,
+                    "ServerShuttingDown",
+                    "the server is shutting down; this queued execution was cancelled",
+                )))
+            });
+        }
+    }
+
+    /// Whether every worker thread has ended.
+    pub fn workers_exited(&self) -> bool {
+        self.shared.health.live_workers.load(Ordering::SeqCst) == 0
+    }
+}
+
+fn shutting_down() -> ExecError {
+    ExecError::new(
+        ErrorKind::Runtime,
+        "ServerShuttingDown",
+        "the server is shutting down and accepts no new executions",
+    )
+}
+
+/// A queued or running execution. Dropping it while still queued removes the job from the queue
+/// (cancellation); a running job finishes and its result is discarded.
+pub struct Ticket {
+    id: u64,
+    started: Arc<AtomicBool>,
+    receiver: Option<oneshot::Receiver<Completed>>,
+    shared: Arc<Shared>,
+}
+
+impl Ticket {
+    /// Whether a worker has taken the job.
+    pub fn started(&self) -> bool {
+        self.started.load(Ordering::SeqCst)
+    }
+
+    /// 1-based position in the queue while waiting; `None` once taken.
+    pub fn position(&self) -> Option<usize> {
+        let queue = self.shared.lock()?;
+        queue
+            .jobs
+            .iter()
+            .position(|j| j.id == self.id)
+            .map(|p| p + 1)
+    }
+
+    /// Waits for the result.
+    pub async fn wait(&mut self) -> Completed {
+        let receiver = self.receiver.as_mut().expect("waited once");
+        let completed = receiver.await.unwrap_or_else(|_| {
+            Completed::immediate(ExecResult::failure(ExecError::new(
+                ErrorKind::Runtime,
+                "WorkerLost",
+                "the worker running this execution stopped unexpectedly",
+            )))
+        });
+        self.receiver = None;
+        completed
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.receiver.is_none() || self.started() {
+            return;
+        }
+        if let Some(mut queue) = self.shared.lock() {
+            queue.jobs.retain(|j| j.id != self.id);
+        }
+    }
+}
+
+struct Worker {
+    index: usize,
+    prewarmed: bool,
+    engine: Engine,
+    shared: Arc<Shared>,
+    fault_marker: Option<String>,
+}
+
+/// Counts the worker out when its thread ends, as an unexpected exit when it ends by panicking.
+struct LiveGuard(Arc<Health>);
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.unexpected_exits.fetch_add(1, Ordering::SeqCst);
+        }
+        self.0.live_workers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Worker {
+    fn run(self, ack: std::sync::mpsc::Sender<Result<(), String>>) {
+        let _guard = LiveGuard(self.shared.health.clone());
+        let mut ready: Option<Sandbox> = None;
+        if self.prewarmed {
+            match self.engine.boot() {
+                Ok(sandbox) => {
+                    ready = Some(sandbox);
+                    let _ = ack.send(Ok(()));
+                }
+                Err(e) => {
+                    let _ = ack.send(Err(e.to_string()));
+                    return;
+                }
+            }
+        }
+        drop(ack);
+        while let Some(job) = self.next_job() {
+            job.started.store(true, Ordering::SeqCst);
+            let queue_wait = job.enqueued.elapsed();
+            let started = Instant::now();
+            self.test_fault(&job.request);
+            let result = match ready.take() {
+                Some(sandbox) => sandbox.execute(job.request),
+                None => self.engine.execute(job.request),
+            };
+            let _ = job.reply.send(Completed {
+                result,
+                queue_wait,
+                execution: started.elapsed(),
+            });
+            if self.prewarmed && !self.closed() {
+                match self.engine.boot() {
+                    Ok(sandbox) => ready = Some(sandbox),
+                    Err(e) => {
+                        tracing::error!(worker = self.index, error = %e, "replacement sandbox failed to boot")
+                    }
+                }
+            }
+        }
+        tracing::debug!(worker = self.index, "worker stopped");
+    }
+
+    fn closed(&self) -> bool {
+        self.shared.lock().is_none_or(|q| q.closed)
+    }
+
+    /// The next job in FIFO order; `None` when the pool shuts down (or its queue broke).
+    fn next_job(&self) -> Option<Job> {
+        let mut queue = self.shared.lock()?;
+        loop {
+            if let Some(job) = queue.jobs.pop_front() {
+                return Some(job);
+            }
+            if queue.closed {
+                return None;
+            }
+            queue = match self.shared.available.wait(queue) {
+                Ok(q) => q,
+                Err(_) => {
+                    self.shared.health.poisoned.store(true, Ordering::SeqCst);
+                    return None;
+                }
+            };
+        }
+    }
+
+    /// Debug builds only: panics when the code contains the marker named by
+    /// CODE_INTERPRETER_MCP_TEST_PANIC_MARKER, so tests can exercise worker loss.
+    fn test_fault(&self, request: &ExecRequest) {
+        if let Some(marker) = &self.fault_marker
+            && request.code.contains(marker.as_str())
+        {
+            panic!("test fault hook: worker {} panics on request", self.index);
+        }
+    }
+}
+
+#[cfg(debug_assertions)]
+fn test_fault_marker() -> Option<String> {
+    std::env::var("CODE_INTERPRETER_MCP_TEST_PANIC_MARKER")
+        .ok()
+        .filter(|m| !m.is_empty())
+}
+
+#[cfg(not(debug_assertions))]
+fn test_fault_marker() -> Option<String> {
+    None
+}

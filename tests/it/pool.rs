@@ -1,0 +1,422 @@
+//! The worker pool through the real server: overload, FIFO queue with progress, queue wait not charged
+//! to timeout_ms, cancellation while queued, probes through start-up, drain and worker loss, and
+//! SIGTERM with running and queued calls.
+
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::server::{Server, call_stateless, client};
+
+fn spawn_call(server: &Server, arguments: Value) -> thread::JoinHandle<Value> {
+    let url = server.url.clone();
+    thread::spawn(move || {
+        let fake = Server::attach(url);
+        let reply = call_stateless(&fake, arguments);
+        std::mem::forget(fake);
+        reply
+    })
+}
+
+fn structured(reply: &Value) -> &Value {
+    &reply["result"]["structuredContent"]
+}
+
+fn get(url: &str) -> Result<(u16, String), reqwest::Error> {
+    let r = client().get(url).send()?;
+    Ok((r.status().as_u16(), r.text()?))
+}
+
+fn sigterm(server: &Server) {
+    let status = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn a_full_queue_answers_overload_at_once() {
+    let server = Server::start(&[
+        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "1"),
+        ("CODE_INTERPRETER_MCP_QUEUE_CAPACITY", "1"),
+    ]);
+    let running = spawn_call(&server, json!({"code": "import time\ntime.sleep(3)\n'a'"}));
+    thread::sleep(Duration::from_millis(500));
+    let queued = spawn_call(&server, json!({"code": "'b'"}));
+    thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    let overloaded = call_stateless(&server, json!({"code": "'c'"}));
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "overload is immediate"
+    );
+    assert_eq!(overloaded["result"]["isError"], true);
+    assert_eq!(structured(&overloaded)["error"]["kind"], "overload");
+    assert!(
+        structured(&overloaded)["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("queue is full")
+    );
+    assert_eq!(structured(&running.join().unwrap())["result"], "a");
+    assert_eq!(structured(&queued.join().unwrap())["result"], "b");
+}
+
+#[test]
+fn queue_wait_is_not_charged_to_timeout_ms() {
+    let server = Server::start(&[("CODE_INTERPRETER_MCP_MAX_WORKERS", "1")]);
+    let running = spawn_call(&server, json!({"code": "import time\ntime.sleep(3)"}));
+    thread::sleep(Duration::from_millis(300));
+    let queued = call_stateless(&server, json!({"code": "1 + 1", "timeout_ms": 1500}));
+    assert_eq!(structured(&queued)["success"], true, "{queued}");
+    assert_eq!(structured(&queued)["result"], "2");
+    assert_eq!(structured(&running.join().unwrap())["success"], true);
+}
+
+/// All JSON-RPC messages of an SSE response, in order.
+fn stream_messages(response: reqwest::blocking::Response) -> Vec<Value> {
+    let body = response.text().unwrap();
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str(d.trim()).ok())
+        .collect()
+}
+
+fn call_with_token(url: &str, token: &str, code: &str) -> Vec<Value> {
+    let body = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {
+            "name": "run_python_code",
+            "arguments": {"code": code},
+            "_meta": {
+                "progressToken": token,
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "it", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {}
+            }
+        }
+    });
+    let response = client()
+        .post(url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", "tools/call")
+        .header("Mcp-Name", "run_python_code")
+        .body(body.to_string())
+        .send()
+        .unwrap();
+    stream_messages(response)
+}
+
+fn progress_messages(messages: &[Value], token: &str) -> Vec<String> {
+    messages
+        .iter()
+        .filter(|m| {
+            m["method"] == "notifications/progress" && m["params"]["progressToken"] == token
+        })
+        .map(|m| m["params"]["message"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+#[test]
+fn queued_calls_get_their_position_and_running_calls_a_heartbeat() {
+    let server = Server::start(&[("CODE_INTERPRETER_MCP_MAX_WORKERS", "1")]);
+    let url = server.url.clone();
+    let running =
+        thread::spawn(move || call_with_token(&url, "run", "import time\ntime.sleep(8)\n'done'"));
+    thread::sleep(Duration::from_millis(500));
+    let queued = call_with_token(&server.url, "wait", "'second'");
+    let notices = progress_messages(&queued, "wait");
+    assert!(
+        notices.len() >= 2,
+        "a notice after 1 s and another 5 s later while queued: {notices:?}"
+    );
+    assert!(
+        notices.iter().all(|n| n.contains("queued: position 1")),
+        "{notices:?}"
+    );
+    let result = queued.iter().find(|m| m["id"] == 1).expect("the result");
+    assert_eq!(result["result"]["structuredContent"]["result"], "second");
+
+    let first = running.join().unwrap();
+    let heartbeats = progress_messages(&first, "run");
+    assert!(
+        heartbeats.iter().any(|n| n.starts_with("running for")),
+        "{heartbeats:?}"
+    );
+    // Progress values only increase.
+    let values: Vec<f64> = first
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .map(|m| m["params"]["progress"].as_f64().unwrap())
+        .collect();
+    assert!(values.windows(2).all(|w| w[0] < w[1]), "{values:?}");
+}
+
+#[test]
+fn cancelling_a_queued_call_removes_it_from_the_queue() {
+    let server = Server::start(&[
+        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "1"),
+        ("CODE_INTERPRETER_MCP_QUEUE_CAPACITY", "1"),
+    ]);
+    let http = client();
+    let post = |session: Option<&str>, body: Value| {
+        let mut req = http
+            .post(&server.url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream");
+        if let Some(id) = session {
+            req = req
+                .header("Mcp-Session-Id", id)
+                .header("MCP-Protocol-Version", "2025-06-18");
+        }
+        req.body(body.to_string()).send().unwrap()
+    };
+    let init = post(
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "it", "version": "1"}}}),
+    );
+    let session = init.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    post(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+
+    let call = |id: u64, code: &str| {
+        let url = server.url.clone();
+        let session = session.clone();
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "run_python_code", "arguments": {"code": code}}});
+        thread::spawn(move || {
+            client()
+                .post(&url)
+                .header("Content-Type", "application/json")
+                .header("Accept", "application/json, text/event-stream")
+                .header("Mcp-Session-Id", &session)
+                .header("MCP-Protocol-Version", "2025-06-18")
+                .body(body.to_string())
+                .send()
+                .ok()
+                .and_then(|r| r.text().ok())
+        })
+    };
+    let running = call(2, "import time\ntime.sleep(4)\n'a'");
+    thread::sleep(Duration::from_millis(500));
+    let _cancelled = call(3, "'b'");
+    thread::sleep(Duration::from_millis(500));
+    let ack = post(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3, "reason": "test"}}),
+    );
+    assert!(ack.status().is_success());
+    thread::sleep(Duration::from_millis(300));
+    // With the cancelled call gone, the single queue slot is free again.
+    let after = call(4, "'c'").join().unwrap().expect("a response");
+    let reply: Value = after
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find(|m| m["id"] == 4)
+        .unwrap_or_else(|| panic!("{after}"));
+    assert_eq!(
+        reply["result"]["structuredContent"]["result"], "c",
+        "{reply}"
+    );
+    assert!(running.join().unwrap().unwrap().contains("\\\"a\\\""));
+}
+
+#[test]
+fn probes_refuse_then_pass_through_start_up_and_accept_any_host() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let base = format!("http://127.0.0.1:{port}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
+        .env(
+            "CODE_INTERPRETER_MCP_BIND_ADDR",
+            format!("127.0.0.1:{port}"),
+        )
+        .env("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "1")
+        .env(
+            "CODE_INTERPRETER_MCP_PACKAGE_BASE_URL",
+            crate::common::package_mirror(),
+        )
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = Server::attach_child(child_take(&mut child), format!("{base}/mcp"));
+    let started = Instant::now();
+    let first = get(&format!("{base}/readyz"));
+    assert!(
+        first.is_err(),
+        "nothing listens while Pyodide initialises: {first:?}"
+    );
+    let mut refused = 1;
+    loop {
+        match get(&format!("{base}/readyz")) {
+            Ok((200, body)) => {
+                assert_eq!(body, "ok");
+                break;
+            }
+            Ok(other) => panic!("unexpected {other:?}"),
+            Err(_) => refused += 1,
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "never became ready"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert!(refused > 1);
+    assert_eq!(get(&format!("{base}/livez")).unwrap(), (200, "ok".into()));
+    // Pod-IP Host headers work on probes, while /mcp keeps verifying Host.
+    let r = client()
+        .get(format!("{base}/readyz"))
+        .header("Host", "10.1.2.3:8000")
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = client()
+        .post(format!("{base}/mcp"))
+        .header("Host", "10.1.2.3:8000")
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .body("{}")
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    drop(server);
+}
+
+fn child_take(child: &mut std::process::Child) -> std::process::Child {
+    std::mem::replace(child, Command::new("true").spawn().unwrap())
+}
+
+#[test]
+fn a_failed_initialisation_never_binds() {
+    let dir = std::env::temp_dir().join(format!("cim-bad-assets-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
+        .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
+        .env("CODE_INTERPRETER_MCP_ASSET_DIR", &dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty(), "no announcement");
+    // Assets that pass the start-up checks but cannot boot Python: the prewarmed worker's failure stops
+    // start-up before anything listens.
+    let real = code_interpreter_mcp::assets::Assets::default_dir();
+    for f in code_interpreter_mcp::assets::REQUIRED_FILES {
+        std::fs::copy(real.join(f), dir.join(f)).unwrap();
+    }
+    std::fs::write(dir.join("python_stdlib.zip"), b"not a zip archive").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
+        .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
+        .env("CODE_INTERPRETER_MCP_ASSET_DIR", &dir)
+        .env("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "1")
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(out.stdout.is_empty(), "no announcement");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("prewarmed worker 0 failed to initialise Pyodide"),
+        "{err}"
+    );
+}
+
+#[test]
+fn worker_panics_are_counted_and_the_rest_keep_serving() {
+    let server = Server::start(&[
+        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "2"),
+        ("CODE_INTERPRETER_MCP_TEST_PANIC_MARKER", "__cim_panic__"),
+    ]);
+    let base = server.base();
+    let lost = call_stateless(&server, json!({"code": "'__cim_panic__'"}));
+    assert_eq!(structured(&lost)["error"]["kind"], "runtime");
+    assert_eq!(structured(&lost)["error"]["type"], "WorkerLost");
+    assert_eq!(get(&format!("{base}/livez")).unwrap().0, 200);
+    assert_eq!(
+        get(&format!("{base}/readyz")).unwrap().0,
+        200,
+        "one worker left"
+    );
+    assert_eq!(
+        structured(&call_stateless(&server, json!({"code": "7"})))["result"],
+        "7"
+    );
+
+    call_stateless(&server, json!({"code": "'__cim_panic__'"}));
+    assert_eq!(
+        get(&format!("{base}/livez")).unwrap(),
+        (503, "unavailable".into())
+    );
+    assert_eq!(
+        get(&format!("{base}/readyz")).unwrap(),
+        (503, "unavailable".into())
+    );
+}
+
+#[test]
+fn sigterm_drains_running_calls_cancels_queued_ones_and_exits() {
+    let mut server = Server::start(&[
+        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "1"),
+        ("CODE_INTERPRETER_MCP_QUEUE_CAPACITY", "2"),
+    ]);
+    let base = server.base();
+    let running = spawn_call(
+        &server,
+        json!({"code": "import time\ntime.sleep(4)\n'finished'"}),
+    );
+    thread::sleep(Duration::from_millis(500));
+    let queued_a = spawn_call(&server, json!({"code": "'a'"}));
+    let queued_b = spawn_call(&server, json!({"code": "'b'"}));
+    thread::sleep(Duration::from_millis(500));
+    let signalled = Instant::now();
+    sigterm(&server);
+    thread::sleep(Duration::from_millis(200));
+
+    assert_eq!(
+        get(&format!("{base}/readyz")).unwrap(),
+        (503, "unavailable".into())
+    );
+    assert_eq!(get(&format!("{base}/livez")).unwrap(), (200, "ok".into()));
+    let rejected = call_stateless(&server, json!({"code": "'late'"}));
+    assert_eq!(structured(&rejected)["error"]["kind"], "runtime");
+    assert!(
+        structured(&rejected)["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("shutting down")
+    );
+
+    for queued in [queued_a, queued_b] {
+        let reply = queued.join().unwrap();
+        assert_eq!(structured(&reply)["error"]["kind"], "runtime", "{reply}");
+        assert_eq!(structured(&reply)["error"]["type"], "ServerShuttingDown");
+    }
+    let finished = running.join().unwrap();
+    assert_eq!(structured(&finished)["result"], "finished", "{finished}");
+
+    let status = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            signalled.elapsed() < Duration::from_secs(31),
+            "exit within the deadline"
+        );
+        thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+}
