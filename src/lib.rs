@@ -3,7 +3,8 @@
 //!
 //! Layers, top-down:
 //! - [`server`]: the HTTP transport (axum + rmcp Streamable HTTP at `/mcp`).
-//! - [`tools`]: the MCP tools and their schemas; [`validation`]: request checks before queueing.
+//! - [`tools`]: the MCP tools and their schemas; [`validation`]: request checks before queueing;
+//!   [`snippets`]: the configured snippet catalog and its search.
 //! - [`pool`]: dedicated worker threads fed by a bounded FIFO queue, prewarming, health atomics.
 //! - [`sandbox`]: the engine — one request in, one result out, each in a new isolate + interpreter.
 //! - [`packages`]: where Pyodide wheels come from, their sha256 verification and the in-memory cache.
@@ -18,5 +19,6 @@ pub mod packages;
 pub mod pool;
 pub mod sandbox;
 pub mod server;
+pub mod snippets;
 pub mod tools;
 pub mod validation;

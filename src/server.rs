@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::AppConfig;
 use crate::pool::{Health, Pool, PoolConfig};
 use crate::sandbox::Engine;
+use crate::snippets::Catalog;
 use crate::tools::CodeInterpreter;
 use crate::validation::InputLimits;
 
@@ -63,11 +64,19 @@ fn start_pool(config: &AppConfig) -> anyhow::Result<Pool> {
     Ok(pool)
 }
 
+/// The visible snippet catalog, or `None` when the snippet tools are disabled.
+fn catalog(config: &AppConfig) -> Option<Catalog> {
+    config
+        .code_snippets
+        .enabled
+        .then(|| Catalog::new(&config.code_snippets, config.search.min_hits))
+}
+
 /// Serves the same tools over MCP stdio until the client closes standard input.
 pub async fn serve_stdio(config: AppConfig) -> anyhow::Result<()> {
     use rmcp::ServiceExt as _;
     let pool = tokio::task::block_in_place(|| start_pool(&config))?;
-    let service = CodeInterpreter::new(pool.clone(), input_limits(&config))
+    let service = CodeInterpreter::new(pool.clone(), input_limits(&config), catalog(&config))
         .serve(rmcp::transport::stdio())
         .await?;
     service.waiting().await?;
@@ -82,7 +91,7 @@ pub async fn serve(config: AppConfig) -> anyhow::Result<()> {
     let bind_addr: SocketAddr = config.bind_addr.parse()?;
     let limits = input_limits(&config);
     let pool = tokio::task::block_in_place(|| start_pool(&config))?;
-    let interpreter = CodeInterpreter::new(pool.clone(), limits);
+    let interpreter = CodeInterpreter::new(pool.clone(), limits, catalog(&config));
 
     let shutdown = CancellationToken::new();
     let app = router(

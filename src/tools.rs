@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::handler::server::wrapper::Parameters;
+use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::model::{
     CallToolResult, Implementation, ProgressNotificationParam, ProgressToken, ServerCapabilities,
     ServerConfig,
@@ -14,6 +14,7 @@ use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
 
 use crate::pool::{Completed, Pool, Ticket};
 use crate::sandbox::{ErrorKind, ExecError, ExecRequest, ExecResult};
+use crate::snippets::{Catalog, SnippetDetail, SnippetSummary};
 use crate::validation::{FileInput, InputLimits, validate};
 
 /// Largest accepted `timeout_ms`.
@@ -64,21 +65,57 @@ impl Progress {
     }
 }
 
-/// The MCP server: tools over the worker pool.
+/// Arguments of `list_code_snippets`.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct ListSnippetsArgs {
+    /// Words describing the task, e.g. "XLSX risk register". Omit or leave blank to list every snippet.
+    #[serde(default)]
+    pub query: Option<String>,
+}
+
+/// Result of `list_code_snippets`.
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+pub struct ListSnippetsResult {
+    /// Best matches first; when fewer than the configured minimum match, the next best (possibly
+    /// unrelated) snippets follow.
+    pub snippets: Vec<SnippetSummary>,
+}
+
+/// Arguments of `get_code_snippet`.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct GetSnippetArgs {
+    /// A snippet id from list_code_snippets.
+    pub id: String,
+}
+
+/// Result of `get_code_snippet`.
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+pub struct GetSnippetResult {
+    /// The snippet with its code, or null when no visible snippet has that id.
+    pub snippet: Option<SnippetDetail>,
+}
+
+/// The MCP server: tools over the worker pool and the snippet catalog.
 #[derive(Clone)]
 pub struct CodeInterpreter {
     pool: Pool,
     limits: InputLimits,
-    #[allow(dead_code, reason = "read by the tool_handler macro")]
+    catalog: std::sync::Arc<Catalog>,
     tool_router: ToolRouter<Self>,
 }
 
 impl CodeInterpreter {
-    pub fn new(pool: Pool, limits: InputLimits) -> Self {
+    /// `catalog` is `None` when `[code_snippets] enabled = false`: the snippet tools are then absent.
+    pub fn new(pool: Pool, limits: InputLimits, catalog: Option<Catalog>) -> Self {
+        let mut tool_router = Self::tool_router();
+        if catalog.is_some() {
+            tool_router += Self::snippet_router();
+        }
         Self {
             pool,
             limits,
-            tool_router: Self::tool_router(),
+            catalog: std::sync::Arc::new(catalog.unwrap_or_default()),
+            tool_router,
         }
     }
 
@@ -240,7 +277,51 @@ Packages of the Pyodide distribution (numpy, pandas, matplotlib, scipy, ...) loa
     }
 }
 
-#[tool_handler]
+#[tool_router(router = snippet_router)]
+impl CodeInterpreter {
+    #[tool(
+        name = "list_code_snippets",
+        description = "Search the server's catalog of ready-made Python code snippets by words describing \
+the task (matched against titles and descriptions, case-insensitive); an empty query lists them all. \
+Returns ids with titles, descriptions, required packages and tags, best matches first. Short result \
+lists are filled with other snippets that may be unrelated: read each description before using one. \
+Then call get_code_snippet with an id to fetch the code, and run it (adapted) with run_python_code."
+    )]
+    async fn list_code_snippets(
+        &self,
+        Parameters(args): Parameters<ListSnippetsArgs>,
+    ) -> Json<ListSnippetsResult> {
+        let snippets = self.catalog.search(args.query.as_deref());
+        tracing::info!(
+            tool = "list_code_snippets",
+            outcome = "success",
+            results = snippets.len(),
+            "tool call"
+        );
+        Json(ListSnippetsResult { snippets })
+    }
+
+    #[tool(
+        name = "get_code_snippet",
+        description = "Fetch one snippet from the catalog by the id that list_code_snippets returned: its \
+metadata and Python source. Returns snippet = null when no snippet has that id."
+    )]
+    async fn get_code_snippet(
+        &self,
+        Parameters(args): Parameters<GetSnippetArgs>,
+    ) -> Json<GetSnippetResult> {
+        let snippet = self.catalog.get(&args.id);
+        tracing::info!(
+            tool = "get_code_snippet",
+            outcome = "success",
+            found = snippet.is_some(),
+            "tool call"
+        );
+        Json(GetSnippetResult { snippet })
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
 impl ServerHandler for CodeInterpreter {
     fn get_info(&self) -> ServerConfig {
         // Prompts and resources are declared with empty lists so that clients (and the conformance

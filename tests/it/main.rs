@@ -9,3 +9,4 @@ mod isolation;
 mod limits;
 mod pool;
 mod server;
+mod snippets;

@@ -21,7 +21,12 @@ impl Drop for Server {
 
 impl Server {
     pub fn start(envs: &[(&str, &str)]) -> Self {
+        Self::start_with_args(&[], envs)
+    }
+
+    pub fn start_with_args(args: &[&str], envs: &[(&str, &str)]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
+            .args(args)
             .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
             .env("RUST_LOG", "warn")
             // Most tests need no sandbox booted before the first call; tests of prewarming set it.
@@ -99,10 +104,42 @@ pub fn message(response: reqwest::blocking::Response) -> Value {
 }
 
 pub fn call_stateless(server: &Server, arguments: Value) -> Value {
+    call_tool_stateless(server, "run_python_code", arguments)
+}
+
+/// tools/list in the 2026-07-28 era; the tools sorted by name.
+pub fn list_tools_stateless(server: &Server) -> Vec<Value> {
+    let body = json!({
+        "jsonrpc": "2.0", "id": 8, "method": "tools/list",
+        "params": {"_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "it", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {}
+        }}
+    });
+    let response = client()
+        .post(&server.url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", "tools/list")
+        .body(body.to_string())
+        .send()
+        .unwrap();
+    let reply = message(response);
+    let mut tools = reply["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{reply}"))
+        .clone();
+    tools.sort_by_key(|t| t["name"].as_str().unwrap_or("").to_string());
+    tools
+}
+
+pub fn call_tool_stateless(server: &Server, tool: &str, arguments: Value) -> Value {
     let body = json!({
         "jsonrpc": "2.0", "id": 7, "method": "tools/call",
         "params": {
-            "name": "run_python_code",
+            "name": tool,
             "arguments": arguments,
             "_meta": {
                 "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -117,7 +154,7 @@ pub fn call_stateless(server: &Server, arguments: Value) -> Value {
         .header("Accept", "application/json, text/event-stream")
         .header("MCP-Protocol-Version", "2026-07-28")
         .header("Mcp-Method", "tools/call")
-        .header("Mcp-Name", "run_python_code")
+        .header("Mcp-Name", tool)
         .body(body.to_string())
         .send()
         .unwrap();
