@@ -10,6 +10,7 @@
 //! - [`packages`]: where Pyodide wheels come from, their sha256 verification and the in-memory cache.
 //! - [`assets`]: the pinned Pyodide runtime files.
 //! - [`cli`]: the command line, including the `exec` debugging subcommand.
+//! - [`telemetry`]: Prometheus metrics (the ten application families, the tokio reporter).
 //! - [`config`]: the one configuration type, its loading, validation and generated reference.
 
 pub mod assets;
@@ -20,5 +21,6 @@ pub mod pool;
 pub mod sandbox;
 pub mod server;
 pub mod snippets;
+pub mod telemetry;
 pub mod tools;
 pub mod validation;

@@ -8,9 +8,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use std::cell::Cell;
+
 use tokio::sync::oneshot;
 
-use crate::sandbox::{Engine, ErrorKind, ExecError, ExecRequest, ExecResult, Sandbox};
+use crate::sandbox::{Engine, EngineError, ErrorKind, ExecError, ExecRequest, ExecResult, Sandbox};
+use crate::telemetry::{self, InitPhase, QueueExit, Rejection, WorkerState};
 
 /// Pool sizing.
 #[derive(Debug, Clone, Copy)]
@@ -180,6 +183,7 @@ impl Pool {
     /// Queues `request`; an overload or shutdown error when it cannot be queued.
     pub fn submit(&self, request: ExecRequest) -> Result<Ticket, ExecError> {
         if !self.shared.health.accepting.load(Ordering::SeqCst) {
+            telemetry::rejection(Rejection::Shutdown);
             return Err(shutting_down());
         }
         let Some(mut queue) = self.shared.lock() else {
@@ -190,9 +194,11 @@ impl Pool {
             ));
         };
         if queue.closed {
+            telemetry::rejection(Rejection::Shutdown);
             return Err(shutting_down());
         }
         if queue.jobs.len() >= self.shared.capacity {
+            telemetry::rejection(Rejection::QueueFull);
             return Err(ExecError::new(
                 ErrorKind::Overload,
                 "Overloaded",
@@ -213,6 +219,7 @@ impl Pool {
             started: started.clone(),
             reply,
         });
+        telemetry::queue_depth(queue.jobs.len());
         drop(queue);
         self.shared.available.notify_one();
         Ok(Ticket {
@@ -234,8 +241,10 @@ impl Pool {
             }
             None => Vec::new(),
         };
+        telemetry::queue_depth(0);
         self.shared.available.notify_all();
         for job in drained {
+            telemetry::queue_wait(QueueExit::Shutdown, job.enqueued.elapsed());
             let _ = job.reply.send(Completed {
                 queue_wait: job.enqueued.elapsed(),
                 ..Completed::immediate(ExecResult::failure(ExecError::new(
@@ -306,8 +315,12 @@ impl Drop for Ticket {
         if self.receiver.is_none() || self.started() {
             return;
         }
-        if let Some(mut queue) = self.shared.lock() {
-            queue.jobs.retain(|j| j.id != self.id);
+        if let Some(mut queue) = self.shared.lock()
+            && let Some(index) = queue.jobs.iter().position(|j| j.id == self.id)
+            && let Some(job) = queue.jobs.remove(index)
+        {
+            telemetry::queue_depth(queue.jobs.len());
+            telemetry::queue_wait(QueueExit::Cancelled, job.enqueued.elapsed());
         }
     }
 }
@@ -320,24 +333,50 @@ struct Worker {
     fault_marker: Option<String>,
 }
 
-/// Counts the worker out when its thread ends, as an unexpected exit when it ends by panicking.
-struct LiveGuard(Arc<Health>);
+/// Tracks the worker's state for the metrics and counts the worker out when its thread ends, as an
+/// unexpected exit when it ends by panicking.
+struct LiveGuard {
+    health: Arc<Health>,
+    state: Cell<Option<WorkerState>>,
+}
+
+impl LiveGuard {
+    fn new(health: Arc<Health>, state: WorkerState) -> Self {
+        telemetry::worker_state(None, Some(state));
+        Self {
+            health,
+            state: Cell::new(Some(state)),
+        }
+    }
+
+    fn set(&self, state: WorkerState) {
+        telemetry::worker_state(self.state.get(), Some(state));
+        self.state.set(Some(state));
+    }
+}
 
 impl Drop for LiveGuard {
     fn drop(&mut self) {
+        telemetry::worker_state(self.state.take(), None);
         if std::thread::panicking() {
-            self.0.unexpected_exits.fetch_add(1, Ordering::SeqCst);
+            self.health.unexpected_exits.fetch_add(1, Ordering::SeqCst);
+            telemetry::worker_unexpected_exit();
         }
-        self.0.live_workers.fetch_sub(1, Ordering::SeqCst);
+        self.health.live_workers.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 impl Worker {
     fn run(self, ack: std::sync::mpsc::Sender<Result<(), String>>) {
-        let _guard = LiveGuard(self.shared.health.clone());
+        let initial = if self.prewarmed {
+            WorkerState::Initializing
+        } else {
+            WorkerState::Idle
+        };
+        let guard = LiveGuard::new(self.shared.health.clone(), initial);
         let mut ready: Option<Sandbox> = None;
         if self.prewarmed {
-            match self.engine.boot() {
+            match self.boot(&guard, InitPhase::Startup) {
                 Ok(sandbox) => {
                     ready = Some(sandbox);
                     let _ = ack.send(Ok(()));
@@ -352,11 +391,26 @@ impl Worker {
         while let Some(job) = self.next_job() {
             job.started.store(true, Ordering::SeqCst);
             let queue_wait = job.enqueued.elapsed();
+            telemetry::queue_wait(QueueExit::Dispatched, queue_wait);
             let started = Instant::now();
             self.test_fault(&job.request);
-            let result = match ready.take() {
-                Some(sandbox) => sandbox.execute(job.request),
-                None => self.engine.execute(job.request),
+            let sandbox = match ready.take() {
+                Some(sandbox) => Ok(sandbox),
+                None => self.boot(&guard, InitPhase::OnDemand),
+            };
+            let result = match sandbox {
+                Ok(sandbox) => {
+                    guard.set(WorkerState::Executing);
+                    let executing = Instant::now();
+                    let result = sandbox.execute(job.request);
+                    telemetry::python_execution(execution_outcome(&result), executing.elapsed());
+                    result
+                }
+                Err(e) => ExecResult::failure(ExecError::new(
+                    ErrorKind::Runtime,
+                    "SandboxStartupError",
+                    e.to_string(),
+                )),
             };
             let _ = job.reply.send(Completed {
                 result,
@@ -364,15 +418,26 @@ impl Worker {
                 execution: started.elapsed(),
             });
             if self.prewarmed && !self.closed() {
-                match self.engine.boot() {
+                match self.boot(&guard, InitPhase::Replenishment) {
                     Ok(sandbox) => ready = Some(sandbox),
                     Err(e) => {
                         tracing::error!(worker = self.index, error = %e, "replacement sandbox failed to boot")
                     }
                 }
             }
+            guard.set(WorkerState::Idle);
         }
         tracing::debug!(worker = self.index, "worker stopped");
+    }
+
+    /// Boots a sandbox, as the worker's `initializing` state, recording how long it took.
+    fn boot(&self, guard: &LiveGuard, phase: InitPhase) -> Result<Sandbox, EngineError> {
+        guard.set(WorkerState::Initializing);
+        let started = Instant::now();
+        let sandbox = self.engine.boot();
+        telemetry::isolate_initialization(phase, sandbox.is_ok(), started.elapsed());
+        guard.set(WorkerState::Idle);
+        sandbox
     }
 
     fn closed(&self) -> bool {
@@ -384,6 +449,7 @@ impl Worker {
         let mut queue = self.shared.lock()?;
         loop {
             if let Some(job) = queue.jobs.pop_front() {
+                telemetry::queue_depth(queue.jobs.len());
                 return Some(job);
             }
             if queue.closed {
@@ -420,4 +486,14 @@ fn test_fault_marker() -> Option<String> {
 #[cfg(not(debug_assertions))]
 fn test_fault_marker() -> Option<String> {
     None
+}
+
+/// The python_execution_duration_seconds outcome label of a result.
+fn execution_outcome(result: &ExecResult) -> &'static str {
+    match result.error.as_ref().map(|e| e.kind) {
+        None => "success",
+        Some(ErrorKind::Python) => "python_error",
+        Some(ErrorKind::Timeout) => "timeout",
+        Some(_) => "runtime_failure",
+    }
 }

@@ -90,6 +90,14 @@ pub async fn serve_stdio(config: AppConfig) -> anyhow::Result<()> {
 pub async fn serve(config: AppConfig) -> anyhow::Result<()> {
     let bind_addr: SocketAddr = config.bind_addr.parse()?;
     let limits = input_limits(&config);
+    // The metrics listener starts before Python initialisation; metrics do not imply readiness.
+    if config.integrations.prometheus.enabled {
+        crate::telemetry::start(
+            &config.integrations.prometheus,
+            config.workers.queue_capacity,
+        )
+        .await?;
+    }
     let pool = tokio::task::block_in_place(|| start_pool(&config))?;
     let interpreter = CodeInterpreter::new(pool.clone(), limits, catalog(&config));
 
@@ -104,11 +112,11 @@ pub async fn serve(config: AppConfig) -> anyhow::Result<()> {
 
     let listener = tokio::net::TcpListener::bind(bind_addr).await?;
     let addr = listener.local_addr()?;
-    println!(
+    announce(&format!(
         "code-interpreter-mcp listening on port {} at http://{}/mcp",
         addr.port(),
         addr
-    );
+    ));
     tracing::info!(
         %addr,
         http_body_limit = limits.http_body_limit(),
@@ -141,6 +149,13 @@ pub async fn serve(config: AppConfig) -> anyhow::Result<()> {
         .await?;
     tracing::info!("shutdown complete");
     Ok(())
+}
+
+/// Prints the announcement line on stdout; a closed stdout is not an error.
+fn announce(line: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|_| out.flush());
 }
 
 /// The axum application.

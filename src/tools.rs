@@ -15,6 +15,7 @@ use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use crate::pool::{Completed, Pool, Ticket};
 use crate::sandbox::{ErrorKind, ExecError, ExecRequest, ExecResult};
 use crate::snippets::{Catalog, SnippetDetail, SnippetSummary};
+use crate::telemetry::{self, Rejection, ToolOutcome};
 use crate::validation::{FileInput, InputLimits, validate};
 
 /// Largest accepted `timeout_ms`.
@@ -130,18 +131,20 @@ impl CodeInterpreter {
         let completed = self.validate_and_execute(args, context).await;
         let result = &completed.result;
         let outcome = match &result.error {
-            None => "success",
+            None => ToolOutcome::Success,
+            Some(e) if e.error_type == "Cancelled" => ToolOutcome::Cancelled,
             Some(e) => match e.kind {
-                ErrorKind::Python => "python_error",
-                ErrorKind::Timeout => "timeout",
-                ErrorKind::Runtime => "runtime_failure",
-                ErrorKind::Validation => "validation_error",
-                ErrorKind::Overload => "overload",
+                ErrorKind::Python => ToolOutcome::PythonError,
+                ErrorKind::Timeout => ToolOutcome::Timeout,
+                ErrorKind::Runtime => ToolOutcome::RuntimeFailure,
+                ErrorKind::Validation => ToolOutcome::ValidationError,
+                ErrorKind::Overload => ToolOutcome::Overload,
             },
         };
+        telemetry::tool_call("run_python_code", outcome, started.elapsed());
         tracing::info!(
             tool = "run_python_code",
-            outcome,
+            outcome = outcome.label(),
             queue_wait_ms = completed.queue_wait.as_millis() as u64,
             execution_ms = completed.execution.as_millis() as u64,
             total_ms = started.elapsed().as_millis() as u64,
@@ -240,6 +243,7 @@ async fn wait_with_progress(mut ticket: Ticket, progress: Option<Progress>) -> C
 }
 
 fn validation_error(message: String) -> Completed {
+    telemetry::rejection(Rejection::Validation);
     Completed {
         result: ExecResult::failure(ExecError::new(
             ErrorKind::Validation,
@@ -291,7 +295,13 @@ Then call get_code_snippet with an id to fetch the code, and run it (adapted) wi
         &self,
         Parameters(args): Parameters<ListSnippetsArgs>,
     ) -> Json<ListSnippetsResult> {
+        let started = std::time::Instant::now();
         let snippets = self.catalog.search(args.query.as_deref());
+        telemetry::tool_call(
+            "list_code_snippets",
+            ToolOutcome::Success,
+            started.elapsed(),
+        );
         tracing::info!(
             tool = "list_code_snippets",
             outcome = "success",
@@ -310,7 +320,9 @@ metadata and Python source. Returns snippet = null when no snippet has that id."
         &self,
         Parameters(args): Parameters<GetSnippetArgs>,
     ) -> Json<GetSnippetResult> {
+        let started = std::time::Instant::now();
         let snippet = self.catalog.get(&args.id);
+        telemetry::tool_call("get_code_snippet", ToolOutcome::Success, started.elapsed());
         tracing::info!(
             tool = "get_code_snippet",
             outcome = "success",

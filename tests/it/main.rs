@@ -7,6 +7,7 @@ mod engine;
 mod exec_cli;
 mod isolation;
 mod limits;
+mod metrics;
 mod pool;
 mod server;
 mod snippets;

@@ -1,0 +1,378 @@
+//! Prometheus metrics: the ten `code_interpreter_mcp_` families recorded through the `metrics` facade,
+//! the Prometheus recorder and its dedicated `/metrics` listener, and the five-second tokio-metrics
+//! reporter for the main runtime. When metrics are disabled nothing is installed, so every recording
+//! call below is a no-op; no listener opens and no reporter runs.
+//!
+//! Labels only ever take the fixed values listed here: never code, paths, package names, URLs, session
+//! ids or messages.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::config::PrometheusConfig;
+
+const TOOL_CALLS: &str = "code_interpreter_mcp_tool_calls_total";
+const TOOL_CALL_DURATION: &str = "code_interpreter_mcp_tool_call_duration_seconds";
+const QUEUE_DEPTH: &str = "code_interpreter_mcp_execution_queue_depth";
+const QUEUE_CAPACITY: &str = "code_interpreter_mcp_execution_queue_capacity";
+const QUEUE_WAIT: &str = "code_interpreter_mcp_execution_queue_wait_seconds";
+const WORKERS: &str = "code_interpreter_mcp_workers";
+const PYTHON_DURATION: &str = "code_interpreter_mcp_python_execution_duration_seconds";
+const ISOLATE_INIT: &str = "code_interpreter_mcp_isolate_initialization_duration_seconds";
+const REJECTIONS: &str = "code_interpreter_mcp_execution_rejections_total";
+const UNEXPECTED_EXITS: &str = "code_interpreter_mcp_worker_unexpected_exits_total";
+
+/// Buckets of the Python execution histogram, in seconds.
+pub const EXECUTION_BUCKETS: [f64; 15] = [
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+/// Buckets of the queue-wait, isolate-initialisation and handler histograms: the above plus 300, 600.
+pub const LONG_BUCKETS: [f64; 17] = [
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+    600.0,
+];
+
+pub const TOOLS: [&str; 3] = ["run_python_code", "list_code_snippets", "get_code_snippet"];
+pub const TOOL_OUTCOMES: [&str; 7] = [
+    "success",
+    "validation_error",
+    "overload",
+    "python_error",
+    "timeout",
+    "cancelled",
+    "runtime_failure",
+];
+pub const REJECTION_REASONS: [&str; 3] = ["validation", "queue_full", "shutdown"];
+pub const WORKER_STATES: [&str; 3] = ["idle", "initializing", "executing"];
+
+/// How a tool call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolOutcome {
+    Success,
+    ValidationError,
+    Overload,
+    PythonError,
+    Timeout,
+    Cancelled,
+    RuntimeFailure,
+}
+
+impl ToolOutcome {
+    pub fn label(self) -> &'static str {
+        match self {
+            ToolOutcome::Success => "success",
+            ToolOutcome::ValidationError => "validation_error",
+            ToolOutcome::Overload => "overload",
+            ToolOutcome::PythonError => "python_error",
+            ToolOutcome::Timeout => "timeout",
+            ToolOutcome::Cancelled => "cancelled",
+            ToolOutcome::RuntimeFailure => "runtime_failure",
+        }
+    }
+}
+
+/// How a job left the queue.
+#[derive(Debug, Clone, Copy)]
+pub enum QueueExit {
+    Dispatched,
+    Cancelled,
+    Shutdown,
+}
+
+/// A worker's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerState {
+    Idle,
+    Initializing,
+    Executing,
+}
+
+impl WorkerState {
+    fn label(self) -> &'static str {
+        match self {
+            WorkerState::Idle => "idle",
+            WorkerState::Initializing => "initializing",
+            WorkerState::Executing => "executing",
+        }
+    }
+}
+
+/// Why an isolate was initialised.
+#[derive(Debug, Clone, Copy)]
+pub enum InitPhase {
+    Startup,
+    OnDemand,
+    Replenishment,
+}
+
+/// Why a submission was rejected.
+#[derive(Debug, Clone, Copy)]
+pub enum Rejection {
+    Validation,
+    QueueFull,
+    Shutdown,
+}
+
+/// One completed (or cancelled) tool handler.
+pub fn tool_call(tool: &'static str, outcome: ToolOutcome, duration: Duration) {
+    let labels = [("tool", tool), ("outcome", outcome.label())];
+    counter!(TOOL_CALLS, &labels).increment(1);
+    histogram!(TOOL_CALL_DURATION, &labels).record(duration.as_secs_f64());
+}
+
+pub fn rejection(reason: Rejection) {
+    let reason = match reason {
+        Rejection::Validation => "validation",
+        Rejection::QueueFull => "queue_full",
+        Rejection::Shutdown => "shutdown",
+    };
+    counter!(REJECTIONS, "reason" => reason).increment(1);
+}
+
+pub fn queue_depth(depth: usize) {
+    gauge!(QUEUE_DEPTH).set(depth as f64);
+}
+
+pub fn queue_wait(exit: QueueExit, waited: Duration) {
+    let outcome = match exit {
+        QueueExit::Dispatched => "dispatched",
+        QueueExit::Cancelled => "cancelled",
+        QueueExit::Shutdown => "shutdown",
+    };
+    histogram!(QUEUE_WAIT, "outcome" => outcome).record(waited.as_secs_f64());
+}
+
+/// A live worker moves from `from` (None: it just started) to `to` (None: it ended).
+pub fn worker_state(from: Option<WorkerState>, to: Option<WorkerState>) {
+    if let Some(from) = from {
+        gauge!(WORKERS, "state" => from.label()).decrement(1.0);
+    }
+    if let Some(to) = to {
+        gauge!(WORKERS, "state" => to.label()).increment(1.0);
+    }
+}
+
+/// Python execution time (no queue wait, no initialisation) by outcome label.
+pub fn python_execution(outcome: &'static str, duration: Duration) {
+    histogram!(PYTHON_DURATION, "outcome" => outcome).record(duration.as_secs_f64());
+}
+
+pub fn isolate_initialization(phase: InitPhase, success: bool, duration: Duration) {
+    let phase = match phase {
+        InitPhase::Startup => "startup",
+        InitPhase::OnDemand => "on_demand",
+        InitPhase::Replenishment => "replenishment",
+    };
+    let outcome = if success {
+        "success"
+    } else {
+        "runtime_failure"
+    };
+    histogram!(ISOLATE_INIT, "phase" => phase, "outcome" => outcome).record(duration.as_secs_f64());
+}
+
+pub fn worker_unexpected_exit() {
+    counter!(UNEXPECTED_EXITS).increment(1);
+}
+
+/// Why metrics could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("integrations.prometheus.host {0:?} is not an IP address")]
+    Host(String),
+    #[error("cannot install the Prometheus recorder: {0}")]
+    Recorder(String),
+    #[error("cannot bind the Prometheus listener on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// Installs the recorder, registers every family at zero, binds the `/metrics` listener and starts
+/// the tokio reporter. Must run inside the main tokio runtime, before Python initialisation.
+pub async fn start(
+    config: &PrometheusConfig,
+    queue_capacity: u64,
+) -> Result<SocketAddr, TelemetryError> {
+    let ip: IpAddr = config
+        .host
+        .parse()
+        .map_err(|_| TelemetryError::Host(config.host.clone()))?;
+    let addr = SocketAddr::new(ip, u16::try_from(config.port).unwrap_or(0));
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| TelemetryError::Bind { addr, source })?;
+    let handle = install().map_err(|e| TelemetryError::Recorder(e.to_string()))?;
+    register_families(queue_capacity);
+
+    let local = listener.local_addr().unwrap_or(addr);
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get({
+            let handle = handle.clone();
+            move || {
+                let handle = handle.clone();
+                async move {
+                    (
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "text/plain; version=0.0.4; charset=utf-8",
+                        )],
+                        handle.render(),
+                    )
+                }
+            }
+        }),
+    );
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "Prometheus listener failed");
+        }
+    });
+    tokio::spawn(report_tokio_runtime(handle));
+    tracing::info!(%local, "Prometheus metrics at /metrics");
+    Ok(local)
+}
+
+fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError> {
+    let mut builder = PrometheusBuilder::new();
+    builder = builder
+        .set_buckets_for_metric(Matcher::Full(PYTHON_DURATION.into()), &EXECUTION_BUCKETS)?;
+    for name in [QUEUE_WAIT, ISOLATE_INIT, TOOL_CALL_DURATION] {
+        builder = builder.set_buckets_for_metric(Matcher::Full(name.into()), &LONG_BUCKETS)?;
+    }
+    builder.install_recorder()
+}
+
+/// Counters and gauges start at zero (queue capacity at its configured value); histograms are
+/// registered without observations.
+fn register_families(queue_capacity: u64) {
+    metrics::describe_counter!(TOOL_CALLS, "Completed or cancelled tool handlers");
+    metrics::describe_histogram!(
+        TOOL_CALL_DURATION,
+        metrics::Unit::Seconds,
+        "Tool handler entry to completion, including queue wait and initialisation"
+    );
+    metrics::describe_gauge!(QUEUE_DEPTH, "Jobs waiting for a worker");
+    metrics::describe_gauge!(QUEUE_CAPACITY, "Configured maximum waiting jobs");
+    metrics::describe_histogram!(
+        QUEUE_WAIT,
+        metrics::Unit::Seconds,
+        "Enqueue until removal from the queue"
+    );
+    metrics::describe_gauge!(WORKERS, "Live workers by state");
+    metrics::describe_histogram!(
+        PYTHON_DURATION,
+        metrics::Unit::Seconds,
+        "Python execution time, excluding queue wait and initialisation"
+    );
+    metrics::describe_histogram!(
+        ISOLATE_INIT,
+        metrics::Unit::Seconds,
+        "Isolate and Pyodide initialisation time"
+    );
+    metrics::describe_counter!(REJECTIONS, "Submissions rejected before execution");
+    metrics::describe_counter!(
+        UNEXPECTED_EXITS,
+        "Worker exits outside normal shutdown, panics included"
+    );
+
+    for tool in TOOLS {
+        for outcome in TOOL_OUTCOMES {
+            let labels = [("tool", tool), ("outcome", outcome)];
+            counter!(TOOL_CALLS, &labels).absolute(0);
+            let _ = histogram!(TOOL_CALL_DURATION, &labels);
+        }
+    }
+    gauge!(QUEUE_DEPTH).set(0.0);
+    gauge!(QUEUE_CAPACITY).set(queue_capacity as f64);
+    for outcome in ["dispatched", "cancelled", "shutdown"] {
+        let _ = histogram!(QUEUE_WAIT, "outcome" => outcome);
+    }
+    for state in WORKER_STATES {
+        gauge!(WORKERS, "state" => state).set(0.0);
+    }
+    for outcome in ["success", "python_error", "timeout", "runtime_failure"] {
+        let _ = histogram!(PYTHON_DURATION, "outcome" => outcome);
+    }
+    for phase in ["startup", "on_demand", "replenishment"] {
+        for outcome in ["success", "runtime_failure"] {
+            let _ = histogram!(ISOLATE_INIT, "phase" => phase, "outcome" => outcome);
+        }
+    }
+    for reason in REJECTION_REASONS {
+        counter!(REJECTIONS, "reason" => reason).absolute(0);
+    }
+    counter!(UNEXPECTED_EXITS).absolute(0);
+}
+
+/// Every five seconds: the main runtime's stable tokio-metrics as gauges (park counts and busy
+/// durations describe the last interval), and the exporter's upkeep.
+async fn report_tokio_runtime(handle: PrometheusHandle) {
+    for (name, help) in [
+        (
+            "tokio_workers_count",
+            "Worker threads of the main Tokio runtime",
+        ),
+        (
+            "tokio_live_tasks_count",
+            "Alive tasks in the main Tokio runtime",
+        ),
+        (
+            "tokio_global_queue_depth",
+            "Tasks in the main Tokio runtime's global queue",
+        ),
+        (
+            "tokio_total_park_count",
+            "Worker parks in the last interval, all workers",
+        ),
+        (
+            "tokio_min_park_count",
+            "Worker parks in the last interval, least-parked worker",
+        ),
+        (
+            "tokio_max_park_count",
+            "Worker parks in the last interval, most-parked worker",
+        ),
+        (
+            "tokio_total_busy_duration_seconds",
+            "Busy time in the last interval, all workers",
+        ),
+        (
+            "tokio_min_busy_duration_seconds",
+            "Busy time in the last interval, least-busy worker",
+        ),
+        (
+            "tokio_max_busy_duration_seconds",
+            "Busy time in the last interval, busiest worker",
+        ),
+        (
+            "tokio_busy_ratio",
+            "Fraction of available worker time spent busy in the last interval",
+        ),
+    ] {
+        metrics::describe_gauge!(name, help);
+    }
+    let monitor = tokio_metrics::RuntimeMonitor::new(&tokio::runtime::Handle::current());
+    let mut intervals = monitor.intervals();
+    let mut ticker = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        ticker.tick().await;
+        let Some(m) = intervals.next() else { break };
+        gauge!("tokio_workers_count").set(m.workers_count as f64);
+        gauge!("tokio_live_tasks_count").set(m.live_tasks_count as f64);
+        gauge!("tokio_global_queue_depth").set(m.global_queue_depth as f64);
+        gauge!("tokio_total_park_count").set(m.total_park_count as f64);
+        gauge!("tokio_min_park_count").set(m.min_park_count as f64);
+        gauge!("tokio_max_park_count").set(m.max_park_count as f64);
+        gauge!("tokio_total_busy_duration_seconds").set(m.total_busy_duration.as_secs_f64());
+        gauge!("tokio_min_busy_duration_seconds").set(m.min_busy_duration.as_secs_f64());
+        gauge!("tokio_max_busy_duration_seconds").set(m.max_busy_duration.as_secs_f64());
+        gauge!("tokio_busy_ratio").set(m.busy_ratio());
+        handle.run_upkeep();
+    }
+}

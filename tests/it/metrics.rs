@@ -1,0 +1,478 @@
+//! Prometheus metrics through the real server: exact counter increments and label sets after a
+//! scripted mix of calls, gauges while calls are queued and running, histogram buckets, the listener's
+//! start before Python initialisation, bind failures, and nothing opened when disabled.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::server::{Server, call_stateless, client};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Samples of a scrape: "name{labels}" -> value.
+fn scrape(port: u16) -> (String, BTreeMap<String, f64>) {
+    let text = client()
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let samples = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            Some((normalize(name), value.parse().ok()?))
+        })
+        .collect();
+    (text, samples)
+}
+
+/// Sorts the labels of `name{a="1",b="2"}` so lookups do not depend on the exporter's order.
+fn normalize(series: &str) -> String {
+    match series.split_once('{') {
+        None => series.to_string(),
+        Some((name, rest)) => {
+            let mut labels: Vec<&str> = rest.trim_end_matches('}').split(',').collect();
+            labels.sort();
+            format!("{name}{{{}}}", labels.join(","))
+        }
+    }
+}
+
+fn value(samples: &BTreeMap<String, f64>, series: &str) -> f64 {
+    *samples
+        .get(&normalize(series))
+        .unwrap_or_else(|| panic!("no series {series}"))
+}
+
+fn tool_calls(samples: &BTreeMap<String, f64>, outcome: &str) -> f64 {
+    value(
+        samples,
+        &format!(
+            "code_interpreter_mcp_tool_calls_total{{tool=\"run_python_code\",outcome=\"{outcome}\"}}"
+        ),
+    )
+}
+
+/// Scrapes until `series` has `expected` (at most 20 s); the last scrape.
+fn wait_for(port: u16, series: &str, expected: f64) -> BTreeMap<String, f64> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, samples) = scrape(port);
+        if samples.get(&normalize(series)) == Some(&expected) {
+            return samples;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{series} never reached {expected}: {samples:?}"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn scripted_calls_move_exactly_the_expected_series() {
+    let port = free_port();
+    let port_s = port.to_string();
+    let server = Server::start(&[
+        ("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true"),
+        ("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", &port_s),
+        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "1"),
+        ("CODE_INTERPRETER_MCP_QUEUE_CAPACITY", "1"),
+    ]);
+    let (text, before) = scrape(port);
+    // Every family is present from the start; counters at zero, capacity at its setting.
+    for family in [
+        "tool_calls_total",
+        "tool_call_duration_seconds",
+        "execution_queue_depth",
+        "execution_queue_capacity",
+        "execution_queue_wait_seconds",
+        "workers",
+        "python_execution_duration_seconds",
+        "isolate_initialization_duration_seconds",
+        "execution_rejections_total",
+        "worker_unexpected_exits_total",
+    ] {
+        assert!(
+            text.contains(&format!("# TYPE code_interpreter_mcp_{family} ")),
+            "family {family} missing:\n{text}"
+        );
+    }
+    assert_eq!(
+        value(&before, "code_interpreter_mcp_execution_queue_capacity"),
+        1.0
+    );
+    assert_eq!(
+        value(&before, "code_interpreter_mcp_execution_queue_depth"),
+        0.0
+    );
+    assert_eq!(tool_calls(&before, "success"), 0.0);
+    assert_eq!(
+        value(
+            &before,
+            "code_interpreter_mcp_worker_unexpected_exits_total"
+        ),
+        0.0
+    );
+
+    // success, python error, timeout, validation
+    call_stateless(&server, json!({"code": "1"}));
+    call_stateless(&server, json!({"code": "raise ValueError()"}));
+    call_stateless(
+        &server,
+        json!({"code": "while True: pass", "timeout_ms": 300}),
+    );
+    call_stateless(
+        &server,
+        json!({"code": "1", "files": [{"path": "/abs", "content_base64": ""}]}),
+    );
+
+    // one running, one queued (gauges), one overloaded
+    let url = server.url.clone();
+    let running = thread::spawn(move || {
+        call_stateless(
+            &Server::attach(url),
+            json!({"code": "import time\ntime.sleep(4)"}),
+        )
+    });
+    wait_for(
+        port,
+        "code_interpreter_mcp_workers{state=\"executing\"}",
+        1.0,
+    );
+    let url = server.url.clone();
+    let queued = thread::spawn(move || call_stateless(&Server::attach(url), json!({"code": "2"})));
+    let during = wait_for(port, "code_interpreter_mcp_execution_queue_depth", 1.0);
+    assert_eq!(
+        value(&during, "code_interpreter_mcp_workers{state=\"executing\"}"),
+        1.0
+    );
+    assert_eq!(
+        value(&during, "code_interpreter_mcp_workers{state=\"idle\"}"),
+        0.0
+    );
+    assert_eq!(
+        value(
+            &during,
+            "code_interpreter_mcp_workers{state=\"initializing\"}"
+        ),
+        0.0
+    );
+    let overloaded = call_stateless(&server, json!({"code": "3"}));
+    assert_eq!(
+        overloaded["result"]["structuredContent"]["error"]["kind"],
+        "overload"
+    );
+    running.join().unwrap();
+    queued.join().unwrap();
+
+    let (text, after) = scrape(port);
+    assert_eq!(
+        tool_calls(&after, "success"),
+        3.0,
+        "1, the sleep and the queued call"
+    );
+    assert_eq!(tool_calls(&after, "python_error"), 1.0);
+    assert_eq!(tool_calls(&after, "timeout"), 1.0);
+    assert_eq!(tool_calls(&after, "validation_error"), 1.0);
+    assert_eq!(tool_calls(&after, "overload"), 1.0);
+    assert_eq!(tool_calls(&after, "runtime_failure"), 0.0);
+    assert_eq!(
+        value(
+            &after,
+            "code_interpreter_mcp_execution_rejections_total{reason=\"validation\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &after,
+            "code_interpreter_mcp_execution_rejections_total{reason=\"queue_full\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &after,
+            "code_interpreter_mcp_execution_rejections_total{reason=\"shutdown\"}"
+        ),
+        0.0
+    );
+    let exec_count = |outcome: &str| {
+        value(
+            &after,
+            &format!(
+                "code_interpreter_mcp_python_execution_duration_seconds_count{{outcome=\"{outcome}\"}}"
+            ),
+        )
+    };
+    assert_eq!(exec_count("success"), 3.0);
+    assert_eq!(exec_count("python_error"), 1.0);
+    assert_eq!(exec_count("timeout"), 1.0);
+    assert_eq!(
+        value(
+            &after,
+            "code_interpreter_mcp_execution_queue_wait_seconds_count{outcome=\"dispatched\"}"
+        ),
+        5.0
+    );
+    assert_eq!(
+        value(
+            &after,
+            "code_interpreter_mcp_isolate_initialization_duration_seconds_count{phase=\"on_demand\",outcome=\"success\"}"
+        ),
+        5.0,
+        "no prewarmed worker: every call booted on demand"
+    );
+    assert_eq!(
+        value(&after, "code_interpreter_mcp_execution_queue_depth"),
+        0.0
+    );
+    assert_eq!(
+        value(&after, "code_interpreter_mcp_workers{state=\"idle\"}"),
+        1.0
+    );
+
+    // Bucket boundaries.
+    for le in [
+        "0.001", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10",
+        "30", "60", "120", "+Inf",
+    ] {
+        assert!(
+            text.contains(&format!("code_interpreter_mcp_python_execution_duration_seconds_bucket{{outcome=\"success\",le=\"{le}\"}}")),
+            "python bucket {le}"
+        );
+    }
+    assert!(
+        !text.contains("python_execution_duration_seconds_bucket{outcome=\"success\",le=\"300\"}")
+    );
+    for le in ["120", "300", "600", "+Inf"] {
+        assert!(
+            text.contains(&format!("code_interpreter_mcp_execution_queue_wait_seconds_bucket{{outcome=\"dispatched\",le=\"{le}\"}}")),
+            "queue wait bucket {le}"
+        );
+    }
+    // Labels carry no code, messages or paths.
+    assert!(!text.contains("ValueError") && !text.contains("time.sleep") && !text.contains("/abs"));
+
+    // For promtool in CI.
+    let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/metrics-scrape.txt");
+    std::fs::write(out, &text).unwrap();
+}
+
+#[test]
+fn cancelled_calls_are_counted() {
+    let port = free_port();
+    let port_s = port.to_string();
+    let server = Server::start(&[
+        ("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true"),
+        ("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", &port_s),
+        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "1"),
+    ]);
+    let url = server.url.clone();
+    let running = thread::spawn(move || {
+        call_stateless(
+            &Server::attach(url),
+            json!({"code": "import time\ntime.sleep(3)"}),
+        )
+    });
+    thread::sleep(Duration::from_millis(800));
+    // A 2026-07-28 call whose client gives up: closing the response stream cancels it.
+    let impatient = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_millis(700))
+        .build()
+        .unwrap();
+    let body = json!({
+        "jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": {"name": "run_python_code", "arguments": {"code": "'never'"}, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "it", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {}}}
+    });
+    let gave_up = impatient
+        .post(&server.url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", "tools/call")
+        .header("Mcp-Name", "run_python_code")
+        .body(body.to_string())
+        .send()
+        .and_then(|r| r.text());
+    assert!(
+        gave_up.is_err(),
+        "the call was still queued when the client left"
+    );
+    running.join().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, samples) = scrape(port);
+        let cancelled = tool_calls(&samples, "cancelled");
+        let wait = value(
+            &samples,
+            "code_interpreter_mcp_execution_queue_wait_seconds_count{outcome=\"cancelled\"}",
+        );
+        if cancelled == 1.0 && wait == 1.0 {
+            assert_eq!(
+                tool_calls(&samples, "success"),
+                1.0,
+                "the cancelled job never ran"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "cancelled={cancelled} wait={wait}"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn the_listener_starts_before_python_and_fails_startup_when_it_cannot_bind() {
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
+        .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
+        .env("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true")
+        .env("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", port.to_string())
+        .env("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "1")
+        .env(
+            "CODE_INTERPRETER_MCP_PACKAGE_BASE_URL",
+            crate::common::package_mirror(),
+        )
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout_pipe = child.stdout.take().unwrap();
+    let first = Server::attach_child(child, String::new()); // killed on drop, even if a check fails
+    // Metrics answer while the prewarmed worker is still initialising, before anything else listens.
+    let started = Instant::now();
+    while client()
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
+        .is_err()
+    {
+        assert!(started.elapsed() < Duration::from_secs(20));
+        thread::sleep(Duration::from_millis(20));
+    }
+    wait_for(
+        port,
+        "code_interpreter_mcp_workers{state=\"initializing\"}",
+        1.0,
+    );
+    let mut line = String::new();
+    let mut stdout = std::io::BufReader::new(stdout_pipe);
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    assert!(
+        line.starts_with("code-interpreter-mcp listening"),
+        "announced only after initialisation"
+    );
+    let (_, ready) = scrape(port);
+    // The prewarmed worker and the on-demand one, both idle now.
+    assert_eq!(
+        value(&ready, "code_interpreter_mcp_workers{state=\"idle\"}"),
+        2.0
+    );
+    assert_eq!(
+        value(
+            &ready,
+            "code_interpreter_mcp_workers{state=\"initializing\"}"
+        ),
+        0.0
+    );
+    assert_eq!(
+        value(
+            &ready,
+            "code_interpreter_mcp_isolate_initialization_duration_seconds_count{phase=\"startup\",outcome=\"success\"}"
+        ),
+        1.0
+    );
+
+    // A second server on the same metrics port cannot start.
+    let out = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
+        .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
+        .env("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true")
+        .env("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", port.to_string())
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(out.stdout.is_empty());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot bind the Prometheus listener"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(first);
+
+    // Invalid settings stop start-up (validation is covered key by key in the config tests).
+    let out = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
+        .env("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true")
+        .env("CODE_INTERPRETER_MCP_PROMETHEUS_HOST", "localhost")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn disabled_metrics_open_no_port() {
+    let port = free_port();
+    let port_s = port.to_string();
+    let server = Server::start(&[("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", &port_s)]);
+    call_stateless(&server, json!({"code": "1"}));
+    assert!(
+        client()
+            .get(format!("http://127.0.0.1:{port}/metrics"))
+            .send()
+            .is_err()
+    );
+}
+
+#[test]
+fn the_dashboard_and_alerts_use_only_exported_series() {
+    let families = [
+        "tool_calls_total",
+        "tool_call_duration_seconds_bucket",
+        "execution_queue_depth",
+        "execution_queue_capacity",
+        "execution_queue_wait_seconds_bucket",
+        "workers",
+        "python_execution_duration_seconds_bucket",
+        "isolate_initialization_duration_seconds_bucket",
+        "execution_rejections_total",
+        "worker_unexpected_exits_total",
+    ];
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dashboard =
+        std::fs::read_to_string(root.join("deploy/grafana/code-interpreter-mcp.json")).unwrap();
+    let parsed: serde_json::Value = serde_json::from_str(&dashboard).expect("valid dashboard JSON");
+    assert!(parsed["panels"].as_array().unwrap().len() >= 8);
+    let alerts = std::fs::read_to_string(root.join("deploy/prometheus/alerts.yml")).unwrap();
+    for text in [&dashboard, &alerts] {
+        for (i, _) in text.match_indices("code_interpreter_mcp_") {
+            let name: String = text[i + "code_interpreter_mcp_".len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            assert!(
+                families.contains(&name.as_str()),
+                "unknown series code_interpreter_mcp_{name}"
+            );
+        }
+    }
+    for alert in ["QueueSaturated", "WorkerLost", "SlowCalls"] {
+        assert!(alerts.contains(alert), "{alert}");
+    }
+}
