@@ -264,6 +264,25 @@ fn scripted_calls_move_exactly_the_expected_series() {
             "queue wait bucket {le}"
         );
     }
+    // The five-second tokio reporter runs on the main runtime.
+    for gauge in [
+        "tokio_workers_count",
+        "tokio_live_tasks_count",
+        "tokio_global_queue_depth",
+        "tokio_total_park_count",
+        "tokio_min_park_count",
+        "tokio_max_park_count",
+        "tokio_total_busy_duration_seconds",
+        "tokio_min_busy_duration_seconds",
+        "tokio_max_busy_duration_seconds",
+        "tokio_busy_ratio",
+    ] {
+        assert!(after.contains_key(gauge), "{gauge} missing");
+    }
+    assert!(
+        value(&after, "tokio_workers_count") >= 4.0,
+        "at least four runtime threads by default"
+    );
     // Labels carry no code, messages or paths.
     assert!(!text.contains("ValueError") && !text.contains("time.sleep") && !text.contains("/abs"));
 

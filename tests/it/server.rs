@@ -503,3 +503,51 @@ fn stdio_round_trip() {
         "the server exits when stdin closes: {status}"
     );
 }
+
+#[test]
+fn json_logs_have_one_line_per_call_without_code_or_paths() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
+        .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
+        .env("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "0")
+        .env("CODE_INTERPRETER_MCP_LOG_FORMAT", "json")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line.trim().rsplit(' ').next().unwrap().to_string();
+    let stderr = child.stderr.take().unwrap();
+    let server = Server::attach_child(child, url);
+    call_stateless(
+        &server,
+        json!({"code": "print('SECRET_CODE_MARKER')", "files": [{"path": "secret_dir/data.txt", "content_base64": "U0VDUkVU"}]}),
+    );
+    drop(server); // ends the process, closing stderr
+    let logs: Vec<Value> = BufReader::new(stderr)
+        .lines()
+        .map_while(Result::ok)
+        .map(|l| serde_json::from_str(&l).unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}")))
+        .collect();
+    let calls: Vec<&Value> = logs
+        .iter()
+        .filter(|l| l["fields"]["message"] == "tool call")
+        .collect();
+    assert_eq!(calls.len(), 1, "{logs:?}");
+    let fields = &calls[0]["fields"];
+    assert_eq!(fields["tool"], "run_python_code");
+    assert_eq!(fields["outcome"], "success");
+    assert!(fields["queue_wait_ms"].is_u64() && fields["execution_ms"].is_u64());
+    let all = serde_json::to_string(&logs).unwrap();
+    for secret in ["SECRET_CODE_MARKER", "secret_dir", "U0VDUkVU"] {
+        assert!(!all.contains(secret), "{secret} leaked into the logs");
+    }
+    assert!(
+        logs.iter()
+            .any(|l| l["fields"]["http_body_limit"] == 78_293_928),
+        "effective limits are logged"
+    );
+}
