@@ -1,17 +1,39 @@
-//! Sandbox cost, measured against the real engine: time to create one ready sandbox (isolate + Pyodide
-//! boot) and time to execute `print(1)` in it. Run with `cargo bench --bench sandbox`; set
-//! `BENCH_ITERATIONS` (default 20) for more samples.
+//! Sandbox cost, measured against the real engine in both boot modes: time to create one ready
+//! sandbox (new isolate + Pyodide, from a memory snapshot or from scratch) and time to execute
+//! `print(1)` in it. Run with `cargo bench --bench sandbox`; set `BENCH_ITERATIONS` (default 20).
 
 use std::time::{Duration, Instant};
 
-use code_interpreter_mcp::sandbox::{Engine, EngineConfig, ExecRequest};
+use code_interpreter_mcp::sandbox::{BootMode, Engine, EngineConfig, ExecRequest};
 
 fn main() {
     let iterations: usize = std::env::var("BENCH_ITERATIONS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(20);
-    let engine = Engine::new(EngineConfig::default()).expect("engine");
+    let full = measure(BootMode::Full, iterations);
+    let snapshot = measure(BootMode::Snapshot, iterations);
+    println!(
+        "median sandbox creation: full {:.1} ms, snapshot {:.1} ms ({:.1}x faster)",
+        ms(full),
+        ms(snapshot),
+        full.as_secs_f64() / snapshot.as_secs_f64()
+    );
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Prints the distributions for one boot mode; returns the median creation time.
+fn measure(boot: BootMode, iterations: usize) -> Duration {
+    let started = Instant::now();
+    let engine = Engine::new(EngineConfig {
+        boot,
+        ..EngineConfig::default()
+    })
+    .expect("engine");
+    let engine_ready = started.elapsed();
 
     // One warm-up call, not counted.
     let _ = engine.execute(request());
@@ -27,9 +49,13 @@ fn main() {
         runs.push(started.elapsed());
         assert!(result.success && result.stdout == "1\n", "{result:?}");
     }
-    println!("sandbox benchmark, {iterations} fresh sandboxes (full boot)");
+    println!(
+        "{boot:?} boot: {iterations} fresh sandboxes; engine ready in {:.0} ms",
+        ms(engine_ready)
+    );
     report("create ready sandbox", &mut boots);
     report("execute print(1)", &mut runs);
+    boots[boots.len() / 2]
 }
 
 fn request() -> ExecRequest {

@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 
 use crate::config::{AppConfig, ConfigError, Loaded};
 use crate::packages::PackageSource;
-use crate::sandbox::{Engine, EngineConfig, ExecRequest, InputFile};
+use crate::sandbox::{BootMode, Engine, EngineConfig, ExecRequest, InputFile};
 
 #[derive(Debug, Parser)]
 #[command(name = "code-interpreter-mcp", version, about)]
@@ -95,6 +95,11 @@ pub fn engine_config(config: &AppConfig) -> EngineConfig {
             PackageSource::parse(&config.package_base_url)
         },
         runtime_package_installation: config.runtime_package_installation,
+        boot: if config.workers.boot == "full" {
+            BootMode::Full
+        } else {
+            BootMode::Snapshot
+        },
     }
 }
 

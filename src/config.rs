@@ -85,6 +85,10 @@ pub struct WorkersConfig {
     /// Cap on one WebAssembly linear memory (Python's heap) in MB, 16 to 4096.
     /// Environment: CODE_INTERPRETER_MCP_WASM_MEMORY_LIMIT_MB
     pub wasm_memory_limit_mb: u64,
+    /// How sandboxes start: "snapshot" restores a Pyodide memory snapshot taken once at start-up
+    /// (fast), "full" boots Pyodide from scratch every time (slow; the fallback).
+    /// Environment: CODE_INTERPRETER_MCP_BOOT
+    pub boot: String,
 }
 
 /// `[input_limits]`
@@ -195,6 +199,7 @@ impl Default for WorkersConfig {
             prewarmed_workers: 1,
             memory_limit_mb: 512,
             wasm_memory_limit_mb: 2048,
+            boot: "snapshot".into(),
         }
     }
 }
@@ -651,6 +656,12 @@ pub fn validate(c: &AppConfig, sources: &BTreeMap<String, Source>) -> Result<(),
                 "{} must not exceed workers.max_workers ({})",
                 w.prewarmed_workers, w.max_workers
             ),
+        );
+    }
+    if !matches!(w.boot.as_str(), "snapshot" | "full") {
+        return fail(
+            "workers.boot",
+            format!("{:?} must be \"snapshot\" or \"full\"", w.boot),
         );
     }
     if !matches!(c.log_format.as_str(), "text" | "json") {

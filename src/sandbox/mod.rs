@@ -55,6 +55,17 @@ pub struct EngineConfig {
     pub package_source: PackageSource,
     /// Load packages for recognised imports before the code runs.
     pub runtime_package_installation: bool,
+    /// How sandboxes start.
+    pub boot: BootMode,
+}
+
+/// How a sandbox's interpreter comes to life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BootMode {
+    /// Restore the Pyodide memory snapshot the engine took at start-up.
+    Snapshot,
+    /// Run CPython's whole start-up in every sandbox.
+    Full,
 }
 
 impl Default for EngineConfig {
@@ -66,6 +77,7 @@ impl Default for EngineConfig {
             wasm_memory_limit_mb: 2048,
             package_source: PackageSource::default_cdn(),
             runtime_package_installation: true,
+            boot: BootMode::Snapshot,
         }
     }
 }
@@ -181,6 +193,8 @@ pub(crate) struct EngineShared {
     pub assets: Arc<Assets>,
     pub fetcher: Fetcher,
     pub packages: Packages,
+    /// The Pyodide memory snapshot sandboxes restore (snapshot boot mode).
+    pub snapshot: std::sync::OnceLock<Arc<[u8]>>,
     _io: IoRuntime,
 }
 
@@ -229,15 +243,44 @@ impl Engine {
             assets.clone(),
             fetcher.clone(),
         );
-        Ok(Self {
+        let boot = config.boot;
+        let engine = Self {
             shared: Arc::new(EngineShared {
                 config,
                 assets,
                 fetcher,
                 packages,
+                snapshot: std::sync::OnceLock::new(),
                 _io: IoRuntime(Some(io)),
             }),
-        })
+        };
+        if boot == BootMode::Snapshot {
+            engine.take_snapshot()?;
+        }
+        Ok(engine)
+    }
+
+    /// Boots one interpreter before any user code exists, snapshots its memory and keeps the snapshot
+    /// for every later sandbox. Runs on a thread of its own (one isolate per thread at a time).
+    fn take_snapshot(&self) -> Result<(), EngineError> {
+        let started = Instant::now();
+        let shared = self.shared.clone();
+        let bytes = std::thread::Builder::new()
+            .name("snapshot-maker".into())
+            .stack_size(8 * 1024 * 1024)
+            .spawn(move || Sandbox::make_snapshot(shared))?
+            .join()
+            .map_err(|_| EngineError::Boot("the snapshot maker panicked".into()))?
+            .map_err(|e| {
+                EngineError::Boot(format!("taking the Pyodide memory snapshot failed: {e}"))
+            })?;
+        tracing::info!(
+            bytes = bytes.len(),
+            ms = started.elapsed().as_millis() as u64,
+            "Pyodide memory snapshot taken"
+        );
+        let _ = self.shared.snapshot.set(bytes.into());
+        Ok(())
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -271,7 +314,23 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
+    /// Boots an interpreter only to snapshot its memory.
+    fn make_snapshot(shared: Arc<EngineShared>) -> Result<Vec<u8>, EngineError> {
+        let sandbox = Self::boot_as(shared, true)?;
+        let state = sandbox.runtime.op_state();
+        let bytes = state
+            .borrow_mut()
+            .borrow_mut::<SandboxState>()
+            .snapshot_out
+            .take();
+        bytes.ok_or_else(|| EngineError::Boot("no memory snapshot was produced".into()))
+    }
+
     fn boot(shared: Arc<EngineShared>) -> Result<Self, EngineError> {
+        Self::boot_as(shared, false)
+    }
+
+    fn boot_as(shared: Arc<EngineShared>, make_snapshot: bool) -> Result<Self, EngineError> {
         let started = Instant::now();
         let tokio = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -288,7 +347,7 @@ impl Sandbox {
         // V8 posts delayed tasks to the runtime that is current when the isolate is created.
         let _context = tokio.enter();
         let mut runtime = JsRuntime::try_new(RuntimeOptions {
-            extensions: vec![ops::sandbox::init(shared.clone())],
+            extensions: vec![ops::sandbox::init(shared.clone(), make_snapshot)],
             module_loader: Some(Rc::new(loader)),
             create_params: Some(v8::CreateParams::default().heap_limits(0, heap_bytes)),
             ..Default::default()

@@ -37,6 +37,10 @@ pub(crate) struct SandboxState {
     /// Whether wheels and HTTPS downloads may still be fetched (false once runtime installation is
     /// disabled and initialisation is over).
     pub downloads_enabled: bool,
+    /// This isolate only boots to produce a memory snapshot.
+    pub make_snapshot: bool,
+    /// The snapshot it produced.
+    pub snapshot_out: Option<Vec<u8>>,
 }
 
 impl SandboxState {
@@ -53,6 +57,8 @@ impl SandboxState {
             report: None,
             watchdog: None,
             downloads_enabled: true,
+            make_snapshot: false,
+            snapshot_out: None,
         }
     }
 }
@@ -76,15 +82,19 @@ deno_core::extension!(
         op_sandbox_read_asset_text,
         op_sandbox_register,
         op_sandbox_report,
+        op_sandbox_snapshot,
         op_sandbox_start_clock,
+        op_sandbox_store_snapshot,
         op_sandbox_url_parse,
         op_sandbox_write,
     ],
     esm_entry_point = "ext:sandbox/runtime.js",
     esm = [dir "src/sandbox/js", "runtime.js"],
-    options = { shared: Arc<EngineShared> },
+    options = { shared: Arc<EngineShared>, make_snapshot: bool },
     state = |state, options| {
-        state.put(SandboxState::new(options.shared));
+        let mut sandbox = SandboxState::new(options.shared);
+        sandbox.make_snapshot = options.make_snapshot;
+        state.put(sandbox);
     },
 );
 
@@ -117,6 +127,10 @@ struct BootConfig {
     lock_file: String,
     runner_source: &'static str,
     auto_load: bool,
+    /// Boot only to take a memory snapshot.
+    make_snapshot: bool,
+    /// Restore the engine's memory snapshot instead of a full start-up.
+    load_snapshot: bool,
     env: std::collections::BTreeMap<&'static str, &'static str>,
 }
 
@@ -128,6 +142,8 @@ fn op_sandbox_boot_config(op_state: &mut OpState) -> BootConfig {
         lock_file: s.shared.assets.lock_json.to_string(),
         runner_source: super::RUNNER_PY,
         auto_load: s.shared.config.runtime_package_installation,
+        make_snapshot: s.make_snapshot,
+        load_snapshot: !s.make_snapshot && s.shared.snapshot.get().is_some(),
         env: [
             ("HOME", "/home/pyodide"),
             ("LANG", "C.UTF-8"),
@@ -136,6 +152,31 @@ fn op_sandbox_boot_config(op_state: &mut OpState) -> BootConfig {
         .into_iter()
         .collect(),
     }
+}
+
+/// A copy of the engine's memory snapshot for `loadPyodide({_loadSnapshot})`.
+#[op2]
+#[buffer]
+fn op_sandbox_snapshot(op_state: &mut OpState) -> Result<Vec<u8>, JsErrorBox> {
+    state(op_state)
+        .shared
+        .snapshot
+        .get()
+        .map(|s| s.to_vec())
+        .ok_or_else(|| JsErrorBox::generic("no memory snapshot"))
+}
+
+#[op2(fast)]
+fn op_sandbox_store_snapshot(
+    op_state: &mut OpState,
+    #[buffer] data: &[u8],
+) -> Result<(), JsErrorBox> {
+    let s = state_mut(op_state);
+    if !s.make_snapshot {
+        return Err(JsErrorBox::generic("this sandbox does not take snapshots"));
+    }
+    s.snapshot_out = Some(data.to_vec());
+    Ok(())
 }
 
 #[op2]

@@ -176,6 +176,7 @@ fn every_environment_override_applies_after_files() {
         ("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "2"),
         ("CODE_INTERPRETER_MCP_MEMORY_LIMIT_MB", "256"),
         ("CODE_INTERPRETER_MCP_WASM_MEMORY_LIMIT_MB", "1024"),
+        ("CODE_INTERPRETER_MCP_BOOT", "full"),
         (
             "CODE_INTERPRETER_MCP_HTTP_ALLOWED_HOSTS",
             " mcp.example.com ,, proxy.example.com:8443 ",
@@ -206,6 +207,7 @@ fn every_environment_override_applies_after_files() {
     assert_eq!(c.workers.prewarmed_workers, 2);
     assert_eq!(c.workers.memory_limit_mb, 256);
     assert_eq!(c.workers.wasm_memory_limit_mb, 1024);
+    assert_eq!(c.workers.boot, "full");
     assert_eq!(
         c.http_allowed_hosts,
         ["mcp.example.com", "proxy.example.com:8443"]
@@ -288,6 +290,10 @@ fn validation_rules_name_the_key_the_source_and_what_is_allowed() {
         (
             "log_format = \"xml\"\n",
             &["log_format", "\"text\" or \"json\""],
+        ),
+        (
+            "[workers]\nboot = \"fast\"\n",
+            &["workers.boot", "\"snapshot\" or \"full\""],
         ),
         (
             "allowed_hosts = [\"https://pypi.org\"]\n",

@@ -190,3 +190,48 @@ fn recognised_imports_load_packages_before_the_clock_starts() {
         "package loading took only {elapsed:?}, so this test proves nothing; lower the timeout"
     );
 }
+
+/// The full-boot fallback: the same contract without the memory snapshot.
+#[test]
+fn full_boot_mode_keeps_the_contract() {
+    use code_interpreter_mcp::sandbox::{BootMode, Engine, EngineConfig};
+    let engine = Engine::new(EngineConfig {
+        boot: BootMode::Full,
+        package_source: code_interpreter_mcp::packages::PackageSource::Dir(
+            crate::common::package_mirror(),
+        ),
+        ..EngineConfig::default()
+    })
+    .expect("engine");
+    let run = |code: &str| engine.execute(crate::common::request(code));
+    let first = run(
+        "import random, os\nx = 1\nopen('f.txt', 'w').write('x')\n(random.random(), os.urandom(8).hex())",
+    );
+    let second = run(
+        "import random, os\n('x' in globals(), os.path.exists('f.txt'), random.random(), os.urandom(8).hex())",
+    );
+    let (a, b) = (
+        ok(&first).result.clone().unwrap(),
+        ok(&second).result.clone().unwrap(),
+    );
+    assert!(b.starts_with("(False, False, "), "{b}");
+    assert!(!b.contains(&a[1..a.len() - 1]), "{a} vs {b}");
+    let r = run("import js\nhasattr(js, 'Deno')");
+    assert_eq!(ok(&r).result.as_deref(), Some("False"));
+}
+
+#[test]
+fn snapshot_sandboxes_do_not_share_module_state_or_random_streams() {
+    // The default engine restores a memory snapshot: module-level side effects and sys.modules entries
+    // of one call must not appear in the next, and random generators are reseeded.
+    let first = run(
+        "import json, sys\njson.MARKER = 1\nsys.modules['planted'] = json\nimport random\nrandom.random()",
+    );
+    let second = run(
+        "import json, sys, random\n(hasattr(json, 'MARKER'), 'planted' in sys.modules, random.random())",
+    );
+    let a = ok(&first).result.clone().unwrap();
+    let b = ok(&second).result.clone().unwrap();
+    assert!(b.starts_with("(False, False, "), "{b}");
+    assert!(!b.contains(&a), "random stream repeated: {a} in {b}");
+}

@@ -320,19 +320,23 @@ fn a_failed_initialisation_never_binds() {
         std::fs::copy(real.join(f), dir.join(f)).unwrap();
     }
     std::fs::write(dir.join("python_stdlib.zip"), b"not a zip archive").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
-        .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
-        .env("CODE_INTERPRETER_MCP_ASSET_DIR", &dir)
-        .env("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "1")
-        .output()
-        .unwrap();
-    assert_ne!(out.status.code(), Some(0));
-    assert!(out.stdout.is_empty(), "no announcement");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("prewarmed worker 0 failed to initialise Pyodide"),
-        "{err}"
-    );
+    for (boot, expected) in [
+        ("snapshot", "taking the Pyodide memory snapshot failed"),
+        ("full", "prewarmed worker 0 failed to initialise Pyodide"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
+            .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
+            .env("CODE_INTERPRETER_MCP_ASSET_DIR", &dir)
+            .env("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "1")
+            .env("CODE_INTERPRETER_MCP_BOOT", boot)
+            .output()
+            .unwrap();
+        assert_ne!(out.status.code(), Some(0));
+        assert!(out.stdout.is_empty(), "no announcement");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expected), "{err}");
+        assert!(err.contains("Fatal Python error"), "{err}");
+    }
 }
 
 #[test]

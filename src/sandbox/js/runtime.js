@@ -24,7 +24,9 @@ const {
   op_sandbox_read_asset_text,
   op_sandbox_register,
   op_sandbox_report,
+  op_sandbox_snapshot,
   op_sandbox_start_clock,
+  op_sandbox_store_snapshot,
   op_sandbox_url_parse,
   op_sandbox_write,
 } = core.ops;
@@ -474,6 +476,11 @@ const FORBIDDEN_GLOBALS = [
 // Virtual directory under which Pyodide asks for its runtime files; served by op_sandbox_read_asset.
 const INDEX_URL = "/pyodide/";
 
+/** Imported before a snapshot is taken: the runner's modules. */
+const SNAPSHOT_PRELOAD = "import ast, linecache, traceback\nimport pyodide.code";
+/** After restoring a snapshot: reseed every random generator that the snapshot may have frozen. */
+const RESEED = "import sys\nif 'random' in sys.modules:\n    sys.modules['random'].seed()";
+
 let pyodide = null;
 let runner = null;
 let autoLoad = false;
@@ -497,7 +504,13 @@ async function boot() {
   const { loadPyodide } = await import("asset:///pyodide.mjs");
   const asm = await import("asset:///pyodide.asm.mjs");
 
+  const snapshotOptions = cfg.makeSnapshot
+    ? { _makeSnapshot: true }
+    : cfg.loadSnapshot
+      ? { _loadSnapshot: op_sandbox_snapshot() }
+      : {};
   pyodide = await loadPyodide({
+    ...snapshotOptions,
     indexURL: INDEX_URL,
     lockFileContents: cfg.lockFile,
     packageBaseUrl: INDEX_URL,
@@ -516,6 +529,17 @@ async function boot() {
       }
     },
   });
+
+  if (cfg.makeSnapshot) {
+    // Modules every run needs are imported once, into the snapshot; nothing else happens before it.
+    pyodide.runPython(SNAPSHOT_PRELOAD);
+    op_sandbox_store_snapshot(pyodide.makeMemorySnapshot());
+    return;
+  }
+  if (cfg.loadSnapshot) {
+    // The snapshot froze whatever random state existed: draw fresh OS entropy.
+    pyodide.runPython(RESEED);
+  }
 
   // Raw byte streams: Python's own buffering decides when to write; Rust keeps the bytes.
   pyodide.setStdout({ write: (buf) => op_sandbox_write(1, buf) });
