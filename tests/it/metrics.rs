@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::server::{Server, call_stateless, client};
+use crate::server::{Server, call_stateless, client, send_stateless, tool_call_body};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -313,23 +313,15 @@ fn cancelled_calls_are_counted() {
         .timeout(Duration::from_millis(700))
         .build()
         .unwrap();
-    let body = json!({
-        "jsonrpc": "2.0", "id": 5, "method": "tools/call",
-        "params": {"name": "run_python_code", "arguments": {"code": "'never'"}, "_meta": {
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientInfo": {"name": "it", "version": "1"},
-            "io.modelcontextprotocol/clientCapabilities": {}}}
-    });
-    let gave_up = impatient
-        .post(&server.url)
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json, text/event-stream")
-        .header("MCP-Protocol-Version", "2026-07-28")
-        .header("Mcp-Method", "tools/call")
-        .header("Mcp-Name", "run_python_code")
-        .body(body.to_string())
-        .send()
-        .and_then(|r| r.text());
+    let body = tool_call_body("run_python_code", json!({"code": "'never'"}), None);
+    let gave_up = send_stateless(
+        &impatient,
+        &server.url,
+        "tools/call",
+        Some("run_python_code"),
+        &body,
+    )
+    .and_then(|r| r.text());
     assert!(
         gave_up.is_err(),
         "the call was still queued when the client left"

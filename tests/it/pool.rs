@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::server::{Server, call_stateless, client};
+use crate::server::{Server, call_stateless, client, send_stateless, tool_call_body};
 
 fn spawn_call(server: &Server, arguments: Value) -> thread::JoinHandle<Value> {
     let url = server.url.clone();
@@ -86,30 +86,10 @@ fn stream_messages(response: reqwest::blocking::Response) -> Vec<Value> {
 }
 
 fn call_with_token(url: &str, token: &str, code: &str) -> Vec<Value> {
-    let body = json!({
-        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {
-            "name": "run_python_code",
-            "arguments": {"code": code},
-            "_meta": {
-                "progressToken": token,
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientInfo": {"name": "it", "version": "1"},
-                "io.modelcontextprotocol/clientCapabilities": {}
-            }
-        }
-    });
-    let response = client()
-        .post(url)
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json, text/event-stream")
-        .header("MCP-Protocol-Version", "2026-07-28")
-        .header("Mcp-Method", "tools/call")
-        .header("Mcp-Name", "run_python_code")
-        .body(body.to_string())
-        .send()
-        .unwrap();
-    stream_messages(response)
+    let body = tool_call_body("run_python_code", json!({"code": code}), Some(token));
+    stream_messages(
+        send_stateless(&client(), url, "tools/call", Some("run_python_code"), &body).unwrap(),
+    )
 }
 
 fn progress_messages(messages: &[Value], token: &str) -> Vec<String> {
@@ -139,7 +119,7 @@ fn queued_calls_get_their_position_and_running_calls_a_heartbeat() {
         notices.iter().all(|n| n.contains("queued: position 1")),
         "{notices:?}"
     );
-    let result = queued.iter().find(|m| m["id"] == 1).expect("the result");
+    let result = queued.iter().find(|m| m["id"] == 7).expect("the result");
     assert_eq!(result["result"]["structuredContent"]["result"], "second");
 
     let first = running.join().unwrap();

@@ -109,24 +109,8 @@ pub fn call_stateless(server: &Server, arguments: Value) -> Value {
 
 /// tools/list in the 2026-07-28 era; the tools sorted by name.
 pub fn list_tools_stateless(server: &Server) -> Vec<Value> {
-    let body = json!({
-        "jsonrpc": "2.0", "id": 8, "method": "tools/list",
-        "params": {"_meta": {
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientInfo": {"name": "it", "version": "1"},
-            "io.modelcontextprotocol/clientCapabilities": {}
-        }}
-    });
-    let response = client()
-        .post(&server.url)
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json, text/event-stream")
-        .header("MCP-Protocol-Version", "2026-07-28")
-        .header("Mcp-Method", "tools/list")
-        .body(body.to_string())
-        .send()
-        .unwrap();
-    let reply = message(response);
+    let body = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/list", "params": {"_meta": stateless_meta()}});
+    let reply = message(send_stateless(&client(), &server.url, "tools/list", None, &body).unwrap());
     let mut tools = reply["result"]["tools"]
         .as_array()
         .unwrap_or_else(|| panic!("{reply}"))
@@ -136,30 +120,51 @@ pub fn list_tools_stateless(server: &Server) -> Vec<Value> {
 }
 
 pub fn call_tool_stateless(server: &Server, tool: &str, arguments: Value) -> Value {
-    let body = json!({
+    let body = tool_call_body(tool, arguments, None);
+    let response = send_stateless(&client(), &server.url, "tools/call", Some(tool), &body).unwrap();
+    assert_eq!(response.status(), 200);
+    message(response)
+}
+
+/// The `_meta` a 2026-07-28 request carries instead of an initialize handshake.
+pub fn stateless_meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "it", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}
+    })
+}
+
+/// A 2026-07-28 tools/call request, with a progress token when given.
+pub fn tool_call_body(tool: &str, arguments: Value, progress_token: Option<&str>) -> Value {
+    let mut meta = stateless_meta();
+    if let Some(token) = progress_token {
+        meta["progressToken"] = json!(token);
+    }
+    json!({
         "jsonrpc": "2.0", "id": 7, "method": "tools/call",
-        "params": {
-            "name": tool,
-            "arguments": arguments,
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientInfo": {"name": "it", "version": "1"},
-                "io.modelcontextprotocol/clientCapabilities": {}
-            }
-        }
-    });
-    let response = client()
-        .post(&server.url)
+        "params": {"name": tool, "arguments": arguments, "_meta": meta}
+    })
+}
+
+/// POSTs a 2026-07-28 request with the headers that era requires.
+pub fn send_stateless(
+    http: &reqwest::blocking::Client,
+    url: &str,
+    method: &str,
+    name: Option<&str>,
+    body: &Value,
+) -> reqwest::Result<reqwest::blocking::Response> {
+    let mut request = http
+        .post(url)
         .header("Content-Type", "application/json")
         .header("Accept", "application/json, text/event-stream")
         .header("MCP-Protocol-Version", "2026-07-28")
-        .header("Mcp-Method", "tools/call")
-        .header("Mcp-Name", tool)
-        .body(body.to_string())
-        .send()
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    message(response)
+        .header("Mcp-Method", method);
+    if let Some(name) = name {
+        request = request.header("Mcp-Name", name);
+    }
+    request.body(body.to_string()).send()
 }
 
 #[test]
