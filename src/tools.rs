@@ -244,15 +244,11 @@ async fn wait_with_progress(mut ticket: Ticket, progress: Option<Progress>) -> C
 
 fn validation_error(message: String) -> Completed {
     telemetry::rejection(Rejection::Validation);
-    Completed {
-        result: ExecResult::failure(ExecError::new(
-            ErrorKind::Validation,
-            "ValidationError",
-            message,
-        )),
-        queue_wait: Duration::ZERO,
-        execution: Duration::ZERO,
-    }
+    Completed::immediate(ExecResult::failure(ExecError::new(
+        ErrorKind::Validation,
+        "ValidationError",
+        message,
+    )))
 }
 
 #[tool_router]

@@ -1,0 +1,208 @@
+//! Load benchmark over MCP against the real server, in both boot modes: start-to-ready time, resident
+//! memory, `print(1)` round trips at concurrency 1 and 8 (p50/p90/p99) and sustained calls per second,
+//! every call in a fresh sandbox. Run with `cargo bench --bench load`; `LOAD_CALLS` (default 24) sets
+//! the number of calls per concurrency level.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+struct Server {
+    child: Child,
+    url: String,
+    start_to_ready: Duration,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(boot: &str) -> Server {
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
+        .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
+        .env("CODE_INTERPRETER_MCP_BOOT", boot)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("server starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .expect("announcement");
+    let url = line.trim().rsplit(' ').next().unwrap().to_string();
+    let ready = url.replace("/mcp", "/readyz");
+    let http = reqwest::blocking::Client::new();
+    while http
+        .get(&ready)
+        .send()
+        .map(|r| r.status() != 200)
+        .unwrap_or(true)
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Server {
+        child,
+        url,
+        start_to_ready: started.elapsed(),
+    }
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(f64::NAN)
+}
+
+fn call(http: &reqwest::blocking::Client, url: &str) -> Duration {
+    let body = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "run_python_code", "arguments": {"code": "print(1)"}, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "load", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {}}}
+    });
+    let started = Instant::now();
+    let reply: Value = http
+        .post(url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", "tools/call")
+        .header("Mcp-Name", "run_python_code")
+        .body(body.to_string())
+        .send()
+        .and_then(|r| r.json())
+        .expect("a reply");
+    let elapsed = started.elapsed();
+    assert_eq!(
+        reply["result"]["structuredContent"]["stdout"], "1\n",
+        "{reply}"
+    );
+    elapsed
+}
+
+/// Round trips of `calls` calls spread over `concurrency` clients, and the wall time for all.
+fn drive(url: &str, calls: usize, concurrency: usize) -> (Vec<Duration>, Duration) {
+    let started = Instant::now();
+    let per_client = calls.div_ceil(concurrency);
+    let handles: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let url = url.to_string();
+            std::thread::spawn(move || {
+                let http = reqwest::blocking::Client::builder()
+                    .timeout(Duration::from_secs(300))
+                    .build()
+                    .unwrap();
+                (0..per_client)
+                    .map(|_| call(&http, &url))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut samples: Vec<Duration> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    samples.sort();
+    (samples, started.elapsed())
+}
+
+fn pct(samples: &[Duration], q: f64) -> f64 {
+    samples[((samples.len() as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1000.0
+}
+
+struct Row {
+    mode: &'static str,
+    start_to_ready: Duration,
+    rss_ready: f64,
+    rss_loaded: f64,
+    c1: Vec<Duration>,
+    c8: Vec<Duration>,
+    c8_rate: f64,
+}
+
+fn main() {
+    let calls: usize = std::env::var("LOAD_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(24);
+    let mut rows = Vec::new();
+    for mode in ["full", "snapshot"] {
+        let server = start(mode);
+        let rss_ready = rss_mib(server.child.id());
+        // Sequential calls, with a pause so a prewarmed worker can prepare the next sandbox.
+        let mut c1 = Vec::new();
+        let http = reqwest::blocking::Client::new();
+        for _ in 0..calls {
+            c1.push(call(&http, &server.url));
+            std::thread::sleep(Duration::from_millis(if mode == "full" {
+                3000
+            } else {
+                400
+            }));
+        }
+        c1.sort();
+        let (c8, wall) = drive(&server.url, calls, 8);
+        let rss_loaded = rss_mib(server.child.id());
+        rows.push(Row {
+            mode,
+            start_to_ready: server.start_to_ready,
+            rss_ready,
+            rss_loaded,
+            c8_rate: c8.len() as f64 / wall.as_secs_f64(),
+            c1,
+            c8,
+        });
+    }
+    println!(
+        "load benchmark: {calls} print(1) calls per level, default pool (2 workers, 1 prewarmed)"
+    );
+    println!(
+        "{:<9} {:>14} {:>11} {:>12} {:>24} {:>24} {:>10}",
+        "boot",
+        "start→ready ms",
+        "RSS idle",
+        "RSS loaded",
+        "c=1 p50/p90/p99 ms",
+        "c=8 p50/p90/p99 ms",
+        "c=8 call/s"
+    );
+    for r in &rows {
+        println!(
+            "{:<9} {:>14.0} {:>8.0} MiB {:>8.0} MiB {:>24} {:>24} {:>10.2}",
+            r.mode,
+            r.start_to_ready.as_secs_f64() * 1000.0,
+            r.rss_ready,
+            r.rss_loaded,
+            format!(
+                "{:.0}/{:.0}/{:.0}",
+                pct(&r.c1, 0.5),
+                pct(&r.c1, 0.9),
+                pct(&r.c1, 0.99)
+            ),
+            format!(
+                "{:.0}/{:.0}/{:.0}",
+                pct(&r.c8, 0.5),
+                pct(&r.c8, 0.9),
+                pct(&r.c8, 0.99)
+            ),
+            r.c8_rate,
+        );
+    }
+    let (full, snap) = (&rows[0], &rows[1]);
+    println!(
+        "snapshot vs full: c=1 p50 {:.1}x faster, c=8 throughput {:.1}x higher",
+        pct(&full.c1, 0.5) / pct(&snap.c1, 0.5),
+        snap.c8_rate / full.c8_rate
+    );
+}
