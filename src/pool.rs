@@ -88,6 +88,8 @@ struct Job {
 struct Queue {
     jobs: VecDeque<Job>,
     closed: bool,
+    /// Idle workers holding a ready sandbox: while any exists, workers without one leave jobs to them.
+    ready_idle: usize,
 }
 
 struct Shared {
@@ -221,7 +223,8 @@ impl Pool {
         });
         telemetry::queue_depth(queue.jobs.len());
         drop(queue);
-        self.shared.available.notify_one();
+        // Every idle worker re-checks: the one with a ready sandbox takes the job first.
+        self.shared.available.notify_all();
         Ok(Ticket {
             id,
             started,
@@ -388,7 +391,7 @@ impl Worker {
             }
         }
         drop(ack);
-        while let Some(job) = self.next_job() {
+        while let Some(job) = self.next_job(ready.is_some()) {
             job.started.store(true, Ordering::SeqCst);
             let queue_wait = job.enqueued.elapsed();
             telemetry::queue_wait(QueueExit::Dispatched, queue_wait);
@@ -444,16 +447,22 @@ impl Worker {
         self.shared.lock().is_none_or(|q| q.closed)
     }
 
-    /// The next job in FIFO order; `None` when the pool shuts down (or its queue broke).
-    fn next_job(&self) -> Option<Job> {
+    /// The next job in FIFO order; `None` when the pool shuts down (or its queue broke). A worker
+    /// without a ready sandbox takes a job only when no idle worker has one, so a call finds a
+    /// prewarmed sandbox whenever one exists.
+    fn next_job(&self, has_ready_sandbox: bool) -> Option<Job> {
         let mut queue = self.shared.lock()?;
-        loop {
-            if let Some(job) = queue.jobs.pop_front() {
+        if has_ready_sandbox {
+            queue.ready_idle += 1;
+        }
+        let job = loop {
+            if !queue.jobs.is_empty() && (has_ready_sandbox || queue.ready_idle == 0) {
+                let job = queue.jobs.pop_front();
                 telemetry::queue_depth(queue.jobs.len());
-                return Some(job);
+                break job;
             }
             if queue.closed {
-                return None;
+                break None;
             }
             queue = match self.shared.available.wait(queue) {
                 Ok(q) => q,
@@ -462,7 +471,13 @@ impl Worker {
                     return None;
                 }
             };
+        };
+        if has_ready_sandbox {
+            queue.ready_idle -= 1;
+            // Workers without a sandbox may now be the only idle ones.
+            self.shared.available.notify_all();
         }
+        job
     }
 
     /// Debug builds only: panics when the code contains the marker named by

@@ -487,3 +487,32 @@ fn the_dashboard_and_alerts_use_only_exported_series() {
         assert!(alerts.contains(alert), "{alert}");
     }
 }
+
+#[test]
+fn calls_go_to_the_prewarmed_sandbox_while_one_is_ready() {
+    let port = free_port();
+    let port_s = port.to_string();
+    let server = Server::start(&[
+        ("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true"),
+        ("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", &port_s),
+        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "2"),
+        ("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "1"),
+    ]);
+    let replenished = "code_interpreter_mcp_isolate_initialization_duration_seconds_count{phase=\"replenishment\",outcome=\"success\"}";
+    for n in 1..=3 {
+        let reply = call_stateless(&server, json!({"code": "1"}));
+        assert_eq!(reply["result"]["structuredContent"]["success"], true);
+        // The prewarmed worker prepares a replacement right away; wait until it is ready again.
+        wait_for(port, replenished, f64::from(n));
+        wait_for(port, "code_interpreter_mcp_workers{state=\"idle\"}", 2.0);
+    }
+    let (_, samples) = scrape(port);
+    assert_eq!(
+        value(
+            &samples,
+            "code_interpreter_mcp_isolate_initialization_duration_seconds_count{phase=\"on_demand\",outcome=\"success\"}"
+        ),
+        0.0,
+        "the worker without a sandbox never had to boot one"
+    );
+}
