@@ -36,56 +36,11 @@ if ! cmp -s "$HERE/package-lock.json" "$TOOLS/node_modules/.installed-lock.json"
 fi
 
 # --- start the server ---------------------------------------------------------------------------
-BIN="${CIM_BIN:-target/debug/code-interpreter-mcp}"
-case "$BIN" in /*) ;; *) BIN="$ROOT/$BIN" ;; esac
-if [ ! -x "$BIN" ]; then
-  echo "conformance: server binary not found: $BIN (build it first or set CIM_BIN)" >&2
-  exit 1
-fi
-if [ -z "${CODE_INTERPRETER_MCP_PACKAGE_BASE_URL:-}" ] && [ -d "$ROOT/../shared/pyodide-packages" ]; then
-  export CODE_INTERPRETER_MCP_PACKAGE_BASE_URL="$(cd "$ROOT/../shared/pyodide-packages" && pwd)"
-fi
-
+# shellcheck source=../lib/server.sh
+. "$ROOT/tests/lib/server.sh"
 rm -rf "$RESULTS"
 mkdir -p "$RESULTS"
-SERVER_OUT="$RESULTS/server.stdout"
-SERVER_ERR="$RESULTS/server.stderr"
-SERVER_PID=""
-stop_server() {
-  if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-    kill "$SERVER_PID" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-  fi
-  SERVER_PID=""
-}
-trap stop_server EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-: >"$SERVER_OUT"
-: >"$SERVER_ERR"
-CODE_INTERPRETER_MCP_BIND_ADDR=127.0.0.1:0 RUST_LOG="${RUST_LOG:-warn}" \
-  "$BIN" >"$SERVER_OUT" 2>"$SERVER_ERR" </dev/null &
-SERVER_PID=$!
-
-URL=""
-for _ in $(seq 600); do # up to 60 s
-  URL="$(sed -n 's#^code-interpreter-mcp listening on port [0-9][0-9]* at \(http://[^ ]*\)$#\1#p' "$SERVER_OUT" | head -n1 || true)"
-  [ -n "$URL" ] && break
-  if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-    echo "conformance: server exited before announcing its URL; stderr:" >&2
-    cat "$SERVER_ERR" >&2
-    exit 1
-  fi
-  sleep 0.1
-done
-if [ -z "$URL" ]; then
-  echo "conformance: server did not announce its URL within 60 s; stderr:" >&2
-  cat "$SERVER_ERR" >&2
-  exit 1
-fi
+start_server conformance "$RESULTS"
 
 # --- which scenario applies to which version (from the suite's own list) ------------------------
 LISTING="$("$NODE" "$CLI" list --server)"
