@@ -40,13 +40,18 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
 
     let mut boots = Vec::with_capacity(iterations);
     let mut runs = Vec::with_capacity(iterations);
+    let mut teardowns = Vec::with_capacity(iterations);
     for _ in 0..iterations {
         let started = Instant::now();
         let sandbox = engine.boot().expect("boot");
         boots.push(started.elapsed());
+        let mut sandbox = sandbox;
         let started = Instant::now();
-        let result = sandbox.execute(request());
+        let result = sandbox.run(request());
         runs.push(started.elapsed());
+        let started = Instant::now();
+        drop(sandbox);
+        teardowns.push(started.elapsed());
         assert!(result.success && result.stdout == "1\n", "{result:?}");
     }
     println!(
@@ -55,6 +60,7 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
     );
     report("create ready sandbox", &mut boots);
     report("execute print(1)", &mut runs);
+    report("discard used sandbox", &mut teardowns);
     boots[boots.len() / 2]
 }
 

@@ -401,25 +401,31 @@ impl Worker {
                 Some(sandbox) => Ok(sandbox),
                 None => self.boot(&guard, InitPhase::OnDemand),
             };
-            let result = match sandbox {
-                Ok(sandbox) => {
+            let (result, used) = match sandbox {
+                Ok(mut sandbox) => {
                     guard.set(WorkerState::Executing);
                     let executing = Instant::now();
-                    let result = sandbox.execute(job.request);
+                    let result = sandbox.run(job.request);
                     telemetry::python_execution(execution_outcome(&result), executing.elapsed());
-                    result
+                    (result, Some(sandbox))
                 }
-                Err(e) => ExecResult::failure(ExecError::new(
-                    ErrorKind::Runtime,
-                    "SandboxStartupError",
-                    e.to_string(),
-                )),
+                Err(e) => (
+                    ExecResult::failure(ExecError::new(
+                        ErrorKind::Runtime,
+                        "SandboxStartupError",
+                        e.to_string(),
+                    )),
+                    None,
+                ),
             };
             let _ = job.reply.send(Completed {
                 result,
                 queue_wait,
                 execution: started.elapsed(),
             });
+            // The caller has its result; now tear the used isolate down (reported as preparing).
+            guard.set(WorkerState::Initializing);
+            drop(used);
             if self.prewarmed && !self.closed() {
                 match self.boot(&guard, InitPhase::Replenishment) {
                     Ok(sandbox) => ready = Some(sandbox),

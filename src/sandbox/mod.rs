@@ -311,6 +311,7 @@ pub struct Sandbox {
     tokio: tokio::runtime::Runtime,
     heap_exhausted: Arc<AtomicBool>,
     boot_time: Duration,
+    used: bool,
 }
 
 impl Sandbox {
@@ -418,6 +419,7 @@ impl Sandbox {
             tokio,
             heap_exhausted,
             boot_time: started.elapsed(),
+            used: false,
         })
     }
 
@@ -428,6 +430,20 @@ impl Sandbox {
 
     /// Runs one request. The sandbox is consumed: its isolate is discarded afterwards.
     pub fn execute(mut self, request: ExecRequest) -> ExecResult {
+        self.run(request)
+    }
+
+    /// Runs one request and leaves the used sandbox to the caller, who drops it (tearing down the
+    /// isolate takes a while) after the result has been handed on. A sandbox runs one request only;
+    /// a second call returns a runtime error.
+    pub fn run(&mut self, request: ExecRequest) -> ExecResult {
+        if std::mem::replace(&mut self.used, true) {
+            return ExecResult::failure(ExecError::new(
+                ErrorKind::Runtime,
+                "SandboxError",
+                "a sandbox runs one request only",
+            ));
+        }
         let timeout_ms = request.timeout.as_millis();
         let watchdog = Watchdog::start(
             self.runtime.v8_isolate().thread_safe_handle(),

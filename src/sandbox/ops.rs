@@ -87,6 +87,7 @@ deno_core::extension!(
         op_sandbox_store_snapshot,
         op_sandbox_url_parse,
         op_sandbox_write,
+        op_sandbox_yield,
     ],
     esm_entry_point = "ext:sandbox/runtime.js",
     esm = [dir "src/sandbox/js", "runtime.js"],
@@ -202,6 +203,10 @@ fn op_sandbox_write(op_state: &mut OpState, fd: u32, #[buffer] data: &[u8]) -> u
     }
     data.len() as u32
 }
+
+/// Resolves on the next turn of the event loop: a zero-delay task (timers have a 1 ms floor).
+#[op2(async(deferred), fast)]
+async fn op_sandbox_yield() {}
 
 #[op2(fast)]
 fn op_sandbox_random_fill(#[buffer] data: &mut [u8]) -> Result<(), JsErrorBox> {

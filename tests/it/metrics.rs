@@ -139,7 +139,9 @@ fn scripted_calls_move_exactly_the_expected_series() {
         json!({"code": "1", "files": [{"path": "/abs", "content_base64": ""}]}),
     );
 
-    // one running, one queued (gauges), one overloaded
+    // one running, one queued (gauges), one overloaded; first let the worker finish discarding the
+    // previous sandbox
+    wait_for(port, "code_interpreter_mcp_workers{state=\"idle\"}", 1.0);
     let url = server.url.clone();
     let running = thread::spawn(move || {
         call_stateless(
@@ -240,10 +242,8 @@ fn scripted_calls_move_exactly_the_expected_series() {
         value(&after, "code_interpreter_mcp_execution_queue_depth"),
         0.0
     );
-    assert_eq!(
-        value(&after, "code_interpreter_mcp_workers{state=\"idle\"}"),
-        1.0
-    );
+    // Once the last used sandbox is discarded, the worker is idle again.
+    wait_for(port, "code_interpreter_mcp_workers{state=\"idle\"}", 1.0);
 
     // Bucket boundaries.
     for le in [

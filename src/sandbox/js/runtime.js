@@ -29,6 +29,7 @@ const {
   op_sandbox_store_snapshot,
   op_sandbox_url_parse,
   op_sandbox_write,
+  op_sandbox_yield,
 } = core.ops;
 
 // ---------------------------------------------------------------------------------------------------
@@ -242,6 +243,26 @@ const setInterval = (cb, delay = 0, ...args) => addTimer(cb, delay, args, true);
 const clearTimeout = (id) => clearTimer(id);
 const clearInterval = (id) => clearTimer(id);
 
+/**
+ * The part of MessageChannel that Pyodide uses to schedule zero-delay tasks (asyncio's call_soon):
+ * a message posted on port2 reaches port1.onmessage on the next event-loop turn, without the 1 ms
+ * floor of timers.
+ */
+class MessageChannel {
+  constructor() {
+    const port1 = { onmessage: null, start() {}, close() {} };
+    const port2 = {
+      postMessage(data) {
+        op_sandbox_yield().then(() => port1.onmessage?.({ data }));
+      },
+      start() {},
+      close() {},
+    };
+    this.port1 = port1;
+    this.port2 = port2;
+  }
+}
+
 const crypto = {
   getRandomValues(view) {
     if (!ArrayBuffer.isView(view) || view instanceof Float32Array || view instanceof Float64Array) {
@@ -447,6 +468,7 @@ for (const [name, value] of Object.entries({
   Request,
   AbortController,
   AbortSignal,
+  MessageChannel,
   console,
 })) {
   Object.defineProperty(globalThis, name, {
