@@ -582,6 +582,20 @@ pub fn validate(c: &AppConfig, sources: &BTreeMap<String, Source>) -> Result<(),
             source_of(sources, key)
         )))
     };
+    let in_range = |key: &str, value: u64, range: std::ops::RangeInclusive<u64>, unit: &str| {
+        if range.contains(&value) {
+            Ok(())
+        } else {
+            fail(
+                key,
+                format!(
+                    "{value} is outside {}..={}{unit}",
+                    range.start(),
+                    range.end()
+                ),
+            )
+        }
+    };
     let bind: SocketAddr = match c.bind_addr.parse() {
         Ok(a) => a,
         Err(_) => {
@@ -596,18 +610,18 @@ pub fn validate(c: &AppConfig, sources: &BTreeMap<String, Source>) -> Result<(),
     };
     const MAX_KB: u64 = 1_048_576;
     let il = &c.input_limits;
-    if !(1..=MAX_KB).contains(&il.max_file_kb) {
-        return fail(
-            "input_limits.max_file_kb",
-            format!("{} is outside 1..=1048576 KB", il.max_file_kb),
-        );
-    }
-    if !(1..=MAX_KB).contains(&il.max_total_file_kb) {
-        return fail(
-            "input_limits.max_total_file_kb",
-            format!("{} is outside 1..=1048576 KB", il.max_total_file_kb),
-        );
-    }
+    in_range(
+        "input_limits.max_file_kb",
+        il.max_file_kb,
+        1..=MAX_KB,
+        " KB",
+    )?;
+    in_range(
+        "input_limits.max_total_file_kb",
+        il.max_total_file_kb,
+        1..=MAX_KB,
+        " KB",
+    )?;
     if il.max_file_kb > il.max_total_file_kb {
         return fail(
             "input_limits.max_file_kb",
@@ -631,24 +645,19 @@ pub fn validate(c: &AppConfig, sources: &BTreeMap<String, Source>) -> Result<(),
             ),
         );
     }
-    if !(16..=4096).contains(&w.wasm_memory_limit_mb) {
-        return fail(
-            "workers.wasm_memory_limit_mb",
-            format!("{} is outside 16..=4096 MB", w.wasm_memory_limit_mb),
-        );
-    }
-    if !(1..=1024).contains(&w.max_workers) {
-        return fail(
-            "workers.max_workers",
-            format!("{} is outside 1..=1024", w.max_workers),
-        );
-    }
-    if w.queue_capacity > 1_000_000 {
-        return fail(
-            "workers.queue_capacity",
-            format!("{} is outside 0..=1000000", w.queue_capacity),
-        );
-    }
+    in_range(
+        "workers.wasm_memory_limit_mb",
+        w.wasm_memory_limit_mb,
+        16..=4096,
+        " MB",
+    )?;
+    in_range("workers.max_workers", w.max_workers, 1..=1024, "")?;
+    in_range(
+        "workers.queue_capacity",
+        w.queue_capacity,
+        0..=1_000_000,
+        "",
+    )?;
     if w.prewarmed_workers > w.max_workers {
         return fail(
             "workers.prewarmed_workers",
@@ -705,12 +714,7 @@ pub fn validate(c: &AppConfig, sources: &BTreeMap<String, Source>) -> Result<(),
                 ),
             );
         }
-        if !(1..=65535).contains(&p.port) {
-            return fail(
-                "integrations.prometheus.port",
-                format!("{} is outside 1..=65535", p.port),
-            );
-        }
+        in_range("integrations.prometheus.port", p.port, 1..=65535, "")?;
         if p.port == u64::from(bind.port()) {
             return fail(
                 "integrations.prometheus.port",

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::server::{Server, call_stateless, client, send_stateless, tool_call_body};
+use crate::server::{Server, call_stateless, client, post_legacy, send_stateless, tool_call_body};
 
 fn spawn_call(server: &Server, arguments: Value) -> thread::JoinHandle<Value> {
     let url = server.url.clone();
@@ -145,16 +145,7 @@ fn cancelling_a_queued_call_removes_it_from_the_queue() {
     ]);
     let http = client();
     let post = |session: Option<&str>, body: Value| {
-        let mut req = http
-            .post(&server.url)
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json, text/event-stream");
-        if let Some(id) = session {
-            req = req
-                .header("Mcp-Session-Id", id)
-                .header("MCP-Protocol-Version", "2025-06-18");
-        }
-        req.body(body.to_string()).send().unwrap()
+        post_legacy(&http, &server.url, session, "2025-06-18", body)
     };
     let init = post(
         None,

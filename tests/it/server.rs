@@ -147,6 +147,26 @@ pub fn tool_call_body(tool: &str, arguments: Value, progress_token: Option<&str>
     })
 }
 
+/// POSTs a request of the session era; with a session id, the session and version headers too.
+pub fn post_legacy(
+    http: &reqwest::blocking::Client,
+    url: &str,
+    session: Option<&str>,
+    version: &str,
+    body: Value,
+) -> reqwest::blocking::Response {
+    let mut req = http
+        .post(url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream");
+    if let Some(id) = session {
+        req = req
+            .header("Mcp-Session-Id", id)
+            .header("MCP-Protocol-Version", version);
+    }
+    req.body(body.to_string()).send().unwrap()
+}
+
 /// POSTs a 2026-07-28 request with the headers that era requires.
 pub fn send_stateless(
     http: &reqwest::blocking::Client,
@@ -216,16 +236,7 @@ fn legacy_session_lifecycle_lists_and_calls_the_tool() {
 fn legacy_session(server: &Server, version: &str) {
     let http = client();
     let post = |session: Option<&str>, body: Value| {
-        let mut req = http
-            .post(&server.url)
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json, text/event-stream");
-        if let Some(id) = session {
-            req = req
-                .header("Mcp-Session-Id", id)
-                .header("MCP-Protocol-Version", version);
-        }
-        req.body(body.to_string()).send().unwrap()
+        post_legacy(&http, &server.url, session, version, body)
     };
     let init = post(
         None,
