@@ -95,6 +95,10 @@ pub fn engine_config(config: &AppConfig) -> EngineConfig {
             PackageSource::parse(&config.package_base_url)
         },
         runtime_package_installation: config.runtime_package_installation,
+        preinstall_packages: config.preinstall_packages.clone(),
+        package_cache_dir: PathBuf::from(&config.package_cache_dir),
+        package_index_urls: config.package_index_urls.clone(),
+        extra_ca_certs: config.extra_ca_certs.iter().map(PathBuf::from).collect(),
         boot: if config.workers.boot == "full" {
             BootMode::Full
         } else {

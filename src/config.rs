@@ -37,8 +37,17 @@ pub struct AppConfig {
     /// file:// URL or a local directory (empty: the Pyodide CDN directory of the pinned version).
     /// Environment: CODE_INTERPRETER_MCP_PACKAGE_BASE_URL
     pub package_base_url: String,
-    /// micropip requirements installed once at start-up into the package layer.
+    /// micropip requirements installed once at start-up into the package layer (version constraints
+    /// and wheel URLs allowed); the layer is rebuilt when this list or the Pyodide version changes.
     pub preinstall_packages: Vec<String>,
+    /// micropip package index URLs, tried in order: a simple index base (PEP 503/691) or a JSON API
+    /// URL containing {package_name}; empty keeps micropip's default (the Python Package Index).
+    /// Environment: CODE_INTERPRETER_MCP_PACKAGE_INDEX_URLS (comma-separated)
+    pub package_index_urls: Vec<String>,
+    /// PEM files with CA certificates trusted for outbound HTTPS in addition to the system and
+    /// built-in roots (a private package mirror or index).
+    /// Environment: CODE_INTERPRETER_MCP_EXTRA_CA_CERTS (comma-separated)
+    pub extra_ca_certs: Vec<String>,
     /// Load packages for recognised imports and allow micropip.install at run time.
     /// Environment: CODE_INTERPRETER_MCP_RUNTIME_PACKAGE_INSTALLATION (true/false)
     pub runtime_package_installation: bool,
@@ -177,6 +186,8 @@ impl Default for AppConfig {
             package_cache_dir: ".code-interpreter-mcp-package-cache".into(),
             package_base_url: String::new(),
             preinstall_packages: Vec::new(),
+            package_index_urls: Vec::new(),
+            extra_ca_certs: Vec::new(),
             runtime_package_installation: true,
             http_allowed_hosts: Vec::new(),
             http_allowed_origins: Vec::new(),
@@ -684,6 +695,30 @@ pub fn validate(c: &AppConfig, sources: &BTreeMap<String, Source>) -> Result<(),
             return fail(
                 "allowed_hosts",
                 format!("{host:?} must be a bare host name such as pypi.org"),
+            );
+        }
+    }
+    for requirement in &c.preinstall_packages {
+        if requirement.trim().is_empty() {
+            return fail(
+                "preinstall_packages",
+                "entries must be micropip requirements such as \"pandas\" or \"snowballstemmer==3.0.1\", not empty strings".to_string(),
+            );
+        }
+    }
+    for url in &c.package_index_urls {
+        if !url.starts_with("https://") {
+            return fail(
+                "package_index_urls",
+                format!("{url:?} must be an https:// URL (sandboxes fetch over HTTPS only)"),
+            );
+        }
+    }
+    for path in &c.extra_ca_certs {
+        if path.trim().is_empty() {
+            return fail(
+                "extra_ca_certs",
+                "entries must be paths of PEM files, not empty strings".to_string(),
             );
         }
     }

@@ -77,6 +77,10 @@ pub async fn serve_stdio(config: AppConfig) -> anyhow::Result<()> {
     use rmcp::ServiceExt as _;
     let pool = tokio::task::block_in_place(|| start_pool(&config))?;
     let service = CodeInterpreter::new(pool.clone(), input_limits(&config), catalog(&config))
+        .with_packages(
+            &config.preinstall_packages,
+            config.runtime_package_installation,
+        )
         .serve(rmcp::transport::stdio())
         .await?;
     service.waiting().await?;
@@ -99,7 +103,10 @@ pub async fn serve(config: AppConfig) -> anyhow::Result<()> {
         .await?;
     }
     let pool = tokio::task::block_in_place(|| start_pool(&config))?;
-    let interpreter = CodeInterpreter::new(pool.clone(), limits, catalog(&config));
+    let interpreter = CodeInterpreter::new(pool.clone(), limits, catalog(&config)).with_packages(
+        &config.preinstall_packages,
+        config.runtime_package_installation,
+    );
 
     let shutdown = CancellationToken::new();
     let app = router(

@@ -120,6 +120,26 @@ impl CodeInterpreter {
         }
     }
 
+    /// States the package policy in run_python_code's description: the preinstalled packages by name
+    /// (never versions or URLs) and, only when runtime installation is enabled, micropip.install.
+    pub fn with_packages(
+        mut self,
+        preinstall_packages: &[String],
+        runtime_installation: bool,
+    ) -> Self {
+        if let Some(route) = self.tool_router.map.get_mut("run_python_code") {
+            let base = route.attr.description.clone().unwrap_or_default();
+            route.attr.description = Some(
+                format!(
+                    "{base}{}",
+                    package_description(preinstall_packages, runtime_installation)
+                )
+                .into(),
+            );
+        }
+        self
+    }
+
     /// Validates and runs one call; the structured result. Logs one line per call with its outcome and
     /// timings, never the code, file contents or paths.
     pub async fn run(
@@ -251,6 +271,39 @@ fn validation_error(message: String) -> Completed {
     )))
 }
 
+/// The package sentences of run_python_code's description.
+pub fn package_description(preinstall_packages: &[String], runtime_installation: bool) -> String {
+    let mut names: Vec<String> = Vec::new();
+    for requirement in preinstall_packages {
+        let name = crate::sandbox::layer::requirement_name(requirement);
+        if !name.is_empty() && !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    let mut text = String::new();
+    if !names.is_empty() {
+        text.push_str(&format!(" Preinstalled packages: {}.", names.join(", ")));
+    }
+    if runtime_installation {
+        text.push_str(
+            " Packages of the Pyodide distribution (numpy, pandas, matplotlib, scipy, ...) load \
+automatically on import; other pure-Python packages can be installed from the code with \
+`import micropip` and `await micropip.install(\"name\")`.",
+        );
+    } else if names.is_empty() {
+        text.push_str(
+            " Package installation is disabled on this server: only the Python standard library \
+can be imported.",
+        );
+    } else {
+        text.push_str(
+            " Package installation is disabled on this server: only the Python standard library \
+and the preinstalled packages (with their dependencies) can be imported.",
+        );
+    }
+    text
+}
+
 #[tool_router]
 impl CodeInterpreter {
     #[tool(
@@ -258,8 +311,7 @@ impl CodeInterpreter {
         description = "Run Python 3 code in a fresh, isolated Pyodide (WebAssembly) sandbox and return \
 stdout, stderr, the str() of the final expression, and any new files written under /workspace \
 (the working directory). Every call starts from a clean interpreter: nothing persists between calls. \
-Top-level await is supported. Pass input files as Base64 in `files`; they appear under /workspace. \
-Packages of the Pyodide distribution (numpy, pandas, matplotlib, scipy, ...) load automatically on import.",
+Top-level await is supported. Pass input files as Base64 in `files`; they appear under /workspace.",
         output_schema = rmcp::handler::server::tool::schema_for_type::<ExecResult>()
     )]
     async fn run_python_code(

@@ -1,7 +1,10 @@
 //! The sandbox's only network door: HTTPS requests to allowlisted hosts, performed in Rust on the
-//! engine's I/O runtime, with redirects re-checked against the allowlist and a cap on response size.
+//! engine's I/O runtime, with redirects re-checked against the allowlist, a cap on response size,
+//! optional extra trusted CA certificates, and an in-memory cache of downloaded package artifacts.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use url::Url;
@@ -9,6 +12,8 @@ use url::Url;
 /// Largest response body a sandbox may receive (100 MiB).
 pub const MAX_RESPONSE_BYTES: usize = 100 * 1024 * 1024;
 const MAX_REDIRECTS: usize = 10;
+/// The artifact cache stops taking new entries beyond this many bytes (1 GiB).
+const MAX_CACHE_BYTES: usize = 1024 * 1024 * 1024;
 
 /// Which hosts sandboxes may reach, and the client and runtime that reach them.
 #[derive(Clone)]
@@ -16,10 +21,33 @@ pub struct Fetcher {
     allowed_hosts: Arc<Vec<String>>,
     client: reqwest::Client,
     io: tokio::runtime::Handle,
+    cache: Arc<Mutex<ArtifactCache>>,
+}
+
+/// Successful GET responses for package artifacts (wheels and source archives), by URL, for the life
+/// of the server.
+#[derive(Default)]
+struct ArtifactCache {
+    entries: HashMap<String, Arc<FetchResponse>>,
+    bytes: usize,
+}
+
+/// Why the HTTPS client could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot read extra_ca_certs file {path}: {source}")]
+    ReadCa {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("extra_ca_certs file {path} holds no usable PEM certificate: {reason}")]
+    BadCa { path: PathBuf, reason: String },
+    #[error("cannot create the HTTPS client: {0}")]
+    Client(#[from] reqwest::Error),
 }
 
 /// A completed response.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct FetchResponse {
     pub status: u16,
     pub status_text: String,
@@ -38,7 +66,7 @@ pub enum FetchError {
     NotHttps(String),
     #[error("host not on the allowlist: {0} (see allowed_hosts)")]
     HostNotAllowed(String),
-    #[error("downloads are disabled in this sandbox")]
+    #[error("Runtime package installation is disabled: sandbox HTTPS downloads are refused")]
     Disabled,
     #[error("response from {0} exceeds the 100 MiB limit")]
     TooLarge(String),
@@ -49,10 +77,13 @@ pub enum FetchError {
 }
 
 impl Fetcher {
+    /// A fetcher for `allowed_hosts` that trusts the system and built-in roots plus the PEM
+    /// certificates in `extra_ca_certs`.
     pub fn new(
         allowed_hosts: Vec<String>,
+        extra_ca_certs: &[PathBuf],
         io: tokio::runtime::Handle,
-    ) -> Result<Self, reqwest::Error> {
+    ) -> Result<Self, ClientError> {
         let allowed_hosts: Arc<Vec<String>> = Arc::new(
             allowed_hosts
                 .into_iter()
@@ -61,7 +92,28 @@ impl Fetcher {
                 .collect(),
         );
         let hosts = allowed_hosts.clone();
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        for path in extra_ca_certs {
+            let pem = std::fs::read(path).map_err(|source| ClientError::ReadCa {
+                path: path.clone(),
+                source,
+            })?;
+            let certs =
+                reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| ClientError::BadCa {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                })?;
+            if certs.is_empty() {
+                return Err(ClientError::BadCa {
+                    path: path.clone(),
+                    reason: "no BEGIN CERTIFICATE block".into(),
+                });
+            }
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let client = builder
             .https_only(true)
             .user_agent(concat!("code-interpreter-mcp/", env!("CARGO_PKG_VERSION")))
             .redirect(reqwest::redirect::Policy::custom(move |attempt| {
@@ -78,6 +130,7 @@ impl Fetcher {
             allowed_hosts,
             client,
             io,
+            cache: Arc::default(),
         })
     }
 
@@ -97,6 +150,38 @@ impl Fetcher {
         body: Option<Vec<u8>>,
     ) -> Result<FetchResponse, FetchError> {
         let parsed = self.check(&url)?;
+        let cacheable = method.eq_ignore_ascii_case("GET") && is_artifact(&parsed);
+        if cacheable
+            && let Some(hit) = self
+                .cache
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entries
+                .get(&url)
+        {
+            return Ok((**hit).clone());
+        }
+        let response = self
+            .fetch_uncached(url.clone(), parsed, method, headers, body)
+            .await?;
+        if cacheable && response.status == 200 {
+            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            if cache.bytes + response.body.len() <= MAX_CACHE_BYTES {
+                cache.bytes += response.body.len();
+                cache.entries.insert(url, Arc::new(response.clone()));
+            }
+        }
+        Ok(response)
+    }
+
+    async fn fetch_uncached(
+        &self,
+        url: String,
+        parsed: Url,
+        method: String,
+        headers: Vec<(String, String)>,
+        body: Option<Vec<u8>>,
+    ) -> Result<FetchResponse, FetchError> {
         let client = self.client.clone();
         let task = self.io.spawn(async move {
             let method = reqwest::Method::from_bytes(method.as_bytes())
@@ -147,6 +232,14 @@ impl Fetcher {
         task.await
             .map_err(|e| FetchError::Failed(format!("request task failed: {e}")))?
     }
+}
+
+/// Package artifacts (immutable by convention) are cached; index pages and API answers are not.
+fn is_artifact(url: &Url) -> bool {
+    let path = url.path().to_ascii_lowercase();
+    [".whl", ".tar.gz", ".zip", ".tar.bz2"]
+        .iter()
+        .any(|ext| path.ends_with(ext))
 }
 
 fn describe(e: reqwest::Error) -> FetchError {

@@ -7,6 +7,7 @@
 //! A sandbox is not `Send`: boot and execute it on one dedicated thread, never on an async runtime.
 
 pub mod fetch;
+pub mod layer;
 mod ops;
 mod output;
 mod watchdog;
@@ -34,6 +35,9 @@ use watchdog::Watchdog;
 /// The Python half of an execution, evaluated once per sandbox.
 pub(crate) const RUNNER_PY: &str = include_str!("py/runner.py");
 
+/// Appended to micropip's `__init__.py` in the package layer: index URLs and the installation policy.
+const MICROPIP_POLICY_PY: &str = include_str!("py/micropip_policy.py");
+
 /// The largest final-expression string returned (64 KiB), applied by the Python runner.
 pub const MAX_RESULT_BYTES: usize = 64 * 1024;
 
@@ -53,10 +57,29 @@ pub struct EngineConfig {
     pub wasm_memory_limit_mb: u64,
     /// Where lock-file wheels come from.
     pub package_source: PackageSource,
-    /// Load packages for recognised imports before the code runs.
+    /// Load packages for recognised imports before the code runs and allow `micropip.install`.
     pub runtime_package_installation: bool,
+    /// micropip requirements installed at start-up into the package layer.
+    pub preinstall_packages: Vec<String>,
+    /// Where the durable package layer is kept.
+    pub package_cache_dir: PathBuf,
+    /// micropip index URLs (empty: micropip's default, the Python Package Index).
+    pub package_index_urls: Vec<String>,
+    /// PEM files trusted for HTTPS in addition to the system and built-in roots.
+    pub extra_ca_certs: Vec<PathBuf>,
     /// How sandboxes start.
     pub boot: BootMode,
+}
+
+/// What an isolate boots for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BootKind {
+    /// A sandbox that runs one request.
+    Sandbox,
+    /// Boots once at start-up to take the memory snapshot.
+    SnapshotMaker,
+    /// Boots once at start-up to install packages into the package layer.
+    Installer,
 }
 
 /// How a sandbox's interpreter comes to life.
@@ -77,6 +100,10 @@ impl Default for EngineConfig {
             wasm_memory_limit_mb: 2048,
             package_source: PackageSource::default_cdn(),
             runtime_package_installation: true,
+            preinstall_packages: Vec::new(),
+            package_cache_dir: PathBuf::from(".code-interpreter-mcp-package-cache"),
+            package_index_urls: Vec::new(),
+            extra_ca_certs: Vec::new(),
             boot: BootMode::Snapshot,
         }
     }
@@ -181,10 +208,12 @@ pub enum EngineError {
     Assets(#[from] AssetError),
     #[error("cannot create the engine's I/O runtime: {0}")]
     Io(#[from] std::io::Error),
-    #[error("cannot create the HTTPS client: {0}")]
-    Http(#[from] reqwest::Error),
+    #[error(transparent)]
+    Http(#[from] fetch::ClientError),
     #[error("sandbox start-up failed: {0}")]
     Boot(String),
+    #[error("preparing the package layer failed: {0}")]
+    Packages(String),
 }
 
 /// What every sandbox shares.
@@ -195,6 +224,8 @@ pub(crate) struct EngineShared {
     pub packages: Packages,
     /// The Pyodide memory snapshot sandboxes restore (snapshot boot mode).
     pub snapshot: std::sync::OnceLock<Arc<[u8]>>,
+    /// The package layer copied into every sandbox (micropip and the preinstalled packages).
+    pub layer: std::sync::OnceLock<Arc<layer::PackageLayer>>,
     _io: IoRuntime,
 }
 
@@ -237,7 +268,11 @@ impl Engine {
             .thread_name("sandbox-io")
             .enable_all()
             .build()?;
-        let fetcher = Fetcher::new(config.allowed_hosts.clone(), io.handle().clone())?;
+        let fetcher = Fetcher::new(
+            config.allowed_hosts.clone(),
+            &config.extra_ca_certs,
+            io.handle().clone(),
+        )?;
         let packages = Packages::new(
             config.package_source.clone(),
             assets.clone(),
@@ -251,13 +286,123 @@ impl Engine {
                 fetcher,
                 packages,
                 snapshot: std::sync::OnceLock::new(),
+                layer: std::sync::OnceLock::new(),
                 _io: IoRuntime(Some(io)),
             }),
         };
+        engine.prepare_layer()?;
         if boot == BootMode::Snapshot {
             engine.take_snapshot()?;
         }
         Ok(engine)
+    }
+
+    /// Makes the package layer ready: reuses the one under `package_cache_dir` when its key matches,
+    /// otherwise boots an installer sandbox that loads micropip and installs `preinstall_packages`,
+    /// and stores the result (in memory only, with a warning, if the directory cannot be written).
+    fn prepare_layer(&self) -> Result<(), EngineError> {
+        let started = Instant::now();
+        let config = &self.shared.config;
+        let key = layer::LayerKey::new(&config.preinstall_packages);
+        let names: Vec<String> = config
+            .preinstall_packages
+            .iter()
+            .map(|r| layer::requirement_name(r))
+            .collect();
+        let cache_dir = &config.package_cache_dir;
+        let reused = match layer::load(cache_dir, &key) {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(error = %e, "the package layer on disk cannot be used; rebuilding it");
+                None
+            }
+        };
+        let (captured, origin) = match reused {
+            Some(captured) => (captured, layer::LayerOrigin::Reused),
+            None => {
+                tracing::info!(
+                    packages = ?names,
+                    dir = %cache_dir.display(),
+                    "building the package layer (micropip and preinstall_packages)"
+                );
+                let captured = self.run_installer()?;
+                let origin = match layer::store(cache_dir, &key, &captured) {
+                    Ok(()) => layer::LayerOrigin::Built,
+                    Err(e) => {
+                        tracing::warn!(
+                            error = %e,
+                            "cannot write the package layer to package_cache_dir; keeping it in memory for this process"
+                        );
+                        layer::LayerOrigin::BuiltInMemory
+                    }
+                };
+                (captured, origin)
+            }
+        };
+        let disabled = !config.runtime_package_installation;
+        let policy = format!(
+            "{MICROPIP_POLICY_PY}\n_code_interpreter_mcp_policy({}, {})\n",
+            serde_json::to_string(&config.package_index_urls).unwrap_or_else(|_| "[]".into()),
+            if disabled { "True" } else { "False" },
+        );
+        let mut patched_micropip = false;
+        let layer = layer::PackageLayer::from_files(
+            captured.files,
+            captured.loaded_packages,
+            origin,
+            |path, mut data| {
+                if path.ends_with("/site-packages/micropip/__init__.py") {
+                    patched_micropip = true;
+                    data.extend_from_slice(policy.as_bytes());
+                }
+                data
+            },
+        )
+        .map_err(EngineError::Packages)?;
+        if !patched_micropip {
+            return Err(EngineError::Packages(
+                "the package layer holds no micropip (delete package_cache_dir to rebuild it)"
+                    .into(),
+            ));
+        }
+        tracing::info!(
+            origin = ?origin,
+            packages = ?names,
+            files = layer.index.len(),
+            bytes = layer.bytes(),
+            ms = started.elapsed().as_millis() as u64,
+            "package layer ready"
+        );
+        let _ = self.shared.layer.set(Arc::new(layer));
+        Ok(())
+    }
+
+    /// Boots the installer sandbox on a thread of its own and returns what it installed.
+    fn run_installer(&self) -> Result<layer::Captured, EngineError> {
+        let shared = self.shared.clone();
+        let source = describe_source(&self.shared.config.package_source);
+        std::thread::Builder::new()
+            .name("package-installer".into())
+            .stack_size(8 * 1024 * 1024)
+            .spawn(move || {
+                let sandbox = Sandbox::boot_as(shared, BootKind::Installer)?;
+                let state = sandbox.runtime.op_state();
+                let captured = std::mem::take(
+                    &mut state.borrow_mut().borrow_mut::<SandboxState>().captured,
+                );
+                Ok::<_, EngineError>(captured)
+            })?
+            .join()
+            .map_err(|_| EngineError::Packages("the package installer panicked".into()))?
+            .map_err(|e| {
+                let e = match e {
+                    EngineError::Boot(m) => m,
+                    other => other.to_string(),
+                };
+                EngineError::Packages(format!(
+                    "{e} (wheels of Pyodide packages, micropip included, come from package_base_url = {source}; other downloads must be on allowed_hosts)"
+                ))
+            })
     }
 
     /// Boots one interpreter before any user code exists, snapshots its memory and keeps the snapshot
@@ -285,6 +430,11 @@ impl Engine {
 
     pub fn config(&self) -> &EngineConfig {
         &self.shared.config
+    }
+
+    /// Where the package layer came from at start-up (reused from disk or built now).
+    pub fn layer_origin(&self) -> Option<layer::LayerOrigin> {
+        self.shared.layer.get().map(|l| l.origin)
     }
 
     /// Boots a fresh sandbox: new isolate, new Pyodide, locked-down globals.
@@ -317,7 +467,7 @@ pub struct Sandbox {
 impl Sandbox {
     /// Boots an interpreter only to snapshot its memory.
     fn make_snapshot(shared: Arc<EngineShared>) -> Result<Vec<u8>, EngineError> {
-        let sandbox = Self::boot_as(shared, true)?;
+        let sandbox = Self::boot_as(shared, BootKind::SnapshotMaker)?;
         let state = sandbox.runtime.op_state();
         let bytes = state
             .borrow_mut()
@@ -328,10 +478,10 @@ impl Sandbox {
     }
 
     fn boot(shared: Arc<EngineShared>) -> Result<Self, EngineError> {
-        Self::boot_as(shared, false)
+        Self::boot_as(shared, BootKind::Sandbox)
     }
 
-    fn boot_as(shared: Arc<EngineShared>, make_snapshot: bool) -> Result<Self, EngineError> {
+    fn boot_as(shared: Arc<EngineShared>, kind: BootKind) -> Result<Self, EngineError> {
         let started = Instant::now();
         let tokio = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -348,7 +498,7 @@ impl Sandbox {
         // V8 posts delayed tasks to the runtime that is current when the isolate is created.
         let _context = tokio.enter();
         let mut runtime = JsRuntime::try_new(RuntimeOptions {
-            extensions: vec![ops::sandbox::init(shared.clone(), make_snapshot)],
+            extensions: vec![ops::sandbox::init(shared.clone(), kind)],
             module_loader: Some(Rc::new(loader)),
             create_params: Some(v8::CreateParams::default().heap_limits(0, heap_bytes)),
             ..Default::default()
@@ -543,6 +693,14 @@ impl Sandbox {
             }
         }
         result
+    }
+}
+
+/// `package_base_url` as an operator wrote it.
+fn describe_source(source: &PackageSource) -> String {
+    match source {
+        PackageSource::Dir(dir) => dir.display().to_string(),
+        PackageSource::Url(url) => url.clone(),
     }
 }
 

@@ -12,9 +12,10 @@ use base64::Engine as _;
 use deno_core::{OpState, ToJsBuffer, op2, v8};
 use deno_error::JsErrorBox;
 
-use super::EngineShared;
+use super::layer::Captured;
 use super::output::{CappedBuffer, FileCollector, MAX_STREAM_BYTES};
 use super::watchdog::WatchMsg;
+use super::{BootKind, EngineShared};
 
 /// The JavaScript entry points registered by `runtime.js`.
 pub(crate) struct EntryPoints {
@@ -37,10 +38,12 @@ pub(crate) struct SandboxState {
     /// Whether wheels and HTTPS downloads may still be fetched (false once runtime installation is
     /// disabled and initialisation is over).
     pub downloads_enabled: bool,
-    /// This isolate only boots to produce a memory snapshot.
-    pub make_snapshot: bool,
-    /// The snapshot it produced.
+    /// What this isolate boots for.
+    pub kind: BootKind,
+    /// The snapshot it produced (snapshot maker).
     pub snapshot_out: Option<Vec<u8>>,
+    /// The files and package records it installed (installer).
+    pub captured: Captured,
 }
 
 impl SandboxState {
@@ -57,8 +60,9 @@ impl SandboxState {
             report: None,
             watchdog: None,
             downloads_enabled: true,
-            make_snapshot: false,
+            kind: BootKind::Sandbox,
             snapshot_out: None,
+            captured: Captured::default(),
         }
     }
 }
@@ -75,6 +79,12 @@ deno_core::extension!(
         op_sandbox_fetch,
         op_sandbox_input_file,
         op_sandbox_input_file_count,
+        op_sandbox_layer_blob,
+        op_sandbox_layer_capture,
+        op_sandbox_layer_capture_loaded,
+        op_sandbox_layer_index,
+        op_sandbox_layer_loaded,
+        op_sandbox_log,
         op_sandbox_now,
         op_sandbox_offer_file,
         op_sandbox_random_fill,
@@ -91,10 +101,10 @@ deno_core::extension!(
     ],
     esm_entry_point = "ext:sandbox/runtime.js",
     esm = [dir "src/sandbox/js", "runtime.js"],
-    options = { shared: Arc<EngineShared>, make_snapshot: bool },
+    options = { shared: Arc<EngineShared>, kind: BootKind },
     state = |state, options| {
         let mut sandbox = SandboxState::new(options.shared);
-        sandbox.make_snapshot = options.make_snapshot;
+        sandbox.kind = options.kind;
         state.put(sandbox);
     },
 );
@@ -128,10 +138,15 @@ struct BootConfig {
     lock_file: String,
     runner_source: &'static str,
     auto_load: bool,
-    /// Boot only to take a memory snapshot.
-    make_snapshot: bool,
+    /// "sandbox", "snapshot" (boot only to take a memory snapshot) or "installer" (boot only to
+    /// build the package layer).
+    kind: &'static str,
     /// Restore the engine's memory snapshot instead of a full start-up.
     load_snapshot: bool,
+    /// Installer only: the micropip requirements to install.
+    requirements: Vec<String>,
+    /// Installer only: micropip index URLs (empty: micropip's default).
+    index_urls: Vec<String>,
     env: std::collections::BTreeMap<&'static str, &'static str>,
 }
 
@@ -143,8 +158,18 @@ fn op_sandbox_boot_config(op_state: &mut OpState) -> BootConfig {
         lock_file: s.shared.assets.lock_json.to_string(),
         runner_source: super::RUNNER_PY,
         auto_load: s.shared.config.runtime_package_installation,
-        make_snapshot: s.make_snapshot,
-        load_snapshot: !s.make_snapshot && s.shared.snapshot.get().is_some(),
+        kind: match s.kind {
+            BootKind::Sandbox => "sandbox",
+            BootKind::SnapshotMaker => "snapshot",
+            BootKind::Installer => "installer",
+        },
+        load_snapshot: s.kind == BootKind::Sandbox && s.shared.snapshot.get().is_some(),
+        requirements: if s.kind == BootKind::Installer {
+            s.shared.config.preinstall_packages.clone()
+        } else {
+            Vec::new()
+        },
+        index_urls: s.shared.config.package_index_urls.clone(),
         env: [
             ("HOME", "/home/pyodide"),
             ("LANG", "C.UTF-8"),
@@ -173,11 +198,88 @@ fn op_sandbox_store_snapshot(
     #[buffer] data: &[u8],
 ) -> Result<(), JsErrorBox> {
     let s = state_mut(op_state);
-    if !s.make_snapshot {
+    if s.kind != BootKind::SnapshotMaker {
         return Err(JsErrorBox::generic("this sandbox does not take snapshots"));
     }
     s.snapshot_out = Some(data.to_vec());
     Ok(())
+}
+
+/// The package layer's file index: (absolute path, offset in the blob, length).
+#[op2]
+#[serde]
+fn op_sandbox_layer_index(op_state: &mut OpState) -> Vec<(String, u32, u32)> {
+    state(op_state)
+        .shared
+        .layer
+        .get()
+        .map(|l| l.index.clone())
+        .unwrap_or_default()
+}
+
+/// A copy of the package layer's file contents, back to back.
+#[op2]
+#[buffer]
+fn op_sandbox_layer_blob(op_state: &mut OpState) -> Vec<u8> {
+    state(op_state)
+        .shared
+        .layer
+        .get()
+        .map(|l| l.blob.clone())
+        .unwrap_or_default()
+}
+
+/// Pyodide `loadedPackages` entries of the package layer.
+#[op2]
+#[serde]
+fn op_sandbox_layer_loaded(op_state: &mut OpState) -> Vec<(String, String)> {
+    state(op_state)
+        .shared
+        .layer
+        .get()
+        .map(|l| l.loaded_packages.clone())
+        .unwrap_or_default()
+}
+
+/// Installer only: one file the installation added.
+#[op2(fast)]
+fn op_sandbox_layer_capture(
+    op_state: &mut OpState,
+    #[string] path: String,
+    #[buffer] data: &[u8],
+) -> Result<(), JsErrorBox> {
+    let s = state_mut(op_state);
+    if s.kind != BootKind::Installer {
+        return Err(JsErrorBox::generic(
+            "this sandbox does not build the package layer",
+        ));
+    }
+    s.captured.files.push((path, data.to_vec()));
+    Ok(())
+}
+
+/// Installer only: the `loadedPackages` entries the installation added.
+#[op2]
+fn op_sandbox_layer_capture_loaded(
+    op_state: &mut OpState,
+    #[serde] loaded: Vec<(String, String)>,
+) -> Result<(), JsErrorBox> {
+    let s = state_mut(op_state);
+    if s.kind != BootKind::Installer {
+        return Err(JsErrorBox::generic(
+            "this sandbox does not build the package layer",
+        ));
+    }
+    s.captured.loaded_packages = loaded;
+    Ok(())
+}
+
+/// Installer only: progress messages go to the server log.
+#[op2(fast)]
+fn op_sandbox_log(op_state: &mut OpState, #[string] message: &str) {
+    if state(op_state).kind == BootKind::Installer {
+        tracing::info!(target: "code_interpreter_mcp::packages", "{}", message.trim());
+    }
 }
 
 #[op2]
@@ -279,7 +381,7 @@ fn op_sandbox_read_asset(
             }
             if !s.downloads_enabled {
                 return Err(JsErrorBox::generic(
-                    "Runtime package installation is disabled",
+                    "Runtime package installation is disabled: package downloads are refused",
                 ));
             }
             s.shared

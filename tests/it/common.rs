@@ -1,6 +1,7 @@
 //! Shared fixtures: one engine per test process, and helpers to run code.
 
 use std::path::PathBuf;
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -23,15 +24,41 @@ pub fn package_mirror() -> PathBuf {
     dir
 }
 
+/// The package layer directory shared by the tests that keep the default package configuration.
+pub fn package_cache() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("package-cache")
+}
+
+/// A fresh, empty directory for one test.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The server binary with the test package mirror and package layer directory set.
+pub fn server_command() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"));
+    command
+        .env("CODE_INTERPRETER_MCP_PACKAGE_BASE_URL", package_mirror())
+        .env("CODE_INTERPRETER_MCP_PACKAGE_CACHE_DIR", package_cache());
+    command
+}
+
+/// Engine settings for tests: wheels from the local mirror, the shared test package layer.
+pub fn engine_config() -> EngineConfig {
+    EngineConfig {
+        package_source: PackageSource::Dir(package_mirror()),
+        package_cache_dir: package_cache(),
+        ..EngineConfig::default()
+    }
+}
+
 pub fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
-    ENGINE.get_or_init(|| {
-        Engine::new(EngineConfig {
-            package_source: PackageSource::Dir(package_mirror()),
-            ..EngineConfig::default()
-        })
-        .expect("engine starts")
-    })
+    ENGINE.get_or_init(|| Engine::new(engine_config()).expect("engine starts"))
 }
 
 pub fn request(code: &str) -> ExecRequest {

@@ -170,6 +170,14 @@ fn every_environment_override_applies_after_files() {
         ("CODE_INTERPRETER_MCP_ASSET_DIR", "/opt/pyodide"),
         ("CODE_INTERPRETER_MCP_PACKAGE_CACHE_DIR", "/var/cache/cim"),
         ("CODE_INTERPRETER_MCP_PACKAGE_BASE_URL", "/srv/wheels"),
+        (
+            "CODE_INTERPRETER_MCP_PACKAGE_INDEX_URLS",
+            "https://pypi.internal/simple,https://mirror.internal/pypi/{package_name}/json",
+        ),
+        (
+            "CODE_INTERPRETER_MCP_EXTRA_CA_CERTS",
+            "/etc/ssl/private-ca.pem",
+        ),
         ("CODE_INTERPRETER_MCP_RUNTIME_PACKAGE_INSTALLATION", "false"),
         ("CODE_INTERPRETER_MCP_MAX_WORKERS", "3"),
         ("CODE_INTERPRETER_MCP_QUEUE_CAPACITY", "5"),
@@ -201,6 +209,14 @@ fn every_environment_override_applies_after_files() {
     assert_eq!(c.asset_dir, "/opt/pyodide");
     assert_eq!(c.package_cache_dir, "/var/cache/cim");
     assert_eq!(c.package_base_url, "/srv/wheels");
+    assert_eq!(
+        c.package_index_urls,
+        [
+            "https://pypi.internal/simple",
+            "https://mirror.internal/pypi/{package_name}/json"
+        ]
+    );
+    assert_eq!(c.extra_ca_certs, ["/etc/ssl/private-ca.pem"]);
     assert!(!c.runtime_package_installation);
     assert_eq!(c.workers.max_workers, 3);
     assert_eq!(c.workers.queue_capacity, 5);
@@ -279,6 +295,15 @@ fn validation_rules_name_the_key_the_source_and_what_is_allowed() {
                 "must not exceed workers.max_workers",
             ],
         ),
+        (
+            "preinstall_packages = [\"pandas\", \" \"]\n",
+            &["preinstall_packages", "micropip requirements"],
+        ),
+        (
+            "package_index_urls = [\"http://pypi.internal/simple\"]\n",
+            &["package_index_urls", "https://"],
+        ),
+        ("extra_ca_certs = [\"\"]\n", &["extra_ca_certs", "PEM"]),
         (
             "[workers]\nwasm_memory_limit_mb = 8\n",
             &["workers.wasm_memory_limit_mb", "16..=4096"],
@@ -403,7 +428,7 @@ fn snippets_and_their_defaults_load() {
 }
 
 fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
+    crate::common::server_command()
 }
 
 #[test]

@@ -197,10 +197,7 @@ fn full_boot_mode_keeps_the_contract() {
     use code_interpreter_mcp::sandbox::{BootMode, Engine, EngineConfig};
     let engine = Engine::new(EngineConfig {
         boot: BootMode::Full,
-        package_source: code_interpreter_mcp::packages::PackageSource::Dir(
-            crate::common::package_mirror(),
-        ),
-        ..EngineConfig::default()
+        ..crate::common::engine_config()
     })
     .expect("engine");
     let run = |code: &str| engine.execute(crate::common::request(code));

@@ -1,7 +1,5 @@
 //! The `exec` debugging subcommand runs a file through the same engine and prints JSON.
 
-use std::process::Command;
-
 #[test]
 fn exec_runs_a_script_with_files_and_prints_the_result_as_json() {
     let dir = std::env::temp_dir().join(format!("cim-exec-{}", std::process::id()));
@@ -11,7 +9,7 @@ fn exec_runs_a_script_with_files_and_prints_the_result_as_json() {
     let input = dir.join("in.txt");
     std::fs::write(&input, "hello").unwrap();
 
-    let out = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
+    let out = crate::common::server_command()
         .arg("exec")
         .arg(&script)
         .arg("--file")
@@ -39,7 +37,7 @@ fn exec_reports_python_errors_with_a_failing_status() {
     std::fs::create_dir_all(&dir).unwrap();
     let script = dir.join("bad.py");
     std::fs::write(&script, "raise KeyError('k')\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
+    let out = crate::common::server_command()
         .arg("exec")
         .arg(&script)
         .output()
@@ -56,7 +54,7 @@ fn missing_assets_are_a_clear_startup_error() {
     std::fs::create_dir_all(&dir).unwrap();
     let script = dir.join("s.py");
     std::fs::write(&script, "1").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
+    let out = crate::common::server_command()
         .arg("exec")
         .arg(&script)
         .env("CODE_INTERPRETER_MCP_ASSET_DIR", &dir)

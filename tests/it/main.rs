@@ -8,6 +8,7 @@ mod exec_cli;
 mod isolation;
 mod limits;
 mod metrics;
+mod packages;
 mod pool;
 mod server;
 mod snippets;

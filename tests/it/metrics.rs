@@ -3,7 +3,6 @@
 //! start before Python initialisation, bind failures, and nothing opened when disabled.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -354,7 +353,7 @@ fn cancelled_calls_are_counted() {
 #[test]
 fn the_listener_starts_before_python_and_fails_startup_when_it_cannot_bind() {
     let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
+    let mut child = crate::common::server_command()
         .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
         .env("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true")
         .env("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", port.to_string())
@@ -413,7 +412,7 @@ fn the_listener_starts_before_python_and_fails_startup_when_it_cannot_bind() {
     );
 
     // A second server on the same metrics port cannot start.
-    let out = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
+    let out = crate::common::server_command()
         .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
         .env("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true")
         .env("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", port.to_string())
@@ -429,7 +428,7 @@ fn the_listener_starts_before_python_and_fails_startup_when_it_cannot_bind() {
     drop(first);
 
     // Invalid settings stop start-up (validation is covered key by key in the config tests).
-    let out = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
+    let out = crate::common::server_command()
         .env("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true")
         .env("CODE_INTERPRETER_MCP_PROMETHEUS_HOST", "localhost")
         .output()

@@ -211,7 +211,7 @@ fn probes_refuse_then_pass_through_start_up_and_accept_any_host() {
         l.local_addr().unwrap().port()
     };
     let base = format!("http://127.0.0.1:{port}");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
+    let mut child = crate::common::server_command()
         .env(
             "CODE_INTERPRETER_MCP_BIND_ADDR",
             format!("127.0.0.1:{port}"),
@@ -277,7 +277,7 @@ fn child_take(child: &mut std::process::Child) -> std::process::Child {
 fn a_failed_initialisation_never_binds() {
     let dir = std::env::temp_dir().join(format!("cim-bad-assets-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
+    let out = crate::common::server_command()
         .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
         .env("CODE_INTERPRETER_MCP_ASSET_DIR", &dir)
         .output()
@@ -295,7 +295,7 @@ fn a_failed_initialisation_never_binds() {
         ("snapshot", "taking the Pyodide memory snapshot failed"),
         ("full", "prewarmed worker 0 failed to initialise Pyodide"),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
+        let out = crate::common::server_command()
             .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
             .env("CODE_INTERPRETER_MCP_ASSET_DIR", &dir)
             .env("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "1")

@@ -25,7 +25,7 @@ impl Server {
     }
 
     pub fn start_with_args(args: &[&str], envs: &[(&str, &str)]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
+        let mut child = crate::common::server_command()
             .args(args)
             .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
             .env("RUST_LOG", "warn")
@@ -473,7 +473,7 @@ fn http_body_ceiling_is_derived_from_the_aggregate_limit() {
 #[test]
 fn stdio_round_trip() {
     use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
+    let mut child = crate::common::server_command()
         .arg("--stdio")
         .env(
             "CODE_INTERPRETER_MCP_PACKAGE_BASE_URL",
@@ -522,7 +522,7 @@ fn stdio_round_trip() {
 
 #[test]
 fn json_logs_have_one_line_per_call_without_code_or_paths() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
+    let mut child = crate::common::server_command()
         .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
         .env("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "0")
         .env("CODE_INTERPRETER_MCP_LOG_FORMAT", "json")

@@ -17,6 +17,12 @@ const {
   op_sandbox_fetch,
   op_sandbox_input_file,
   op_sandbox_input_file_count,
+  op_sandbox_layer_blob,
+  op_sandbox_layer_capture,
+  op_sandbox_layer_capture_loaded,
+  op_sandbox_layer_index,
+  op_sandbox_layer_loaded,
+  op_sandbox_log,
   op_sandbox_now,
   op_sandbox_offer_file,
   op_sandbox_random_fill,
@@ -498,10 +504,12 @@ const FORBIDDEN_GLOBALS = [
 // Virtual directory under which Pyodide asks for its runtime files; served by op_sandbox_read_asset.
 const INDEX_URL = "/pyodide/";
 
-/** Imported before a snapshot is taken: the runner's modules. */
+/** Imported before a snapshot is taken: the runner's modules. (Importing micropip here would leave JavaScript references that a memory snapshot cannot hold.) */
 const SNAPSHOT_PRELOAD = "import ast, linecache, traceback\nimport pyodide.code";
 /** After restoring a snapshot: reseed every random generator that the snapshot may have frozen. */
 const RESEED = "import sys\nif 'random' in sys.modules:\n    sys.modules['random'].seed()";
+/** The message of every refusal when runtime package installation is disabled. */
+const DISABLED = "Runtime package installation is disabled";
 
 let pyodide = null;
 let runner = null;
@@ -509,7 +517,8 @@ let autoLoad = false;
 
 /**
  * Boots Pyodide inside this isolate with the configuration Rust hands over. Resolves once the
- * interpreter is ready and every forbidden global is gone.
+ * interpreter is ready and every forbidden global is gone. The installer and the snapshot maker stop
+ * earlier: they never run user code.
  */
 async function boot() {
   const cfg = op_sandbox_boot_config();
@@ -526,7 +535,7 @@ async function boot() {
   const { loadPyodide } = await import("asset:///pyodide.mjs");
   const asm = await import("asset:///pyodide.asm.mjs");
 
-  const snapshotOptions = cfg.makeSnapshot
+  const snapshotOptions = cfg.kind === "snapshot"
     ? { _makeSnapshot: true }
     : cfg.loadSnapshot
       ? { _loadSnapshot: op_sandbox_snapshot() }
@@ -552,12 +561,19 @@ async function boot() {
     },
   });
 
-  if (cfg.makeSnapshot) {
+  if (cfg.kind === "installer") {
+    await buildLayer(cfg.requirements, cfg.indexUrls);
+    return;
+  }
+  if (cfg.kind === "snapshot") {
     // Modules every run needs are imported once, into the snapshot; nothing else happens before it.
+    // The package layer is not in it: MEMFS is not part of a memory snapshot, so every sandbox
+    // copies the layer in after restoring.
     pyodide.runPython(SNAPSHOT_PRELOAD);
     op_sandbox_store_snapshot(pyodide.makeMemorySnapshot());
     return;
   }
+  copyLayer();
   if (cfg.loadSnapshot) {
     // The snapshot froze whatever random state existed: draw fresh OS entropy.
     pyodide.runPython(RESEED);
@@ -572,7 +588,90 @@ async function boot() {
   runner = namespace.get("run");
   namespace.destroy();
 
+  if (!cfg.autoLoad) disablePackageLoading();
   lockDown();
+}
+
+/** Directories whose new files make up the package layer: site-packages and the shared-library dir. */
+function layerRoots() {
+  return [pyodide._api.sitepackages, pyodide._api.dsodir].filter((d) => d && exists(d));
+}
+
+function exists(path) {
+  try {
+    pyodide.FS.lstat(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The installer: loads micropip from the package source, installs the configured requirements with it
+ * and hands every file they added (and Pyodide's record of loaded packages) to Rust.
+ */
+async function buildLayer(requirements, indexUrls) {
+  const FS = pyodide.FS;
+  const before = new Set(layerRoots().flatMap((root) => listTree(FS, root)));
+  const loadedBefore = new Set(Object.keys(pyodide.loadedPackages));
+  const log = (msg) => op_sandbox_log(String(msg));
+  const failures = [];
+  await pyodide.loadPackage("micropip", {
+    messageCallback: log,
+    errorCallback: (msg) => failures.push(String(msg)),
+  });
+  if (!("micropip" in pyodide.loadedPackages)) {
+    throw new Error(`micropip could not be loaded: ${failures.join("; ") || "unknown error"}`);
+  }
+  if (requirements.length > 0) {
+    const micropip = pyodide.pyimport("micropip");
+    if (indexUrls.length > 0) micropip.set_index_urls(indexUrls);
+    await micropip.install(requirements);
+    micropip.destroy();
+  }
+  for (const root of layerRoots()) {
+    for (const path of listTree(FS, root)) {
+      if (!before.has(path)) op_sandbox_layer_capture(path, FS.readFile(path));
+    }
+  }
+  const loaded = Object.entries(pyodide.loadedPackages)
+    .filter(([name]) => !loadedBefore.has(name))
+    .map(([name, channel]) => [name, String(channel)]);
+  op_sandbox_layer_capture_loaded(loaded);
+}
+
+/** Writes the package layer's files into this sandbox's MEMFS (one copy out of Rust, then owned). */
+function copyLayer() {
+  const index = op_sandbox_layer_index();
+  if (index.length === 0) return;
+  const FS = pyodide.FS;
+  const blob = op_sandbox_layer_blob();
+  const made = new Set();
+  for (const [path, offset, length] of index) {
+    const dir = path.slice(0, path.lastIndexOf("/"));
+    if (!made.has(dir)) {
+      FS.mkdirTree(dir);
+      made.add(dir);
+    }
+    FS.writeFile(path, blob.subarray(offset, offset + length), { canOwn: true });
+  }
+  for (const [name, channel] of op_sandbox_layer_loaded()) {
+    pyodide.loadedPackages[name] = channel;
+  }
+  pyodide.runPython("import importlib\nimportlib.invalidate_caches()");
+}
+
+/** Runtime installation disabled: Pyodide's package-loading APIs refuse. */
+function disablePackageLoading() {
+  const refuse = () => {
+    throw new Error(DISABLED);
+  };
+  for (const api of ["loadPackage", "loadPackagesFromImports"]) {
+    Object.defineProperty(pyodide, api, { value: refuse, writable: false, configurable: false });
+  }
+  const internal = pyodide._api;
+  if (internal.packageManager) internal.packageManager.loadPackage = refuse;
+  internal.install = refuse;
 }
 
 function define(name, value) {
@@ -632,8 +731,8 @@ async function run() {
   op_sandbox_report(JSON.stringify(report));
 }
 
-/** Every regular file below `root`, as paths relative to /workspace, sorted. Symlinks are skipped. */
-function listFiles(FS, root) {
+/** Every regular file below `root` (absolute paths, sorted). Symlinks are skipped. */
+function listTree(FS, root) {
   const out = [];
   const walk = (dir) => {
     for (const name of FS.readdir(dir)) {
@@ -641,11 +740,16 @@ function listFiles(FS, root) {
       const full = `${dir}/${name}`;
       const st = FS.lstat(full);
       if (FS.isDir(st.mode)) walk(full);
-      else if (FS.isFile(st.mode)) out.push(full.slice("/workspace/".length));
+      else if (FS.isFile(st.mode)) out.push(full);
     }
   };
   walk(root);
   return out.sort();
+}
+
+/** Every regular file below `root`, as paths relative to /workspace, sorted. */
+function listFiles(FS, root) {
+  return listTree(FS, root).map((p) => p.slice("/workspace/".length));
 }
 
 function collectFiles(FS, before) {

@@ -1,0 +1,279 @@
+//! The durable local package layer: the files that micropip and `preinstall_packages` add to a fresh
+//! Pyodide (under `/lib` and `/usr/lib`), captured once by an installer sandbox, kept on disk under
+//! `package_cache_dir` and copied into every new sandbox's MEMFS. Only files travel; interpreter state
+//! never does.
+//!
+//! The layer on disk is reused while its key (layer format, Pyodide version, requirement list) matches
+//! the configuration, and rebuilt otherwise. A cache directory that cannot be written is not fatal: the
+//! layer then lives in memory for this process only.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::assets::PYODIDE_VERSION;
+
+/// Bumped whenever the on-disk format or what the installer captures changes.
+const LAYER_FORMAT: u32 = 1;
+const MANIFEST: &str = "manifest.json";
+const FILES: &str = "files";
+
+/// What decides whether a layer on disk may be reused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayerKey {
+    pub format: u32,
+    pub pyodide_version: String,
+    pub requirements: Vec<String>,
+}
+
+impl LayerKey {
+    pub fn new(requirements: &[String]) -> Self {
+        Self {
+            format: LAYER_FORMAT,
+            pyodide_version: PYODIDE_VERSION.to_string(),
+            requirements: requirements.to_vec(),
+        }
+    }
+}
+
+/// The manifest stored next to the files.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Manifest {
+    key: LayerKey,
+    /// Pyodide's `loadedPackages` entries the installer added (name, channel).
+    loaded_packages: Vec<(String, String)>,
+    /// Absolute paths inside the sandbox, in the order they are written.
+    files: Vec<String>,
+}
+
+/// The files and package records every sandbox receives.
+#[derive(Debug, Default)]
+pub struct PackageLayer {
+    /// All file contents back to back; `index` says where each file starts and ends.
+    pub blob: Vec<u8>,
+    /// (absolute path in the sandbox, offset, length).
+    pub index: Vec<(String, u32, u32)>,
+    /// Pyodide `loadedPackages` entries to restore, so imports of layer packages are not re-fetched.
+    pub loaded_packages: Vec<(String, String)>,
+    /// Where this layer came from.
+    pub origin: LayerOrigin,
+}
+
+/// Where a prepared layer came from (for logs and tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LayerOrigin {
+    /// Installed now and written to `package_cache_dir`.
+    #[default]
+    Built,
+    /// Read back from `package_cache_dir`.
+    Reused,
+    /// Installed now; the cache directory could not be written.
+    BuiltInMemory,
+}
+
+/// Files captured by the installer.
+#[derive(Debug, Default)]
+pub struct Captured {
+    pub files: Vec<(String, Vec<u8>)>,
+    pub loaded_packages: Vec<(String, String)>,
+}
+
+impl PackageLayer {
+    /// Builds the in-memory form. `patch` may rewrite a file's contents (micropip's policy hook).
+    pub fn from_files(
+        files: Vec<(String, Vec<u8>)>,
+        loaded_packages: Vec<(String, String)>,
+        origin: LayerOrigin,
+        mut patch: impl FnMut(&str, Vec<u8>) -> Vec<u8>,
+    ) -> Result<Self, String> {
+        let mut layer = PackageLayer {
+            loaded_packages,
+            origin,
+            ..Default::default()
+        };
+        for (path, data) in files {
+            let data = patch(&path, data);
+            let offset = u32::try_from(layer.blob.len())
+                .map_err(|_| "the package layer exceeds 4 GiB".to_string())?;
+            let len = u32::try_from(data.len())
+                .map_err(|_| format!("{path} in the package layer exceeds 4 GiB"))?;
+            layer.blob.extend_from_slice(&data);
+            layer.index.push((path, offset, len));
+        }
+        Ok(layer)
+    }
+
+    /// Total bytes of file content.
+    pub fn bytes(&self) -> usize {
+        self.blob.len()
+    }
+}
+
+/// The layer directory for `cache_dir`.
+pub fn layer_dir(cache_dir: &Path) -> PathBuf {
+    cache_dir.join("layer")
+}
+
+/// Reads the layer under `cache_dir` if its key matches; `Ok(None)` when it is missing or stale,
+/// `Err` when it matches but cannot be read (it is then rebuilt).
+pub fn load(cache_dir: &Path, key: &LayerKey) -> Result<Option<Captured>, String> {
+    let dir = layer_dir(cache_dir);
+    let manifest = match std::fs::read(dir.join(MANIFEST)) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot read {}: {e}", dir.join(MANIFEST).display())),
+    };
+    let manifest: Manifest = match serde_json::from_slice(&manifest) {
+        Ok(m) => m,
+        Err(e) => {
+            return Err(format!(
+                "{} is malformed: {e}",
+                dir.join(MANIFEST).display()
+            ));
+        }
+    };
+    if &manifest.key != key {
+        return Ok(None);
+    }
+    let mut files = Vec::with_capacity(manifest.files.len());
+    for path in manifest.files {
+        let local = local_path(&dir, &path)?;
+        let data =
+            std::fs::read(&local).map_err(|e| format!("cannot read {}: {e}", local.display()))?;
+        files.push((path, data));
+    }
+    Ok(Some(Captured {
+        files,
+        loaded_packages: manifest.loaded_packages,
+    }))
+}
+
+/// Writes a freshly built layer under `cache_dir`, replacing any previous one. The new layer is
+/// assembled in a temporary directory and renamed into place, so a crash never leaves a half layer
+/// that looks valid.
+pub fn store(cache_dir: &Path, key: &LayerKey, captured: &Captured) -> Result<(), String> {
+    let io = |what: &str, path: &Path, e: std::io::Error| {
+        format!("cannot {what} {}: {e}", path.display())
+    };
+    std::fs::create_dir_all(cache_dir).map_err(|e| io("create", cache_dir, e))?;
+    let tmp = cache_dir.join(format!("layer.tmp-{}", std::process::id()));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(|e| io("remove", &tmp, e))?;
+    }
+    for (path, data) in &captured.files {
+        let local = local_path(&tmp, path)?;
+        if let Some(parent) = local.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| io("create", parent, e))?;
+        }
+        std::fs::write(&local, data).map_err(|e| io("write", &local, e))?;
+    }
+    let manifest = Manifest {
+        key: key.clone(),
+        loaded_packages: captured.loaded_packages.clone(),
+        files: captured.files.iter().map(|(p, _)| p.clone()).collect(),
+    };
+    let manifest_path = tmp.join(MANIFEST);
+    let json = serde_json::to_vec_pretty(&manifest).map_err(|e| e.to_string())?;
+    std::fs::write(&manifest_path, json).map_err(|e| io("write", &manifest_path, e))?;
+    let dir = layer_dir(cache_dir);
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).map_err(|e| io("remove", &dir, e))?;
+    }
+    std::fs::rename(&tmp, &dir).map_err(|e| io("rename", &tmp, e))?;
+    Ok(())
+}
+
+/// Maps an absolute sandbox path to its place under `root/files`, refusing anything that could
+/// escape it.
+fn local_path(root: &Path, sandbox_path: &str) -> Result<PathBuf, String> {
+    let relative = sandbox_path
+        .strip_prefix('/')
+        .ok_or_else(|| format!("layer path {sandbox_path:?} is not absolute"))?;
+    let mut out = root.join(FILES);
+    for part in relative.split('/') {
+        if part.is_empty() || part == "." || part == ".." {
+            return Err(format!("layer path {sandbox_path:?} is not canonical"));
+        }
+        out.push(part);
+    }
+    Ok(out)
+}
+
+/// The distribution name of a micropip requirement: `pandas>=2` → `pandas`, `pkg[extra]` → `pkg`,
+/// `name @ https://…` → `name`, a wheel URL → the name part of its file name. Names are for the tool
+/// description only; versions and URLs are never shown.
+pub fn requirement_name(requirement: &str) -> String {
+    let requirement = requirement.trim();
+    if let Some((name, _)) = requirement.split_once(" @ ") {
+        return requirement_name(name);
+    }
+    if requirement.contains("://") || requirement.ends_with(".whl") {
+        let file = requirement
+            .rsplit('/')
+            .next()
+            .unwrap_or(requirement)
+            .split(['?', '#'])
+            .next()
+            .unwrap_or("");
+        return file.split('-').next().unwrap_or(file).replace('_', "-");
+    }
+    requirement
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        .collect()
+}
+
+/// Shared, immutable layer handed to every sandbox.
+pub type SharedLayer = Arc<PackageLayer>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requirement_names_drop_versions_extras_and_urls() {
+        assert_eq!(requirement_name("pandas"), "pandas");
+        assert_eq!(
+            requirement_name("snowballstemmer==3.0.1"),
+            "snowballstemmer"
+        );
+        assert_eq!(requirement_name(" requests[socks] >= 2 "), "requests");
+        assert_eq!(
+            requirement_name("tiny @ https://example.org/tiny-1.0-py3-none-any.whl"),
+            "tiny"
+        );
+        assert_eq!(
+            requirement_name("https://example.org/a/my_pkg-1.0-py3-none-any.whl?x=1"),
+            "my-pkg"
+        );
+        assert_eq!(requirement_name("emfs:/tmp/x-2.0-py3-none-any.whl"), "x");
+    }
+
+    #[test]
+    fn layer_paths_cannot_escape() {
+        let root = Path::new("/cache/layer");
+        assert!(local_path(root, "/lib/python3.14/site-packages/a.py").is_ok());
+        assert!(local_path(root, "lib/a.py").is_err());
+        assert!(local_path(root, "/lib/../../etc/passwd").is_err());
+        assert!(local_path(root, "/lib//a").is_err());
+    }
+
+    #[test]
+    fn a_layer_round_trips_through_disk_and_only_its_own_key_reuses_it() {
+        let dir = std::env::temp_dir().join(format!("cim-layer-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let key = LayerKey::new(&["pandas".to_string()]);
+        let captured = Captured {
+            files: vec![("/lib/x/a.py".into(), b"print(1)".to_vec())],
+            loaded_packages: vec![("pandas".into(), "default channel".into())],
+        };
+        store(&dir, &key, &captured).unwrap();
+        let back = load(&dir, &key).unwrap().unwrap();
+        assert_eq!(back.files, captured.files);
+        assert_eq!(back.loaded_packages, captured.loaded_packages);
+        let other = LayerKey::new(&["numpy".to_string()]);
+        assert!(load(&dir, &other).unwrap().is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
