@@ -1,9 +1,11 @@
 //! Sandbox cost, measured against the real engine in both boot modes: time to create one ready
 //! sandbox (new isolate + Pyodide, from a memory snapshot or from scratch) and time to execute
-//! `print(1)` in it. Run with `cargo bench --bench sandbox`; set `BENCH_ITERATIONS` (default 20).
+//! `print(1)` in it. Run with `cargo bench --bench sandbox`; set `BENCH_ITERATIONS` (default 20),
+//! `BENCH_MODES=snapshot` to skip the full-boot mode.
 
 use std::time::{Duration, Instant};
 
+use code_interpreter_mcp::packages::PackageSource;
 use code_interpreter_mcp::sandbox::{BootMode, Engine, EngineConfig, ExecRequest};
 
 fn main() {
@@ -11,6 +13,11 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(20);
+    // BENCH_MODES=snapshot measures only the snapshot mode (for profiling).
+    if std::env::var("BENCH_MODES").as_deref() == Ok("snapshot") {
+        measure(BootMode::Snapshot, iterations);
+        return;
+    }
     let full = measure(BootMode::Full, iterations);
     let snapshot = measure(BootMode::Snapshot, iterations);
     println!(
@@ -28,11 +35,19 @@ fn ms(d: Duration) -> f64 {
 /// Prints the distributions for one boot mode; returns the median creation time.
 fn measure(boot: BootMode, iterations: usize) -> Duration {
     let started = Instant::now();
-    let engine = Engine::new(EngineConfig {
+    let mut config = EngineConfig {
         boot,
         ..EngineConfig::default()
-    })
-    .expect("engine");
+    };
+    // Wheels (micropip for the package layer) from CODE_INTERPRETER_MCP_PACKAGE_BASE_URL, else the
+    // team's local mirror next to the checkout, else the Pyodide CDN.
+    let mirror = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/pyodide-packages");
+    if let Ok(url) = std::env::var("CODE_INTERPRETER_MCP_PACKAGE_BASE_URL") {
+        config.package_source = PackageSource::parse(&url);
+    } else if std::path::Path::new(mirror).is_dir() {
+        config.package_source = PackageSource::Dir(mirror.into());
+    }
+    let engine = Engine::new(config).expect("engine");
     let engine_ready = started.elapsed();
 
     // One warm-up call, not counted.

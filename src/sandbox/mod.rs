@@ -226,6 +226,8 @@ pub(crate) struct EngineShared {
     pub snapshot: std::sync::OnceLock<Arc<[u8]>>,
     /// The package layer copied into every sandbox (micropip and the preinstalled packages).
     pub layer: std::sync::OnceLock<Arc<layer::PackageLayer>>,
+    /// Pyodide's WebAssembly module as V8 compiled it once; every isolate instantiates this.
+    pub compiled_wasm: std::sync::OnceLock<v8::CompiledWasmModule>,
     _io: IoRuntime,
 }
 
@@ -255,10 +257,15 @@ impl Engine {
         let assets = Arc::new(Assets::load(&config.asset_dir)?);
         V8_FLAGS.call_once(|| {
             let pages = config.wasm_memory_limit_mb.saturating_mul(MB) / 65536;
-            let unknown = deno_core::v8_set_flags(vec![
+            let mut flags = vec![
                 "code-interpreter-mcp".into(),
                 format!("--wasm-max-mem-pages={pages}"),
-            ]);
+            ];
+            // For profiling and diagnosis only (e.g. "--perf-basic-prof"); not a configuration key.
+            if let Ok(extra) = std::env::var("CODE_INTERPRETER_MCP_V8_FLAGS") {
+                flags.extend(extra.split_whitespace().map(String::from));
+            }
+            let unknown = deno_core::v8_set_flags(flags);
             if unknown.len() > 1 {
                 tracing::warn!(?unknown, "V8 did not recognise some flags");
             }
@@ -287,6 +294,7 @@ impl Engine {
                 packages,
                 snapshot: std::sync::OnceLock::new(),
                 layer: std::sync::OnceLock::new(),
+                compiled_wasm: std::sync::OnceLock::new(),
                 _io: IoRuntime(Some(io)),
             }),
         };

@@ -86,6 +86,7 @@ deno_core::extension!(
         op_sandbox_layer_loaded,
         op_sandbox_log,
         op_sandbox_now,
+        op_sandbox_wasm_module,
         op_sandbox_offer_file,
         op_sandbox_random_fill,
         op_sandbox_read_asset,
@@ -203,6 +204,26 @@ fn op_sandbox_store_snapshot(
     }
     s.snapshot_out = Some(data.to_vec());
     Ok(())
+}
+
+/// Pyodide's WebAssembly module, compiled once per process: the first caller compiles it and keeps
+/// V8's compiled module; every later isolate re-creates its module object from that without compiling
+/// (and shares the code V8 has since optimised).
+#[op2]
+fn op_sandbox_wasm_module<'s, 'i>(
+    scope: &mut v8::PinScope<'s, 'i>,
+    op_state: &mut OpState,
+) -> Result<v8::Local<'s, v8::Value>, JsErrorBox> {
+    let shared = state(op_state).shared.clone();
+    if let Some(compiled) = shared.compiled_wasm.get()
+        && let Some(module) = v8::WasmModuleObject::from_compiled_module(scope, compiled)
+    {
+        return Ok(module.into());
+    }
+    let module = v8::WasmModuleObject::compile(scope, &shared.assets.wasm)
+        .ok_or_else(|| JsErrorBox::generic("pyodide.asm.wasm does not compile"))?;
+    let _ = shared.compiled_wasm.set(module.get_compiled_module());
+    Ok(module.into())
 }
 
 /// The package layer's file index: (absolute path, offset in the blob, length).

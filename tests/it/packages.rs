@@ -456,3 +456,76 @@ snowballstemmer.stemmer("english").stemWords(["running"])
 "#);
     assert_eq!(ok(&result).result.as_deref(), Some("['run']"));
 }
+
+fn run_python_code_description(server: &crate::server::Server) -> String {
+    crate::server::list_tools_stateless(server)
+        .into_iter()
+        .find(|t| t["name"] == "run_python_code")
+        .expect("run_python_code listed")["description"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// tools/list states the policy: preinstalled packages by name only, micropip.install only when
+/// runtime installation is enabled.
+#[test]
+fn the_tool_description_follows_the_package_policy() {
+    let enabled = crate::server::Server::start(&[]);
+    let text = run_python_code_description(&enabled);
+    assert!(text.contains("micropip.install"), "{text}");
+    assert!(!text.contains("Preinstalled"), "{text}");
+    drop(enabled);
+
+    let dir = temp_dir("description");
+    let config = dir.join("policy.toml");
+    std::fs::write(
+        &config,
+        "preinstall_packages = [\"six==1.17.0\", \"pytz >= 2020\"]\nruntime_package_installation = false\n",
+    )
+    .unwrap();
+    let cache = dir.join("cache");
+    let disabled = crate::server::Server::start_with_args(
+        &["--config", config.to_str().unwrap()],
+        &[(
+            "CODE_INTERPRETER_MCP_PACKAGE_CACHE_DIR",
+            cache.to_str().unwrap(),
+        )],
+    );
+    let text = run_python_code_description(&disabled);
+    assert!(text.contains("Preinstalled packages: six, pytz."), "{text}");
+    assert!(!text.contains("micropip"), "{text}");
+    assert!(!text.contains("1.17.0") && !text.contains("2020"), "{text}");
+    assert!(text.contains("installation is disabled"), "{text}");
+}
+
+/// A package that cannot be installed stops the server before it binds, with the reason on stderr.
+#[test]
+fn a_failed_preinstallation_stops_the_server_before_it_binds() {
+    let dir = temp_dir("failed-preinstall");
+    let config = dir.join("bad.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "preinstall_packages = [\"no-such-package-cim-test\"]\npackage_cache_dir = \"{}\"\n",
+            dir.join("cache").display()
+        ),
+    )
+    .unwrap();
+    let out = crate::common::server_command()
+        .args(["--config", config.to_str().unwrap()])
+        .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
+        .env_remove("CODE_INTERPRETER_MCP_PACKAGE_CACHE_DIR")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("listening"), "{stdout}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("preparing the package layer failed"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("no-such-package-cim-test"), "{stderr}");
+    assert!(!dir.join("cache/layer").exists());
+}

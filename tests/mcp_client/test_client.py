@@ -10,6 +10,7 @@ and "legacy" (initialize handshake). Prints one line per check and ends with
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import sys
 import traceback
@@ -58,10 +59,28 @@ async def check_call_python_error(client: Client) -> None:
     _check(err.get("kind") == "python", f"error.kind is {err.get('kind')!r}")
 
 
+async def check_call_pandas_file(client: Client) -> None:
+    code = (
+        "import pandas as pd\n"
+        "frame = pd.DataFrame({'value': [1, 2, 3]})\n"
+        "frame.loc[frame['value'] > 1].to_csv('results.csv', index=False)\n"
+        "int(frame['value'].sum())"
+    )
+    result = await client.call_tool(TOOL, {"code": code}, read_timeout_seconds=CALL_TIMEOUT_S)
+    sc: Any = result.structured_content
+    _check(result.is_error is False, f"isError is {result.is_error!r}; structuredContent={sc!r}")
+    _check(sc.get("result") == "6", f"result is {sc.get('result')!r}")
+    files = {f.get("path"): f for f in sc.get("files") or []}
+    _check("results.csv" in files, f"results.csv not returned: {list(files)}")
+    content = base64.b64decode(files["results.csv"]["content_base64"]).decode()
+    _check(content == "value\n2\n3\n", f"results.csv is {content!r}")
+
+
 CHECKS: list[tuple[str, Callable[[Client], Awaitable[None]]]] = [
     ("list_tools", check_list_tools),
     ("call_ok", check_call_ok),
     ("call_python_error", check_call_python_error),
+    ("call_pandas_file", check_call_pandas_file),
 ]
 
 

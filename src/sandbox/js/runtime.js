@@ -24,6 +24,7 @@ const {
   op_sandbox_layer_loaded,
   op_sandbox_log,
   op_sandbox_now,
+  op_sandbox_wasm_module,
   op_sandbox_offer_file,
   op_sandbox_random_fill,
   op_sandbox_read_asset,
@@ -527,7 +528,7 @@ async function boot() {
   // "shell" path, which reads its files synchronously through `readbuffer` (our asset op).
   delete globalThis.Deno;
   define("read", (path) => op_sandbox_read_asset_text(String(path)));
-  define("readbuffer", (path) => op_sandbox_read_asset(String(path)));
+  define("readbuffer", readAsset);
   define("load", () => {
     throw new Error("load() is not available in the sandbox");
   });
@@ -551,11 +552,25 @@ async function boot() {
     stderr: (line) => op_sandbox_write(2, core.encode(line + "\n")),
     // Emscripten picks its environment inside this call: as a "web" runtime it draws entropy from
     // crypto.getRandomValues (our OS-randomness op) instead of the d8 shell's os.system().
+    // Pyodide instantiates its WebAssembly with WebAssembly.instantiate(bytes): for our sentinel
+    // bytes it gets the module compiled once per process instead (see op_sandbox_wasm_module).
     createPyodideModule: async (settings) => {
       define("window", globalThis);
+      const instantiate = WebAssembly.instantiate;
+      WebAssembly.instantiate = function (source, imports) {
+        if (ArrayBuffer.isView(source) && source.buffer === WASM_SENTINEL) {
+          const module = op_sandbox_wasm_module();
+          return instantiate.call(WebAssembly, module, imports).then((instance) => ({
+            instance,
+            module,
+          }));
+        }
+        return instantiate.call(WebAssembly, source, imports);
+      };
       try {
         return await asm.default(settings);
       } finally {
+        WebAssembly.instantiate = instantiate;
         delete globalThis.window;
       }
     },
@@ -658,7 +673,9 @@ function copyLayer() {
   for (const [name, channel] of op_sandbox_layer_loaded()) {
     pyodide.loadedPackages[name] = channel;
   }
-  pyodide.runPython("import importlib\nimportlib.invalidate_caches()");
+  // New files under directories the snapshot's path finders already listed: forget those listings.
+  // (importlib.invalidate_caches() would do the same but imports importlib.metadata, ~40 ms.)
+  pyodide.runPython("import sys\nsys.path_importer_cache.clear()");
 }
 
 /** Runtime installation disabled: Pyodide's package-loading APIs refuse. */
@@ -672,6 +689,22 @@ function disablePackageLoading() {
   const internal = pyodide._api;
   if (internal.packageManager) internal.packageManager.loadPackage = refuse;
   internal.install = refuse;
+}
+
+/** Stands in for pyodide.asm.wasm's bytes; see createPyodideModule in boot(). */
+const WASM_SENTINEL = new ArrayBuffer(8);
+
+/**
+ * `readbuffer` for Pyodide's shell path: runtime files and verified lock-file wheels, returned as an
+ * ArrayBuffer so Pyodide's `new Uint8Array(...)` wraps it instead of copying it.
+ */
+function readAsset(path) {
+  path = String(path);
+  if (path.endsWith("/pyodide.asm.wasm")) return WASM_SENTINEL;
+  const bytes = op_sandbox_read_asset(path);
+  return bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength
+    ? bytes.buffer
+    : bytes.slice().buffer;
 }
 
 function define(name, value) {
