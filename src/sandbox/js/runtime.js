@@ -548,8 +548,13 @@ async function boot() {
     packageBaseUrl: INDEX_URL,
     env: cfg.env,
     stdin: () => null,
-    stdout: (line) => op_sandbox_write(1, core.encode(line + "\n")),
-    stderr: (line) => op_sandbox_write(2, core.encode(line + "\n")),
+    // The installer's output (micropip's progress) goes to the server log.
+    stdout: cfg.kind === "installer"
+      ? (line) => op_sandbox_log(line)
+      : (line) => op_sandbox_write(1, core.encode(line + "\n")),
+    stderr: cfg.kind === "installer"
+      ? (line) => op_sandbox_log(line)
+      : (line) => op_sandbox_write(2, core.encode(line + "\n")),
     // Emscripten picks its environment inside this call: as a "web" runtime it draws entropy from
     // crypto.getRandomValues (our OS-randomness op) instead of the d8 shell's os.system().
     // Pyodide instantiates its WebAssembly with WebAssembly.instantiate(bytes): for our sentinel
@@ -641,8 +646,12 @@ async function buildLayer(requirements, indexUrls) {
   if (requirements.length > 0) {
     const micropip = pyodide.pyimport("micropip");
     if (indexUrls.length > 0) micropip.set_index_urls(indexUrls);
-    await micropip.install(requirements);
+    await micropip.install.callKwargs(requirements, { verbose: true });
     micropip.destroy();
+    const installed = pyodide.runPython(
+      "import micropip\n', '.join(sorted(f'{p.name} {p.version}' for p in micropip.list().values()))",
+    );
+    log(`installed: ${installed}`);
   }
   for (const root of layerRoots()) {
     for (const path of listTree(FS, root)) {
