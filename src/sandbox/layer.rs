@@ -157,31 +157,41 @@ pub fn store(cache_dir: &Path, key: &LayerKey, captured: &Captured) -> Result<()
         format!("cannot {what} {}: {e}", path.display())
     };
     std::fs::create_dir_all(cache_dir).map_err(|e| io("create", cache_dir, e))?;
-    let tmp = cache_dir.join(format!("layer.tmp-{}", std::process::id()));
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp).map_err(|e| io("remove", &tmp, e))?;
-    }
-    for (path, data) in &captured.files {
-        let local = local_path(&tmp, path)?;
-        if let Some(parent) = local.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| io("create", parent, e))?;
+    let mut random = [0u8; 8];
+    let _ = getrandom::fill(&mut random);
+    let tmp = cache_dir.join(format!(
+        "layer.tmp-{}-{}",
+        std::process::id(),
+        random
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    ));
+    let write = || -> Result<(), String> {
+        for (path, data) in &captured.files {
+            let local = local_path(&tmp, path)?;
+            if let Some(parent) = local.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| io("create", parent, e))?;
+            }
+            std::fs::write(&local, data).map_err(|e| io("write", &local, e))?;
         }
-        std::fs::write(&local, data).map_err(|e| io("write", &local, e))?;
-    }
-    let manifest = Manifest {
-        key: key.clone(),
-        loaded_packages: captured.loaded_packages.clone(),
-        files: captured.files.iter().map(|(p, _)| p.clone()).collect(),
+        let manifest = Manifest {
+            key: key.clone(),
+            loaded_packages: captured.loaded_packages.clone(),
+            files: captured.files.iter().map(|(p, _)| p.clone()).collect(),
+        };
+        let manifest_path = tmp.join(MANIFEST);
+        let json = serde_json::to_vec_pretty(&manifest).map_err(|e| e.to_string())?;
+        std::fs::write(&manifest_path, json).map_err(|e| io("write", &manifest_path, e))?;
+        let dir = layer_dir(cache_dir);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| io("remove", &dir, e))?;
+        }
+        std::fs::rename(&tmp, &dir).map_err(|e| io("rename", &tmp, e))
     };
-    let manifest_path = tmp.join(MANIFEST);
-    let json = serde_json::to_vec_pretty(&manifest).map_err(|e| e.to_string())?;
-    std::fs::write(&manifest_path, json).map_err(|e| io("write", &manifest_path, e))?;
-    let dir = layer_dir(cache_dir);
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).map_err(|e| io("remove", &dir, e))?;
-    }
-    std::fs::rename(&tmp, &dir).map_err(|e| io("rename", &tmp, e))?;
-    Ok(())
+    write().inspect_err(|_| {
+        let _ = std::fs::remove_dir_all(&tmp);
+    })
 }
 
 /// Maps an absolute sandbox path to its place under `root/files`, refusing anything that could

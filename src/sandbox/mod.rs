@@ -8,8 +8,10 @@
 
 pub mod fetch;
 pub mod layer;
+mod modules;
 mod ops;
 mod output;
+mod snapshot;
 mod watchdog;
 
 use std::path::PathBuf;
@@ -18,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
-use deno_core::{JsRuntime, ModuleSpecifier, RuntimeOptions, StaticModuleLoader, v8};
+use deno_core::{JsRuntime, RuntimeOptions, v8};
 use serde::{Deserialize, Serialize};
 
 pub use fetch::{Fetcher, MAX_RESPONSE_BYTES};
@@ -40,6 +42,9 @@ const MICROPIP_POLICY_PY: &str = include_str!("py/micropip_policy.py");
 
 /// The largest final-expression string returned (64 KiB), applied by the Python runner.
 pub const MAX_RESULT_BYTES: usize = 64 * 1024;
+
+/// The longest a sandbox (or the snapshot maker) may take to start.
+const BOOT_DEADLINE: Duration = Duration::from_secs(120);
 
 /// 1 MB in the configuration's sense.
 const MB: u64 = 1024 * 1024;
@@ -223,11 +228,13 @@ pub(crate) struct EngineShared {
     pub fetcher: Fetcher,
     pub packages: Packages,
     /// The Pyodide memory snapshot sandboxes restore (snapshot boot mode).
-    pub snapshot: std::sync::OnceLock<Arc<[u8]>>,
+    pub snapshot: std::sync::OnceLock<snapshot::SharedSnapshot>,
     /// The package layer copied into every sandbox (micropip and the preinstalled packages).
     pub layer: std::sync::OnceLock<Arc<layer::PackageLayer>>,
     /// Pyodide's WebAssembly module as V8 compiled it once; every isolate instantiates this.
     pub compiled_wasm: std::sync::OnceLock<v8::CompiledWasmModule>,
+    /// V8 code caches of Pyodide's JavaScript modules.
+    code_cache: Arc<modules::CodeCache>,
     _io: IoRuntime,
 }
 
@@ -254,6 +261,11 @@ impl Engine {
     /// Checks the assets and prepares what sandboxes share. The first engine of the process also sets
     /// V8's process-wide flags, among them the WebAssembly memory cap.
     pub fn new(config: EngineConfig) -> Result<Self, EngineError> {
+        Self::create(config, true)
+    }
+
+    /// `use_stored`: restore from the snapshot stored under `package_cache_dir` if there is one.
+    fn create(config: EngineConfig, use_stored: bool) -> Result<Self, EngineError> {
         let assets = Arc::new(Assets::load(&config.asset_dir)?);
         V8_FLAGS.call_once(|| {
             let pages = config.wasm_memory_limit_mb.saturating_mul(MB) / 65536;
@@ -295,12 +307,58 @@ impl Engine {
                 snapshot: std::sync::OnceLock::new(),
                 layer: std::sync::OnceLock::new(),
                 compiled_wasm: std::sync::OnceLock::new(),
+                code_cache: Arc::default(),
                 _io: IoRuntime(Some(io)),
             }),
         };
-        engine.prepare_layer()?;
-        if boot == BootMode::Snapshot {
-            engine.take_snapshot()?;
+        if boot == BootMode::Full {
+            engine.prepare_layer()?;
+            return Ok(engine);
+        }
+        // The snapshot holds no package state, so it is taken (or read back) while the package
+        // layer is prepared.
+        let cache_dir = engine.shared.config.package_cache_dir.clone();
+        let stored = if use_stored {
+            snapshot::load(&cache_dir, &engine.shared.assets)
+        } else {
+            None
+        };
+        let maker = match stored {
+            Some(_) => None,
+            None => Some(engine.spawn_snapshot_maker()?),
+        };
+        let layer = engine.prepare_layer();
+        let taken = maker.map(|m| m.join());
+        layer?;
+        match (stored, taken) {
+            (Some(bytes), _) => {
+                let len = bytes.len();
+                let _ = engine
+                    .shared
+                    .snapshot
+                    .set(snapshot::SharedSnapshot::new(bytes));
+                // Trust a stored snapshot only once a sandbox has booted from it.
+                match engine.boot() {
+                    Ok(_) => tracing::info!(
+                        bytes = len,
+                        "Pyodide memory snapshot read from package_cache_dir"
+                    ),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the stored Pyodide snapshot does not boot; taking a new one");
+                        snapshot::discard(&cache_dir, &engine.shared.assets);
+                        return Self::create(engine.shared.config.clone(), false);
+                    }
+                }
+            }
+            (None, Some(taken)) => {
+                let bytes = taken?;
+                snapshot::store(&cache_dir, &engine.shared.assets, &bytes);
+                let _ = engine
+                    .shared
+                    .snapshot
+                    .set(snapshot::SharedSnapshot::new(bytes));
+            }
+            (None, None) => unreachable!("a snapshot maker runs when none is stored"),
         }
         Ok(engine)
     }
@@ -413,27 +471,16 @@ impl Engine {
             })
     }
 
-    /// Boots one interpreter before any user code exists, snapshots its memory and keeps the snapshot
-    /// for every later sandbox. Runs on a thread of its own (one isolate per thread at a time).
-    fn take_snapshot(&self) -> Result<(), EngineError> {
-        let started = Instant::now();
+    /// Starts booting one interpreter, before any user code exists, only to snapshot its memory; on
+    /// a thread of its own (one isolate per thread at a time).
+    fn spawn_snapshot_maker(&self) -> Result<SnapshotMaker, EngineError> {
         let shared = self.shared.clone();
-        let bytes = std::thread::Builder::new()
+        let started = Instant::now();
+        let handle = std::thread::Builder::new()
             .name("snapshot-maker".into())
             .stack_size(8 * 1024 * 1024)
-            .spawn(move || Sandbox::make_snapshot(shared))?
-            .join()
-            .map_err(|_| EngineError::Boot("the snapshot maker panicked".into()))?
-            .map_err(|e| {
-                EngineError::Boot(format!("taking the Pyodide memory snapshot failed: {e}"))
-            })?;
-        tracing::info!(
-            bytes = bytes.len(),
-            ms = started.elapsed().as_millis() as u64,
-            "Pyodide memory snapshot taken"
-        );
-        let _ = self.shared.snapshot.set(bytes.into());
-        Ok(())
+            .spawn(move || Sandbox::make_snapshot(shared))?;
+        Ok(SnapshotMaker { handle, started })
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -460,6 +507,30 @@ impl Engine {
                 e.to_string(),
             )),
         }
+    }
+}
+
+/// A snapshot being taken on its own thread.
+struct SnapshotMaker {
+    handle: std::thread::JoinHandle<Result<Vec<u8>, EngineError>>,
+    started: Instant,
+}
+
+impl SnapshotMaker {
+    fn join(self) -> Result<Vec<u8>, EngineError> {
+        let bytes = self
+            .handle
+            .join()
+            .map_err(|_| EngineError::Boot("the snapshot maker panicked".into()))?
+            .map_err(|e| {
+                EngineError::Boot(format!("taking the Pyodide memory snapshot failed: {e}"))
+            })?;
+        tracing::info!(
+            bytes = bytes.len(),
+            ms = self.started.elapsed().as_millis() as u64,
+            "Pyodide memory snapshot taken"
+        );
+        Ok(bytes)
     }
 }
 
@@ -494,13 +565,7 @@ impl Sandbox {
         let tokio = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let assets = shared.assets.clone();
-        let spec =
-            |name: &str| ModuleSpecifier::parse(&format!("asset:///{name}")).expect("static URL");
-        let loader = StaticModuleLoader::new([
-            (spec("pyodide.mjs"), assets.loader_js.clone()),
-            (spec("pyodide.asm.mjs"), assets.asm_js.clone()),
-        ]);
+        let loader = modules::AssetModuleLoader::new(&shared.assets, shared.code_cache.clone());
         let heap_bytes =
             usize::try_from(shared.config.memory_limit_mb.saturating_mul(MB)).unwrap_or(usize::MAX);
         // V8 posts delayed tasks to the runtime that is current when the isolate is created.
@@ -533,9 +598,35 @@ impl Sandbox {
                 .map(|e| e.boot.clone())
                 .ok_or_else(|| EngineError::Boot("runtime.js did not register".into()))?
         };
+        // A sandbox that has not started within BOOT_DEADLINE never will (e.g. a Pyodide that cannot
+        // read its standard library); the installer may take as long as its downloads need.
+        let watchdog = (kind != BootKind::Installer).then(|| {
+            let w = Watchdog::start(runtime.v8_isolate().thread_safe_handle(), BOOT_DEADLINE);
+            let _ = w.sender().send(watchdog::WatchMsg::Arm(Instant::now()));
+            w
+        });
+        let wake = watchdog.as_ref().map(|w| w.wake.clone());
         let call = runtime.call(&boot);
-        tokio
-            .block_on(runtime.with_event_loop_promise(call, Default::default()))
+        let booted = tokio.block_on(async {
+            tokio::select! {
+                r = runtime.with_event_loop_promise(call, Default::default()) => Some(r),
+                _ = async {
+                    match &wake {
+                        Some(wake) => wake.notified().await,
+                        None => std::future::pending().await,
+                    }
+                } => None,
+            }
+        });
+        if watchdog.as_ref().is_some_and(|w| w.fired()) || booted.is_none() {
+            return Err(EngineError::Boot(format!(
+                "Pyodide did not finish starting within {} s",
+                BOOT_DEADLINE.as_secs()
+            )));
+        }
+        drop(watchdog);
+        booted
+            .expect("checked above")
             .map_err(|e| {
                 if heap_exhausted.load(Ordering::SeqCst) {
                     EngineError::Boot(format!(

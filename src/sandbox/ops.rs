@@ -181,16 +181,19 @@ fn op_sandbox_boot_config(op_state: &mut OpState) -> BootConfig {
     }
 }
 
-/// A copy of the engine's memory snapshot for `loadPyodide({_loadSnapshot})`.
+/// The engine's memory snapshot for `loadPyodide({_loadSnapshot})`: an ArrayBuffer over the bytes
+/// every isolate shares (not a copy). `runtime.js` detaches it as soon as Pyodide has restored.
 #[op2]
-#[buffer]
-fn op_sandbox_snapshot(op_state: &mut OpState) -> Result<Vec<u8>, JsErrorBox> {
-    state(op_state)
-        .shared
+fn op_sandbox_snapshot<'s, 'i>(
+    scope: &mut v8::PinScope<'s, 'i>,
+    op_state: &mut OpState,
+) -> Result<v8::Local<'s, v8::Value>, JsErrorBox> {
+    let shared = state(op_state).shared.clone();
+    let snapshot = shared
         .snapshot
         .get()
-        .map(|s| s.to_vec())
-        .ok_or_else(|| JsErrorBox::generic("no memory snapshot"))
+        .ok_or_else(|| JsErrorBox::generic("no memory snapshot"))?;
+    Ok(snapshot.array_buffer(scope).into())
 }
 
 #[op2(fast)]

@@ -232,3 +232,44 @@ fn snapshot_sandboxes_do_not_share_module_state_or_random_streams() {
     assert!(b.starts_with("(False, False, "), "{b}");
     assert!(!b.contains(&a), "random stream repeated: {a} in {b}");
 }
+
+/// The snapshot is kept under package_cache_dir: the next engine restores from the stored file
+/// (fresh random streams in every sandbox all the same), and a damaged file is replaced, never used.
+#[test]
+fn a_stored_snapshot_is_reused_and_a_damaged_one_is_replaced() {
+    use code_interpreter_mcp::sandbox::{Engine, EngineConfig};
+    let cache = crate::common::temp_dir("stored-snapshot");
+    let config = EngineConfig {
+        package_cache_dir: cache.clone(),
+        ..crate::common::engine_config()
+    };
+    drop(Engine::new(config.clone()).expect("engine"));
+    let stored: Vec<_> = std::fs::read_dir(cache.join("snapshot"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    let original = std::fs::read(&stored[0]).unwrap();
+
+    let engine = Engine::new(config.clone()).expect("engine from the stored snapshot");
+    assert_eq!(
+        std::fs::read(&stored[0]).unwrap(),
+        original,
+        "reused, not retaken"
+    );
+    let draw = "import random, uuid\n(random.random(), str(uuid.uuid4()))";
+    let a = engine.execute(crate::common::request(draw));
+    let b = engine.execute(crate::common::request(draw));
+    assert_ne!(ok(&a).result, ok(&b).result);
+    drop(engine);
+
+    let mut damaged = original.clone();
+    let middle = damaged.len() / 2;
+    damaged[middle] ^= 0xff;
+    std::fs::write(&stored[0], &damaged).unwrap();
+    let engine = Engine::new(config).expect("engine after a damaged snapshot");
+    let r = engine.execute(crate::common::request("sum(range(10))"));
+    assert_eq!(ok(&r).result.as_deref(), Some("45"));
+    let replaced = std::fs::read(&stored[0]).unwrap();
+    assert_ne!(replaced, damaged);
+}

@@ -536,10 +536,13 @@ async function boot() {
   const { loadPyodide } = await import("asset:///pyodide.mjs");
   const asm = await import("asset:///pyodide.asm.mjs");
 
+  // The snapshot's bytes are shared by every isolate: this ArrayBuffer is detached right after the
+  // restore, so nothing reachable later can read or write them.
+  const snapshot = cfg.loadSnapshot ? op_sandbox_snapshot() : null;
   const snapshotOptions = cfg.kind === "snapshot"
     ? { _makeSnapshot: true }
-    : cfg.loadSnapshot
-      ? { _loadSnapshot: op_sandbox_snapshot() }
+    : snapshot
+      ? { _loadSnapshot: new Uint8Array(snapshot) }
       : {};
   pyodide = await loadPyodide({
     ...snapshotOptions,
@@ -580,6 +583,8 @@ async function boot() {
       }
     },
   });
+
+  if (snapshot) snapshot.transfer(0);
 
   if (cfg.kind === "installer") {
     await buildLayer(cfg.requirements, cfg.indexUrls);
