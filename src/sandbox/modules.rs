@@ -15,9 +15,12 @@ use deno_error::JsErrorBox;
 
 use crate::assets::Assets;
 
-/// Code caches by module URL (with the hash of the source they belong to).
+/// A V8 code cache and the hash of the module source it belongs to.
+type CacheEntry = (u64, Arc<[u8]>);
+
+/// Code caches by module URL.
 #[derive(Default)]
-pub(crate) struct CodeCache(Mutex<HashMap<String, (u64, Arc<[u8]>)>>);
+pub(crate) struct CodeCache(Mutex<HashMap<String, CacheEntry>>);
 
 /// Serves `asset:///pyodide.mjs` and `asset:///pyodide.asm.mjs`; refuses every other module.
 pub(crate) struct AssetModuleLoader {
@@ -40,8 +43,8 @@ impl AssetModuleLoader {
     }
 }
 
-/// A cheap fingerprint of a module source (its length and a sample of its bytes is not enough: a
-/// cache for another source would be rejected by V8 anyway, but the hash keeps that path rare).
+/// A fingerprint of a module source, so a cache is only offered for the source it was made from (V8
+/// would reject a mismatching cache anyway).
 fn source_hash(source: &str) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
