@@ -153,7 +153,19 @@ fn main() {
     // The first start of a checkout builds the package layer; start-to-ready is measured warm.
     drop(start("snapshot"));
     let mut rows = Vec::new();
-    for mode in ["full", "snapshot"] {
+    // LOAD_MODES=snapshot skips the (slow) full-boot mode; LOAD_PAUSE_MS sets the pause between
+    // sequential calls in snapshot mode (default 400 ms: time for the worker to prepare the next
+    // sandbox).
+    let modes: &[&str] = if std::env::var("LOAD_MODES").as_deref() == Ok("snapshot") {
+        &["snapshot"]
+    } else {
+        &["full", "snapshot"]
+    };
+    let pause: u64 = std::env::var("LOAD_PAUSE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(400);
+    for &mode in modes {
         let server = start(mode);
         let rss_ready = rss_mib(server.child.id());
         // Sequential calls, with a pause so a prewarmed worker can prepare the next sandbox.
@@ -164,7 +176,7 @@ fn main() {
             std::thread::sleep(Duration::from_millis(if mode == "full" {
                 3000
             } else {
-                400
+                pause
             }));
         }
         c1.sort();
@@ -215,7 +227,9 @@ fn main() {
             r.c8_rate,
         );
     }
-    let (full, snap) = (&rows[0], &rows[1]);
+    let [full, snap] = &rows[..] else {
+        return;
+    };
     println!(
         "snapshot vs full: c=1 p50 {:.1}x faster, c=8 throughput {:.1}x higher",
         pct(&full.c1, 0.5) / pct(&snap.c1, 0.5),

@@ -1,7 +1,8 @@
 //! Sandbox cost, measured against the real engine in both boot modes: time to create one ready
 //! sandbox (new isolate + Pyodide, from a memory snapshot or from scratch) and time to execute
 //! `print(1)` in it. Run with `cargo bench --bench sandbox`; set `BENCH_ITERATIONS` (default 20),
-//! `BENCH_MODES=snapshot` to skip the full-boot mode.
+//! `BENCH_MODES=snapshot` to skip the full-boot mode, `BENCH_IDLE_MS` to let each sandbox wait that
+//! long between boot and execution, as a prewarmed one does.
 
 use std::time::{Duration, Instant};
 
@@ -50,6 +51,12 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
     let engine = Engine::new(config).expect("engine");
     let engine_ready = started.elapsed();
 
+    // BENCH_IDLE_MS: how long a booted sandbox waits before it runs (a prewarmed worker's case).
+    let idle = std::env::var("BENCH_IDLE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_millis);
+
     // One warm-up call, not counted.
     let _ = engine.execute(request());
 
@@ -61,6 +68,11 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
         let sandbox = engine.boot().expect("boot");
         boots.push(started.elapsed());
         let mut sandbox = sandbox;
+        if let Some(idle) = idle {
+            // As a prewarmed worker does with a sandbox it holds.
+            sandbox.collect_garbage();
+            std::thread::sleep(idle);
+        }
         let started = Instant::now();
         let result = sandbox.run(request());
         runs.push(started.elapsed());

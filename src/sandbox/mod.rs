@@ -672,6 +672,13 @@ impl Sandbox {
         })
     }
 
+    /// Finishes the garbage collection that booting started, for a sandbox prepared ahead of a call:
+    /// otherwise its mark-compact pause (measured 4-6 ms) lands in the first milliseconds of the
+    /// user's code. Costs ~15 ms of CPU, so callers that run code right away skip it.
+    pub fn collect_garbage(&mut self) {
+        self.runtime.v8_isolate().low_memory_notification();
+    }
+
     /// How long booting took.
     pub fn boot_time(&self) -> Duration {
         self.boot_time

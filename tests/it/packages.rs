@@ -229,6 +229,22 @@ fn an_unknown_preinstalled_package_stops_start_up_with_a_clear_message() {
 }
 
 #[test]
+fn without_micropip_in_the_package_source_start_up_fails_naming_package_base_url() {
+    let empty = temp_dir("empty-mirror");
+    let error = match Engine::new(EngineConfig {
+        package_source: PackageSource::Dir(empty.clone()),
+        package_cache_dir: temp_dir("empty-mirror-cache"),
+        ..engine_config()
+    }) {
+        Ok(_) => panic!("start-up must fail without micropip"),
+        Err(e) => e.to_string(),
+    };
+    assert!(error.contains("micropip"), "{error}");
+    assert!(error.contains("package_base_url"), "{error}");
+    assert!(error.contains(&empty.display().to_string()), "{error}");
+}
+
+#[test]
 fn a_tampered_wheel_is_refused_with_a_sha256_mismatch_naming_the_package() {
     let mirror = partial_mirror("tampered-mirror", &["micropip"]);
     let six = std::fs::read(package_mirror().join("six-1.17.0-py2.py3-none-any.whl")).unwrap();
@@ -411,6 +427,14 @@ fn micropip_installs_from_a_private_https_index_trusted_through_extra_ca_certs()
         1,
         "the second sandbox must get the wheel from the in-memory cache"
     );
+    // A download that fails says so with its HTTP status.
+    let missing = format!(
+        "import micropip\ntry:\n    await micropip.install('https://localhost:{}/missing/gone-1.0-py3-none-any.whl')\nexcept Exception as e:\n    print(type(e).__name__, e)",
+        index.addr.port()
+    );
+    let result = exec(&engine, &missing);
+    let stdout = &ok(&result).stdout;
+    assert!(stdout.contains("404"), "{stdout}");
 
     // Without the extra CA the same index is not trusted.
     let untrusted = Engine::new(EngineConfig {
