@@ -434,7 +434,10 @@ fn micropip_installs_from_a_private_https_index_trusted_through_extra_ca_certs()
     );
     let result = exec(&engine, &missing);
     let stdout = &ok(&result).stdout;
-    assert!(stdout.contains("404"), "{stdout}");
+    assert!(
+        stdout.starts_with("OSError download failed (HTTP 404) for https://localhost:"),
+        "{stdout}"
+    );
 
     // Without the extra CA the same index is not trusted.
     let untrusted = Engine::new(EngineConfig {

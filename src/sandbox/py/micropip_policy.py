@@ -37,3 +37,25 @@ def _code_interpreter_mcp_policy(index_urls, disabled):
 
         _fetch_bytes._code_interpreter_mcp = True
         WheelInfo._fetch_bytes = _fetch_bytes
+
+    # micropip reads a wheel's body whatever the HTTP status; a 404 page then fails as "not a zip
+    # file". Check the status first and say what happened.
+    from . import _compat
+
+    layer = _compat.compatibility_layer
+    if not getattr(layer.fetch_bytes, "_code_interpreter_mcp", False):
+        original_fetch_bytes = layer.fetch_bytes
+
+        async def fetch_bytes(url, kwargs):
+            if url.startswith(("https://", "http://")):
+                from pyodide.http import pyfetch
+
+                response = await pyfetch(url, **kwargs)
+                if not response.ok:
+                    raise OSError(f"download failed (HTTP {response.status}) for {url}")
+                return await response.bytes()
+            return await original_fetch_bytes(url, kwargs)
+
+        fetch_bytes._code_interpreter_mcp = True
+        layer.fetch_bytes = staticmethod(fetch_bytes)
+        _compat.fetch_bytes = fetch_bytes
