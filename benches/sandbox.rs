@@ -2,7 +2,8 @@
 //! sandbox (new isolate + Pyodide, from a memory snapshot or from scratch) and time to execute
 //! `print(1)` in it. Run with `cargo bench --bench sandbox`; set `BENCH_ITERATIONS` (default 20),
 //! `BENCH_MODES=snapshot` to skip the full-boot mode, `BENCH_IDLE_MS` to let each sandbox wait that
-//! long between boot and execution, as a prewarmed one does.
+//! long between boot and execution, as a prewarmed one does, `BENCH_PREINSTALL=pandas` to measure with
+//! packages in the package layer.
 
 use std::time::{Duration, Instant};
 
@@ -47,6 +48,12 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
         config.package_source = PackageSource::parse(&url);
     } else if std::path::Path::new(mirror).is_dir() {
         config.package_source = PackageSource::Dir(mirror.into());
+    }
+    // BENCH_PREINSTALL=pandas,...: measure with these packages in the package layer.
+    if let Ok(list) = std::env::var("BENCH_PREINSTALL") {
+        config.preinstall_packages = list.split(',').map(String::from).collect();
+        config.package_cache_dir =
+            concat!(env!("CARGO_TARGET_TMPDIR"), "/bench-package-cache").into();
     }
     let engine = Engine::new(config).expect("engine");
     let engine_ready = started.elapsed();
