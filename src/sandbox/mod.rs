@@ -272,6 +272,10 @@ impl Engine {
             let mut flags = vec![
                 "code-interpreter-mcp".into(),
                 format!("--wasm-max-mem-pages={pages}"),
+                // Compile every JS function when its script is compiled: the shared code cache then
+                // holds all of Pyodide's functions and no isolate compiles them lazily again
+                // (measured: sandbox creation median 128-148 ms -> 106-108 ms).
+                "--no-lazy".into(),
             ];
             // For profiling and diagnosis only (e.g. "--perf-basic-prof"); not a configuration key.
             if let Ok(extra) = std::env::var("CODE_INTERPRETER_MCP_V8_FLAGS") {

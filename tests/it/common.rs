@@ -93,3 +93,17 @@ pub fn ok(result: &ExecResult) -> &ExecResult {
     assert!(result.success, "execution failed: {result:#?}");
     result
 }
+
+/// The decoded bytes of the returned file at `path`; panics when it was not returned.
+#[track_caller]
+pub fn returned_file(result: &ExecResult, path: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    let file = result
+        .files
+        .iter()
+        .find(|f| f.path == path)
+        .unwrap_or_else(|| panic!("{path} not returned: {result:#?}"));
+    base64::engine::general_purpose::STANDARD
+        .decode(&file.content_base64)
+        .unwrap()
+}

@@ -3,10 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
 use code_interpreter_mcp::sandbox::{ErrorKind, ExecRequest};
 
-use crate::common::{engine, ok, run, run_with};
+use crate::common::{engine, ok, returned_file, run, run_with};
 
 #[test]
 fn stdout_stderr_and_final_expression_are_separate() {
@@ -110,12 +109,8 @@ text
     assert_eq!(r.result.as_deref(), Some("hello\n"));
     let paths: Vec<_> = r.files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(paths, ["image.png", "out/results.csv"]);
-    let csv = &r.files[1];
-    assert_eq!(csv.mime_type, "text/csv");
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(&csv.content_base64)
-        .unwrap();
-    assert_eq!(decoded, b"value\n2\n3\n");
+    assert_eq!(r.files[1].mime_type, "text/csv");
+    assert_eq!(returned_file(&r, "out/results.csv"), b"value\n2\n3\n");
     assert_eq!(r.files[0].mime_type, "image/png");
 }
 
@@ -128,10 +123,7 @@ fn binary_input_files_round_trip() {
         Duration::from_secs(30),
     );
     ok(&r);
-    let out = base64::engine::general_purpose::STANDARD
-        .decode(&r.files[0].content_base64)
-        .unwrap();
-    assert_eq!(out, data);
+    assert_eq!(returned_file(&r, "copy.bin"), data);
 }
 
 #[test]

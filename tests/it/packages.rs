@@ -12,7 +12,7 @@ use code_interpreter_mcp::packages::PackageSource;
 use code_interpreter_mcp::sandbox::layer::LayerOrigin;
 use code_interpreter_mcp::sandbox::{Engine, EngineConfig};
 
-use crate::common::{engine_config, ok, package_mirror, request, run, temp_dir};
+use crate::common::{engine_config, ok, package_mirror, request, returned_file, run, temp_dir};
 
 /// A directory holding hard links (or copies) of the named mirror wheels.
 fn partial_mirror(name: &str, prefixes: &[&str]) -> PathBuf {
@@ -49,15 +49,7 @@ frame["value"].sum()
 "#);
     let result = ok(&result);
     assert_eq!(result.result.as_deref(), Some("6"));
-    let png = result
-        .files
-        .iter()
-        .find(|f| f.path == "plot.png")
-        .expect("plot.png returned");
-    use base64::Engine as _;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(&png.content_base64)
-        .unwrap();
+    let bytes = returned_file(result, "plot.png");
     assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
 }
 
@@ -68,16 +60,7 @@ fn the_spec_results_csv_example_returns_the_file() {
 frame = pd.DataFrame({"value": [1, 2, 3]})
 frame.loc[frame["value"] > 1].to_csv("results.csv", index=False)
 "#);
-    let result = ok(&result);
-    let csv = result
-        .files
-        .iter()
-        .find(|f| f.path == "results.csv")
-        .expect("results.csv returned");
-    use base64::Engine as _;
-    let text = base64::engine::general_purpose::STANDARD
-        .decode(&csv.content_base64)
-        .unwrap();
+    let text = returned_file(ok(&result), "results.csv");
     assert_eq!(String::from_utf8(text).unwrap(), "value\n2\n3\n");
 }
 
