@@ -445,8 +445,10 @@ impl Worker {
         let started = Instant::now();
         let mut sandbox = self.engine.boot();
         telemetry::isolate_initialization(phase, sandbox.is_ok(), started.elapsed());
-        // A sandbox prepared ahead of its call settles its heap now rather than during the call.
+        // A sandbox prepared ahead of its call settles its heap now rather than during the call;
+        // not when a job already waits for it (the collection would only delay that job).
         if !matches!(phase, InitPhase::OnDemand)
+            && !self.jobs_waiting()
             && let Ok(sandbox) = &mut sandbox
         {
             sandbox.collect_garbage();
@@ -457,6 +459,10 @@ impl Worker {
 
     fn closed(&self) -> bool {
         self.shared.lock().is_none_or(|q| q.closed)
+    }
+
+    fn jobs_waiting(&self) -> bool {
+        self.shared.lock().is_some_and(|q| !q.jobs.is_empty())
     }
 
     /// The next job in FIFO order; `None` when the pool shuts down (or its queue broke). A worker
