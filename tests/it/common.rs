@@ -6,7 +6,9 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use code_interpreter_mcp::packages::PackageSource;
-use code_interpreter_mcp::sandbox::{Engine, EngineConfig, ExecRequest, ExecResult, InputFile};
+use code_interpreter_mcp::sandbox::{
+    BootMode, Engine, EngineConfig, ExecRequest, ExecResult, InputFile,
+};
 
 /// The local Pyodide package mirror: `CODE_INTERPRETER_MCP_TEST_PACKAGES`, else `../shared/pyodide-packages`.
 pub fn package_mirror() -> PathBuf {
@@ -47,11 +49,17 @@ pub fn server_command() -> Command {
     command
 }
 
-/// Engine settings for tests: wheels from the local mirror, the shared test package layer.
+/// Engine settings for tests: wheels from the local mirror, the shared test package layer, and the
+/// boot mode `CODE_INTERPRETER_MCP_TEST_BOOT` names (`full` re-runs the suites on the fallback path;
+/// default: the snapshot mode).
 pub fn engine_config() -> EngineConfig {
     EngineConfig {
         package_source: PackageSource::Dir(package_mirror()),
         package_cache_dir: package_cache(),
+        boot: match std::env::var("CODE_INTERPRETER_MCP_TEST_BOOT").as_deref() {
+            Ok("full") => BootMode::Full,
+            _ => BootMode::Snapshot,
+        },
         ..EngineConfig::default()
     }
 }

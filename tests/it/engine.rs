@@ -229,10 +229,11 @@ fn snapshot_sandboxes_do_not_share_module_state_or_random_streams() {
 /// (fresh random streams in every sandbox all the same), and a damaged file is replaced, never used.
 #[test]
 fn a_stored_snapshot_is_reused_and_a_damaged_one_is_replaced() {
-    use code_interpreter_mcp::sandbox::{Engine, EngineConfig};
+    use code_interpreter_mcp::sandbox::{BootMode, Engine, EngineConfig};
     let cache = crate::common::temp_dir("stored-snapshot");
     let config = EngineConfig {
         package_cache_dir: cache.clone(),
+        boot: BootMode::Snapshot,
         ..crate::common::engine_config()
     };
     drop(Engine::new(config.clone()).expect("engine"));
