@@ -144,6 +144,7 @@ impl Packages {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Lower-case hexadecimal of `bytes`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

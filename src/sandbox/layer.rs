@@ -157,16 +157,7 @@ pub fn store(cache_dir: &Path, key: &LayerKey, captured: &Captured) -> Result<()
         format!("cannot {what} {}: {e}", path.display())
     };
     std::fs::create_dir_all(cache_dir).map_err(|e| io("create", cache_dir, e))?;
-    let mut random = [0u8; 8];
-    let _ = getrandom::fill(&mut random);
-    let tmp = cache_dir.join(format!(
-        "layer.tmp-{}-{}",
-        std::process::id(),
-        random
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-    ));
+    let tmp = cache_dir.join(format!("layer.tmp-{}", unique_suffix()));
     let write = || -> Result<(), String> {
         for (path, data) in &captured.files {
             let local = local_path(&tmp, path)?;
@@ -192,6 +183,13 @@ pub fn store(cache_dir: &Path, key: &LayerKey, captured: &Captured) -> Result<()
     write().inspect_err(|_| {
         let _ = std::fs::remove_dir_all(&tmp);
     })
+}
+
+/// A temporary-name suffix no other writer (thread or process) uses at the same time.
+pub(super) fn unique_suffix() -> String {
+    let mut random = [0u8; 8];
+    let _ = getrandom::fill(&mut random);
+    format!("{}-{}", std::process::id(), crate::packages::hex(&random))
 }
 
 /// Maps an absolute sandbox path to its place under `root/files`, refusing anything that could

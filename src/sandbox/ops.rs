@@ -383,7 +383,8 @@ fn op_sandbox_collect_file(op_state: &mut OpState, #[string] path: String, #[buf
     state_mut(op_state).files.collect(path, data);
 }
 
-/// Serves a Pyodide runtime file or a lock-file wheel (verified) by name.
+/// Serves the standard library or a lock-file wheel (verified) by name. (The Wasm module never comes
+/// through here: `runtime.js` hands Pyodide a sentinel and `op_sandbox_wasm_module` the compiled module.)
 #[op2]
 #[buffer]
 fn op_sandbox_read_asset(
@@ -394,7 +395,6 @@ fn op_sandbox_read_asset(
     let name = path.strip_prefix("/pyodide/").unwrap_or(&path);
     let assets = &s.shared.assets;
     match name {
-        "pyodide.asm.wasm" => Ok(assets.wasm.to_vec()),
         "python_stdlib.zip" => Ok(assets.stdlib.to_vec()),
         _ => {
             let file_name = name.rsplit('/').next().unwrap_or(name);

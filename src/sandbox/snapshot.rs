@@ -55,25 +55,11 @@ fn key(assets: &Assets) -> String {
         hash.update((part.len() as u64).to_le_bytes());
         hash.update(part);
     }
-    hash.finalize()[..12]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::packages::hex(&hash.finalize()[..12])
 }
 
 fn dir(cache_dir: &Path) -> PathBuf {
     cache_dir.join("snapshot")
-}
-
-/// A name no other writer (thread or process) uses at the same time.
-fn unique_suffix() -> String {
-    let mut bytes = [0u8; 8];
-    let _ = getrandom::fill(&mut bytes);
-    format!(
-        "{}-{}",
-        std::process::id(),
-        bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
-    )
 }
 
 /// The snapshot file for this build, if one was stored and its checksum (the file's last 32 bytes,
@@ -115,7 +101,7 @@ pub fn store(cache_dir: &Path, assets: &Assets, bytes: &[u8]) {
                 let _ = std::fs::remove_file(entry.path());
             }
         }
-        let tmp = dir.join(format!(".{name}.tmp-{}", unique_suffix()));
+        let tmp = dir.join(format!(".{name}.tmp-{}", super::layer::unique_suffix()));
         let write = || -> std::io::Result<()> {
             use std::io::Write as _;
             let mut file = std::fs::File::create(&tmp)?;
