@@ -8,6 +8,7 @@
 
 pub mod fetch;
 pub mod layer;
+mod memory_image;
 mod modules;
 mod ops;
 mod output;
@@ -233,8 +234,8 @@ pub(crate) struct EngineShared {
     pub layer: std::sync::OnceLock<Arc<layer::PackageLayer>>,
     /// Pyodide's WebAssembly module as V8 compiled it once; every isolate instantiates this.
     pub compiled_wasm: std::sync::OnceLock<v8::CompiledWasmModule>,
-    /// V8 code caches of Pyodide's JavaScript modules.
-    code_cache: Arc<modules::CodeCache>,
+    /// Pyodide's JavaScript modules as served, and their V8 code caches.
+    modules: Arc<modules::Modules>,
     _io: IoRuntime,
 }
 
@@ -276,6 +277,20 @@ impl Engine {
                 // holds all of Pyodide's functions and no isolate compiles them lazily again
                 // (measured: sandbox creation median 128-148 ms -> 106-108 ms).
                 "--no-lazy".into(),
+                // A sandbox lives for one call. Its heap grows to about 20 MB during start-up: a
+                // young generation and a first old-generation limit that hold that avoid the several
+                // scavenges and the mark-compact V8 would otherwise run in every sandbox.
+                "--min-semi-space-size=16".into(),
+                "--initial-old-space-size=64".into(),
+                // Start-up runs a few loops thousands of times, once per sandbox; with V8's default
+                // thresholds each isolate optimises them again (Maglev/TurboFan on background
+                // threads), work thrown away with the isolate. Ten times higher thresholds leave
+                // start-up to the interpreter and baseline code while code that keeps running (a
+                // user's loop calling into JavaScript) still gets optimised.
+                "--invocation-count-for-maglev=4000".into(),
+                "--invocation-count-for-maglev-osr=1000".into(),
+                "--invocation-count-for-osr=5000".into(),
+                "--invocation-count-for-early-optimization=300".into(),
             ];
             // For profiling and diagnosis only (e.g. "--perf-basic-prof"); not a configuration key.
             if let Ok(extra) = std::env::var("CODE_INTERPRETER_MCP_V8_FLAGS") {
@@ -305,13 +320,13 @@ impl Engine {
         let engine = Self {
             shared: Arc::new(EngineShared {
                 config,
+                modules: Arc::new(modules::Modules::new(&assets)),
                 assets,
                 fetcher,
                 packages,
                 snapshot: std::sync::OnceLock::new(),
                 layer: std::sync::OnceLock::new(),
                 compiled_wasm: std::sync::OnceLock::new(),
-                code_cache: Arc::default(),
                 _io: IoRuntime(Some(io)),
             }),
         };
@@ -569,7 +584,7 @@ impl Sandbox {
         let tokio = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let loader = modules::AssetModuleLoader::new(&shared.assets, shared.code_cache.clone());
+        let loader = modules::AssetModuleLoader(shared.modules.clone());
         let heap_bytes =
             usize::try_from(shared.config.memory_limit_mb.saturating_mul(MB)).unwrap_or(usize::MAX);
         // V8 posts delayed tasks to the runtime that is current when the isolate is created.

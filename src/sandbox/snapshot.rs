@@ -10,11 +10,14 @@ use std::path::{Path, PathBuf};
 use deno_core::v8;
 use sha2::{Digest, Sha256};
 
+use super::memory_image::MemoryImage;
 use crate::assets::Assets;
 
 /// The snapshot bytes in a V8 backing store shared by every isolate.
 pub(crate) struct SharedSnapshot {
     store: v8::SharedRef<v8::BackingStore>,
+    /// The linear-memory image for copy-on-write restores, where the platform allows one.
+    image: Option<MemoryImage>,
 }
 
 // SAFETY: a V8 BackingStore is reference-counted with atomic counts (std::shared_ptr) and may be used
@@ -25,10 +28,17 @@ unsafe impl Sync for SharedSnapshot {}
 
 impl SharedSnapshot {
     pub fn new(bytes: Vec<u8>) -> Self {
+        let image = MemoryImage::new(&bytes);
         let store = v8::ArrayBuffer::new_backing_store_from_bytes(bytes.into_boxed_slice());
         Self {
             store: store.make_shared(),
+            image,
         }
+    }
+
+    /// The copy-on-write image of the snapshot's linear memory, if there is one.
+    pub fn image(&self) -> Option<&MemoryImage> {
+        self.image.as_ref()
     }
 
     /// A new ArrayBuffer of the calling isolate over the shared bytes.
@@ -40,10 +50,11 @@ impl SharedSnapshot {
 /// The digest naming the snapshot file: this build's glue and the exact Pyodide files in use.
 fn key(assets: &Assets) -> String {
     let mut hash = Sha256::new();
-    let parts: [&[u8]; 9] = [
+    let parts: [&[u8]; 10] = [
         crate::assets::PYODIDE_VERSION.as_bytes(),
         env!("CARGO_PKG_VERSION").as_bytes(),
         include_str!("js/runtime.js").as_bytes(),
+        super::modules::LAZY_GOT_JS.as_bytes(),
         super::RUNNER_PY.as_bytes(),
         &assets.wasm,
         &assets.stdlib,

@@ -23,6 +23,7 @@ const {
   op_sandbox_layer_index,
   op_sandbox_layer_loaded,
   op_sandbox_log,
+  op_sandbox_map_snapshot,
   op_sandbox_now,
   op_sandbox_wasm_module,
   op_sandbox_offer_file,
@@ -505,10 +506,16 @@ const FORBIDDEN_GLOBALS = [
 // Virtual directory under which Pyodide asks for its runtime files; served by op_sandbox_read_asset.
 const INDEX_URL = "/pyodide/";
 
-/** Imported before a snapshot is taken: the runner's modules. (Importing micropip here would leave JavaScript references that a memory snapshot cannot hold.) */
-const SNAPSHOT_PRELOAD = "import ast, linecache, traceback\nimport pyodide.code";
-/** After restoring a snapshot: reseed every random generator that the snapshot may have frozen. */
-const RESEED = "import sys\nif 'random' in sys.modules:\n    sys.modules['random'].seed()";
+/**
+ * Makes the module `_sandbox_runner` from runner.py (passed as `source`). Done before a snapshot is taken,
+ * so restored sandboxes find it imported. (Importing micropip there would leave JavaScript references
+ * that a memory snapshot cannot hold; the runner holds none.)
+ */
+const DEFINE_RUNNER = `import sys, types
+runner = types.ModuleType("_sandbox_runner")
+exec(compile(source, "<sandbox-runner>", "exec"), runner.__dict__)
+sys.modules["_sandbox_runner"] = runner
+del runner, source`;
 /** The message of every refusal when runtime package installation is disabled. */
 const DISABLED = "Runtime package installation is disabled";
 
@@ -576,7 +583,9 @@ async function boot() {
         return instantiate.call(WebAssembly, source, imports);
       };
       try {
-        return await asm.default(settings);
+        const module = await asm.default(settings);
+        if (snapshot) restoreCopyOnWrite(module);
+        return module;
       } finally {
         WebAssembly.instantiate = instantiate;
         delete globalThis.window;
@@ -590,28 +599,24 @@ async function boot() {
     await buildLayer(cfg.requirements, cfg.indexUrls);
     return;
   }
+  if (!cfg.loadSnapshot) defineRunner(cfg.runnerSource);
   if (cfg.kind === "snapshot") {
-    // Modules every run needs are imported once, into the snapshot; nothing else happens before it.
+    // The runner and the modules it imports go into the snapshot; nothing else happens before it.
     // The package layer is not in it: MEMFS is not part of a memory snapshot, so every sandbox
     // copies the layer in after restoring.
-    pyodide.runPython(SNAPSHOT_PRELOAD);
     op_sandbox_store_snapshot(pyodide.makeMemorySnapshot());
     return;
   }
   copyLayer();
-  if (cfg.loadSnapshot) {
-    // The snapshot froze whatever random state existed: draw fresh OS entropy.
-    pyodide.runPython(RESEED);
-  }
 
   // Raw byte streams: Python's own buffering decides when to write; Rust keeps the bytes.
   pyodide.setStdout({ write: (buf) => op_sandbox_write(1, buf) });
   pyodide.setStderr({ write: (buf) => op_sandbox_write(2, buf) });
 
-  const namespace = pyodide.globals.get("dict")();
-  pyodide.runPython(cfg.runnerSource, { globals: namespace, filename: "<sandbox-runner>" });
-  runner = namespace.get("run");
-  namespace.destroy();
+  const module = pyodide.pyimport("_sandbox_runner");
+  module.prepare();
+  runner = module.run.copy();
+  module.destroy();
 
   if (!cfg.autoLoad) disablePackageLoading();
   lockDown();
@@ -669,6 +674,14 @@ async function buildLayer(requirements, indexUrls) {
   op_sandbox_layer_capture_loaded(loaded);
 }
 
+/** Defines the `_sandbox_runner` module from runner.py's source. */
+function defineRunner(source) {
+  const globals = pyodide.globals.get("dict")();
+  globals.set("source", source);
+  pyodide.runPython(DEFINE_RUNNER, { globals, filename: "<sandbox-runner-setup>" });
+  globals.destroy();
+}
+
 /** Writes the package layer's files into this sandbox's MEMFS (one copy out of Rust, then owned). */
 function copyLayer() {
   const index = op_sandbox_layer_index();
@@ -687,9 +700,7 @@ function copyLayer() {
   for (const [name, channel] of op_sandbox_layer_loaded()) {
     pyodide.loadedPackages[name] = channel;
   }
-  // New files under directories the snapshot's path finders already listed: forget those listings.
-  // (importlib.invalidate_caches() would do the same but imports importlib.metadata, ~40 ms.)
-  pyodide.runPython("import sys\nsys.path_importer_cache.clear()");
+  // The runner's prepare() makes Python's import system see the new files.
 }
 
 /** Runtime installation disabled: Pyodide's package-loading APIs refuse. */
@@ -703,6 +714,22 @@ function disablePackageLoading() {
   const internal = pyodide._api;
   if (internal.packageManager) internal.packageManager.loadPackage = refuse;
   internal.install = refuse;
+}
+
+/**
+ * Makes Pyodide's snapshot restore map the engine's memory image copy-on-write (op_sandbox_map_snapshot)
+ * instead of copying it into this sandbox's Wasm memory. Pyodide still checks the header (magic number,
+ * build id) and reads its metadata; it is only spared the image, which the mapping has already put in
+ * place. Where no mapping is possible the op returns 0 and Pyodide copies as usual.
+ */
+function restoreCopyOnWrite(module) {
+  const api = module.API;
+  const restore = api.restoreSnapshot;
+  api.restoreSnapshot = function (bytes) {
+    api.restoreSnapshot = restore;
+    const headerLength = op_sandbox_map_snapshot(new Uint8Array(module.HEAP8.buffer));
+    return restore.call(api, headerLength > 0 ? bytes.subarray(0, headerLength) : bytes);
+  };
 }
 
 /** Stands in for pyodide.asm.wasm's bytes; see createPyodideModule in boot(). */

@@ -1,8 +1,11 @@
 # Python side of one execution: runs the user's code as __main__ with top-level await, turns the final
 # expression into its str(), and reports Python errors with tracebacks that show only the user's frames.
-# Evaluated once per sandbox into a private namespace; `run` is called by the JavaScript runtime.
+# Loaded as the module `_sandbox_runner` before the memory snapshot is taken (so restored sandboxes
+# find it ready), or at start-up in full-boot mode. The JavaScript runtime calls `prepare` once per
+# sandbox, then `run`.
 
 import linecache
+import random
 import sys
 import traceback
 
@@ -69,5 +72,13 @@ async def run(code, start_clock):
     return {"success": True, "result": text, "result_truncated": truncated}
 
 
-sys.stdout.reconfigure(line_buffering=True)
-sys.stderr.reconfigure(line_buffering=True)
+def prepare():
+    """Per-sandbox set-up after a snapshot restore (or a full boot)."""
+    # The snapshot froze whatever random state existed: draw fresh OS entropy.
+    random.seed()
+    # The package layer added files under directories the snapshot's path finders already listed:
+    # forget those listings (importlib.invalidate_caches() would too, but imports importlib.metadata).
+    sys.path_importer_cache.clear()
+    # Output reaches the caller line by line, interleaved as the code wrote it.
+    sys.stdout.reconfigure(line_buffering=True)
+    sys.stderr.reconfigure(line_buffering=True)
