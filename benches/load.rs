@@ -1,10 +1,13 @@
-//! Load benchmark over MCP against the real server, in both boot modes: start-to-ready time, resident
-//! memory, `print(1)` round trips at concurrency 1 and 8 (p50/p90/p99) and sustained calls per second,
-//! every call in a fresh sandbox. Run with `cargo bench --bench load`; `LOAD_CALLS` (default 24) sets
-//! the number of calls per concurrency level.
+//! Load benchmark over MCP against the real server, in both boot modes: start-to-ready time, resident memory (of the process, and the
+//! proportional set size per idle prewarmed worker), `print(1)` round trips at concurrency 1
+//! and 8 (p50/p90/p99), sustained calls per second, every call in a fresh sandbox, and the
+//! distribution of sandbox creation times inside the server during the run (from its debug log).
+//! Run with `cargo bench --bench load`; `LOAD_CALLS` (default 24) sets the number of calls per
+//! concurrency level.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -13,6 +16,8 @@ struct Server {
     child: Child,
     url: String,
     start_to_ready: Duration,
+    /// Sandbox creation times (ms) the server has logged so far.
+    boots: Arc<Mutex<Vec<f64>>>,
 }
 
 impl Drop for Server {
@@ -22,16 +27,41 @@ impl Drop for Server {
     }
 }
 
-fn start(boot: &str) -> Server {
+fn start(mode: &str) -> Server {
+    start_with(mode, &[])
+}
+
+/// Starts the server with `env` on top of the benchmark's settings and waits until it is ready.
+fn start_with(boot: &str, env: &[(&str, &str)]) -> Server {
     let started = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
         .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
         .env("CODE_INTERPRETER_MCP_BOOT", boot)
         .env("CODE_INTERPRETER_MCP_PACKAGE_BASE_URL", package_base_url())
-        .env("RUST_LOG", "warn")
+        .env("CODE_INTERPRETER_MCP_LOG_FORMAT", "json")
+        // The pool logs every sandbox creation at debug level.
+        .env("RUST_LOG", "warn,code_interpreter_mcp::pool=debug")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("server starts");
+    let boots = Arc::new(Mutex::new(Vec::new()));
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let sink = boots.clone();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let Ok(event) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            let fields = &event["fields"];
+            if fields["message"] == "sandbox boot"
+                && let Some(ms) = fields["ms"].as_f64()
+            {
+                sink.lock().unwrap().push(ms);
+            }
+        }
+    });
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
@@ -51,7 +81,39 @@ fn start(boot: &str) -> Server {
         child,
         url,
         start_to_ready: started.elapsed(),
+        boots,
     }
+}
+
+/// Memory per idle prewarmed worker: the proportional set size (shared pages split between their
+/// users) of a ready server with four prewarmed workers minus that of one with a single worker,
+/// divided by three.
+fn pss_per_worker(mode: &str) -> f64 {
+    let pss_with = |workers: &str| {
+        let server = start_with(
+            mode,
+            &[
+                ("CODE_INTERPRETER_MCP_MAX_WORKERS", workers),
+                ("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", workers),
+            ],
+        );
+        // Let the prewarmed workers' post-boot garbage collection finish.
+        std::thread::sleep(Duration::from_millis(500));
+        pss_mib(server.child.id())
+    };
+    let one = pss_with("1");
+    let four = pss_with("4");
+    (four - one) / 3.0
+}
+
+fn pss_mib(pid: u32) -> f64 {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    rollup
+        .lines()
+        .find_map(|l| l.strip_prefix("Pss:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(f64::NAN)
 }
 
 /// `CODE_INTERPRETER_MCP_PACKAGE_BASE_URL` if set, else the team's local mirror next to the checkout
@@ -140,6 +202,8 @@ struct Row {
     start_to_ready: Duration,
     rss_ready: f64,
     rss_loaded: f64,
+    pss_per_worker: f64,
+    boots: Vec<f64>,
     c1: Vec<Duration>,
     c8: Vec<Duration>,
     c8_rate: f64,
@@ -156,17 +220,18 @@ fn main() {
     // LOAD_MODES=snapshot skips the (slow) full-boot mode; LOAD_PAUSE_MS sets the pause between
     // sequential calls in snapshot mode (default 400 ms: time for the worker to prepare the next
     // sandbox).
-    let modes: &[&str] = if std::env::var("LOAD_MODES").as_deref() == Ok("snapshot") {
-        &["snapshot"]
-    } else {
-        &["full", "snapshot"]
-    };
+    let chosen = std::env::var("LOAD_MODES").unwrap_or_else(|_| "full,snapshot".into());
+    let modes: Vec<&'static str> = ["full", "snapshot"]
+        .into_iter()
+        .filter(|m| chosen.split(',').any(|c| c.trim() == *m))
+        .collect();
     let pause: u64 = std::env::var("LOAD_PAUSE_MS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(400);
-    for &mode in modes {
+    for mode in modes {
         let server = start(mode);
+        let server_start_to_ready = server.start_to_ready;
         let rss_ready = rss_mib(server.child.id());
         // Sequential calls, with a pause so a prewarmed worker can prepare the next sandbox.
         let mut c1 = Vec::new();
@@ -182,11 +247,16 @@ fn main() {
         c1.sort();
         let (c8, wall) = drive(&server.url, calls, 8);
         let rss_loaded = rss_mib(server.child.id());
+        let mut boots = server.boots.lock().unwrap().clone();
+        boots.sort_by(f64::total_cmp);
+        drop(server);
         rows.push(Row {
             mode,
-            start_to_ready: server.start_to_ready,
+            start_to_ready: server_start_to_ready,
             rss_ready,
             rss_loaded,
+            pss_per_worker: pss_per_worker(mode),
+            boots,
             c8_rate: c8.len() as f64 / wall.as_secs_f64(),
             c1,
             c8,
@@ -196,22 +266,24 @@ fn main() {
         "load benchmark: {calls} print(1) calls per level, default pool (2 workers, 1 prewarmed)"
     );
     println!(
-        "{:<9} {:>14} {:>11} {:>12} {:>24} {:>24} {:>10}",
+        "{:<9} {:>14} {:>11} {:>12} {:>12} {:>24} {:>24} {:>10}",
         "boot",
         "start→ready ms",
         "RSS idle",
         "RSS loaded",
+        "PSS/worker",
         "c=1 p50/p90/p99 ms",
         "c=8 p50/p90/p99 ms",
         "c=8 call/s"
     );
     for r in &rows {
         println!(
-            "{:<9} {:>14.0} {:>8.0} MiB {:>8.0} MiB {:>24} {:>24} {:>10.2}",
+            "{:<9} {:>14.0} {:>8.0} MiB {:>8.0} MiB {:>8.0} MiB {:>24} {:>24} {:>10.2}",
             r.mode,
             r.start_to_ready.as_secs_f64() * 1000.0,
             r.rss_ready,
             r.rss_loaded,
+            r.pss_per_worker,
             format!(
                 "{:.0}/{:.0}/{:.0}",
                 pct(&r.c1, 0.5),
@@ -227,12 +299,36 @@ fn main() {
             r.c8_rate,
         );
     }
-    let [full, snap] = &rows[..] else {
+    println!("sandbox creation inside the server during the run (all phases):");
+    for r in &rows {
+        let q = |p: f64| r.boots[((r.boots.len() as f64 - 1.0) * p).round() as usize];
+        if r.boots.is_empty() {
+            println!("{:<9} no creation logged", r.mode);
+        } else {
+            println!(
+                "{:<9} {} sandboxes: min {:.0} ms, p50 {:.0} ms, p90 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
+                r.mode,
+                r.boots.len(),
+                r.boots[0],
+                q(0.5),
+                q(0.9),
+                q(0.99),
+                r.boots[r.boots.len() - 1]
+            );
+        }
+    }
+    let (Some(full), Some(snap)) = (
+        rows.iter().find(|r| r.mode == "full"),
+        rows.iter().find(|r| r.mode == "snapshot"),
+    ) else {
         return;
     };
+    let median = |v: &[f64]| v.get(v.len() / 2).copied().unwrap_or(f64::NAN);
     println!(
-        "snapshot vs full: c=1 p50 {:.1}x faster, c=8 throughput {:.1}x higher",
+        "snapshot vs full: creation p50 {:.1}x faster, c=1 p50 {:.1}x faster, c=8 throughput {:.1}x higher, {:.1}x less memory per worker",
+        median(&full.boots) / median(&snap.boots),
         pct(&full.c1, 0.5) / pct(&snap.c1, 0.5),
-        snap.c8_rate / full.c8_rate
+        snap.c8_rate / full.c8_rate,
+        full.pss_per_worker / snap.pss_per_worker
     );
 }

@@ -444,7 +444,15 @@ impl Worker {
         guard.set(WorkerState::Initializing);
         let started = Instant::now();
         let mut sandbox = self.engine.boot();
-        telemetry::isolate_initialization(phase, sandbox.is_ok(), started.elapsed());
+        let took = started.elapsed();
+        telemetry::isolate_initialization(phase, sandbox.is_ok(), took);
+        tracing::debug!(
+            worker = self.index,
+            phase = ?phase,
+            ok = sandbox.is_ok(),
+            ms = took.as_secs_f64() * 1000.0,
+            "sandbox boot"
+        );
         // A sandbox prepared ahead of its call settles its heap now rather than during the call;
         // not when a job already waits for it (the collection would only delay that job).
         if !matches!(phase, InitPhase::OnDemand)

@@ -108,6 +108,7 @@ pub async fn serve(config: AppConfig) -> anyhow::Result<()> {
         config.runtime_package_installation,
     );
 
+    let in_flight = interpreter.calls_in_flight();
     let shutdown = CancellationToken::new();
     let app = router(
         interpreter,
@@ -149,6 +150,13 @@ pub async fn serve(config: AppConfig) -> anyhow::Result<()> {
             pool.shutdown();
             while !pool.workers_exited() && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            // A call that finished while draining must still get its reply: closing the transport
+            // while its handler is returning would answer it with an error instead.
+            while in_flight.load(std::sync::atomic::Ordering::SeqCst) > 0
+                && Instant::now() < deadline
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
             tracing::info!("workers stopped; closing HTTP");
             token.cancel();

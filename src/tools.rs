@@ -103,6 +103,24 @@ pub struct CodeInterpreter {
     limits: InputLimits,
     catalog: std::sync::Arc<Catalog>,
     tool_router: ToolRouter<Self>,
+    /// run_python_code calls whose handler has not returned yet (see `calls_in_flight`).
+    in_flight: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Counts one run_python_code handler as in flight until it returns (or is dropped).
+struct InFlight(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl InFlight {
+    fn enter(counter: &std::sync::Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Self(counter.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl CodeInterpreter {
@@ -117,7 +135,15 @@ impl CodeInterpreter {
             limits,
             catalog: std::sync::Arc::new(catalog.unwrap_or_default()),
             tool_router,
+            in_flight: Default::default(),
         }
+    }
+
+    /// The number of run_python_code calls whose handler has not returned yet. A graceful shutdown
+    /// waits for it to reach zero before it closes the MCP transport, so a call that finished while
+    /// draining still gets its reply.
+    pub fn calls_in_flight(&self) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+        self.in_flight.clone()
     }
 
     /// States the package policy in run_python_code's description: the preinstalled packages by name
@@ -319,6 +345,7 @@ Top-level await is supported. Pass input files as Base64 in `files`; they appear
         Parameters(args): Parameters<RunPythonCodeArgs>,
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
+        let _in_flight = InFlight::enter(&self.in_flight);
         let result = self.run(args, Some(context)).await;
         let value = serde_json::to_value(&result).unwrap_or_default();
         if result.success {

@@ -8,7 +8,6 @@
 
 pub mod fetch;
 pub mod layer;
-mod memory_image;
 mod modules;
 mod ops;
 mod output;

@@ -94,7 +94,6 @@ deno_core::extension!(
         op_sandbox_register,
         op_sandbox_report,
         op_sandbox_snapshot,
-        op_sandbox_map_snapshot,
         op_sandbox_start_clock,
         op_sandbox_store_snapshot,
         op_sandbox_url_parse,
@@ -195,28 +194,6 @@ fn op_sandbox_snapshot<'s, 'i>(
         .get()
         .ok_or_else(|| JsErrorBox::generic("no memory snapshot"))?;
     Ok(snapshot.array_buffer(scope).into())
-}
-
-/// Restores the snapshot's linear memory copy-on-write: maps the engine's memory image over the start
-/// of `memory` (this sandbox's Wasm memory). Returns the length of Pyodide's snapshot header, which is
-/// all `restoreSnapshot` still has to read, or 0 when the image cannot be mapped here and Pyodide must
-/// copy it.
-#[op2]
-fn op_sandbox_map_snapshot(
-    op_state: &mut OpState,
-    #[anybuffer] memory: &mut [u8],
-) -> Result<u32, JsErrorBox> {
-    let shared = state(op_state).shared.clone();
-    let Some(image) = shared.snapshot.get().and_then(|s| s.image()) else {
-        return Ok(0);
-    };
-    match image.map_onto(memory) {
-        Ok(true) => Ok(image.header_len() as u32),
-        Ok(false) => Ok(0),
-        Err(e) => Err(JsErrorBox::generic(format!(
-            "cannot map the memory snapshot: {e}"
-        ))),
-    }
 }
 
 #[op2(fast)]

@@ -10,14 +10,11 @@ use std::path::{Path, PathBuf};
 use deno_core::v8;
 use sha2::{Digest, Sha256};
 
-use super::memory_image::MemoryImage;
 use crate::assets::Assets;
 
 /// The snapshot bytes in a V8 backing store shared by every isolate.
 pub(crate) struct SharedSnapshot {
     store: v8::SharedRef<v8::BackingStore>,
-    /// The linear-memory image for copy-on-write restores, where the platform allows one.
-    image: Option<MemoryImage>,
 }
 
 // SAFETY: a V8 BackingStore is reference-counted with atomic counts (std::shared_ptr) and may be used
@@ -28,17 +25,10 @@ unsafe impl Sync for SharedSnapshot {}
 
 impl SharedSnapshot {
     pub fn new(bytes: Vec<u8>) -> Self {
-        let image = MemoryImage::new(&bytes);
         let store = v8::ArrayBuffer::new_backing_store_from_bytes(bytes.into_boxed_slice());
         Self {
             store: store.make_shared(),
-            image,
         }
-    }
-
-    /// The copy-on-write image of the snapshot's linear memory, if there is one.
-    pub fn image(&self) -> Option<&MemoryImage> {
-        self.image.as_ref()
     }
 
     /// A new ArrayBuffer of the calling isolate over the shared bytes.

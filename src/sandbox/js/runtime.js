@@ -23,7 +23,6 @@ const {
   op_sandbox_layer_index,
   op_sandbox_layer_loaded,
   op_sandbox_log,
-  op_sandbox_map_snapshot,
   op_sandbox_now,
   op_sandbox_wasm_module,
   op_sandbox_offer_file,
@@ -583,9 +582,7 @@ async function boot() {
         return instantiate.call(WebAssembly, source, imports);
       };
       try {
-        const module = await asm.default(settings);
-        if (snapshot) restoreCopyOnWrite(module);
-        return module;
+        return await asm.default(settings);
       } finally {
         WebAssembly.instantiate = instantiate;
         delete globalThis.window;
@@ -714,22 +711,6 @@ function disablePackageLoading() {
   const internal = pyodide._api;
   if (internal.packageManager) internal.packageManager.loadPackage = refuse;
   internal.install = refuse;
-}
-
-/**
- * Makes Pyodide's snapshot restore map the engine's memory image copy-on-write (op_sandbox_map_snapshot)
- * instead of copying it into this sandbox's Wasm memory. Pyodide still checks the header (magic number,
- * build id) and reads its metadata; it is only spared the image, which the mapping has already put in
- * place. Where no mapping is possible the op returns 0 and Pyodide copies as usual.
- */
-function restoreCopyOnWrite(module) {
-  const api = module.API;
-  const restore = api.restoreSnapshot;
-  api.restoreSnapshot = function (bytes) {
-    api.restoreSnapshot = restore;
-    const headerLength = op_sandbox_map_snapshot(new Uint8Array(module.HEAP8.buffer));
-    return restore.call(api, headerLength > 0 ? bytes.subarray(0, headerLength) : bytes);
-  };
 }
 
 /** Stands in for pyodide.asm.wasm's bytes; see createPyodideModule in boot(). */
