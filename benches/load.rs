@@ -107,13 +107,7 @@ fn pss_per_worker(mode: &str) -> f64 {
 }
 
 fn pss_mib(pid: u32) -> f64 {
-    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
-    rollup
-        .lines()
-        .find_map(|l| l.strip_prefix("Pss:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(f64::NAN)
+    proc_mib(pid, "smaps_rollup", "Pss:")
 }
 
 /// `CODE_INTERPRETER_MCP_PACKAGE_BASE_URL` if set, else the team's local mirror next to the checkout
@@ -130,10 +124,14 @@ fn package_base_url() -> String {
 }
 
 fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+    proc_mib(pid, "status", "VmRSS:")
+}
+
+/// A "`key` N kB" line of `/proc/<pid>/<file>`, in MiB (NaN if absent).
+fn proc_mib(pid: u32, file: &str, key: &str) -> f64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map(|kb| kb / 1024.0)
         .unwrap_or(f64::NAN)
