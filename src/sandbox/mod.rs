@@ -336,8 +336,9 @@ impl Engine {
         // The snapshot holds no package state, so it is taken (or read back) while the package
         // layer is prepared.
         let cache_dir = engine.shared.config.package_cache_dir.clone();
+        let key = snapshot::key(&engine.shared.assets, &engine.shared.modules);
         let stored = if use_stored {
-            snapshot::load(&cache_dir, &engine.shared.assets)
+            snapshot::load(&cache_dir, &key)
         } else {
             None
         };
@@ -363,14 +364,14 @@ impl Engine {
                     ),
                     Err(e) => {
                         tracing::warn!(error = %e, "the stored Pyodide snapshot does not boot; taking a new one");
-                        snapshot::discard(&cache_dir, &engine.shared.assets);
+                        snapshot::discard(&cache_dir, &key);
                         return Self::create(engine.shared.config.clone(), false);
                     }
                 }
             }
             (None, Some(taken)) => {
                 let bytes = taken?;
-                snapshot::store(&cache_dir, &engine.shared.assets, &bytes);
+                snapshot::store(&cache_dir, &key, &bytes);
                 let _ = engine
                     .shared
                     .snapshot

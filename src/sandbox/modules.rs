@@ -20,7 +20,7 @@ use crate::assets::Assets;
 
 /// The lazy GOT: the code inserted into pyodide.asm.mjs and the call sites it takes over, each an
 /// exact piece of the pinned Pyodide's source that must occur exactly once.
-pub(crate) const LAZY_GOT_JS: &str = include_str!("js/lazy_got.js");
+const LAZY_GOT_JS: &str = include_str!("js/lazy_got.js");
 const LAZY_GOT_CALL_SITES: [(&str, &str); 3] = [
     // receiveInstance(): fill only the main module's own imports.
     (
@@ -90,6 +90,16 @@ impl Modules {
             sources,
             cache: Mutex::default(),
         }
+    }
+}
+
+impl Modules {
+    /// The source served as `asset:///{name}` (empty for any other name).
+    pub fn source(&self, name: &str) -> &str {
+        ModuleSpecifier::parse(&format!("asset:///{name}"))
+            .ok()
+            .and_then(|specifier| self.sources.get(&specifier))
+            .map_or("", |(source, _)| source)
     }
 }
 

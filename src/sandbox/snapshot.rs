@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use deno_core::v8;
 use sha2::{Digest, Sha256};
 
+use super::modules::Modules;
 use crate::assets::Assets;
 
 /// The snapshot bytes in a V8 backing store shared by every isolate.
@@ -37,19 +38,20 @@ impl SharedSnapshot {
     }
 }
 
-/// The digest naming the snapshot file: this build's glue and the exact Pyodide files in use.
-fn key(assets: &Assets) -> String {
+/// The digest naming the snapshot file: this build's glue and the exact Pyodide files in use, with
+/// Pyodide's JavaScript as sandboxes are served it (`modules`, with the lazy GOT). Computed once per
+/// engine.
+pub fn key(assets: &Assets, modules: &Modules) -> String {
     let mut hash = Sha256::new();
-    let parts: [&[u8]; 10] = [
+    let parts: [&[u8]; 9] = [
         crate::assets::PYODIDE_VERSION.as_bytes(),
         env!("CARGO_PKG_VERSION").as_bytes(),
         include_str!("js/runtime.js").as_bytes(),
-        super::modules::LAZY_GOT_JS.as_bytes(),
         super::RUNNER_PY.as_bytes(),
         &assets.wasm,
         &assets.stdlib,
-        assets.loader_js.as_bytes(),
-        assets.asm_js.as_bytes(),
+        modules.source("pyodide.mjs").as_bytes(),
+        modules.source("pyodide.asm.mjs").as_bytes(),
         assets.lock_json.as_bytes(),
     ];
     for part in parts {
@@ -65,8 +67,8 @@ fn dir(cache_dir: &Path) -> PathBuf {
 
 /// The snapshot file for this build, if one was stored and its checksum (the file's last 32 bytes,
 /// the sha256 of the rest) holds.
-pub fn load(cache_dir: &Path, assets: &Assets) -> Option<Vec<u8>> {
-    let path = dir(cache_dir).join(format!("{}.bin", key(assets)));
+pub fn load(cache_dir: &Path, key: &str) -> Option<Vec<u8>> {
+    let path = dir(cache_dir).join(format!("{key}.bin"));
     match std::fs::read(&path) {
         Ok(mut bytes) if bytes.len() > 32 => {
             let body = bytes.len() - 32;
@@ -89,9 +91,9 @@ pub fn load(cache_dir: &Path, assets: &Assets) -> Option<Vec<u8>> {
 
 /// Stores `bytes` as this build's snapshot, removing snapshots of other builds. Failures only warn:
 /// the next start then takes a snapshot again.
-pub fn store(cache_dir: &Path, assets: &Assets, bytes: &[u8]) {
+pub fn store(cache_dir: &Path, key: &str, bytes: &[u8]) {
     let dir = dir(cache_dir);
-    let name = format!("{}.bin", key(assets));
+    let name = format!("{key}.bin");
     let result = (|| -> std::io::Result<()> {
         std::fs::create_dir_all(&dir)?;
         for entry in std::fs::read_dir(&dir)? {
@@ -121,6 +123,6 @@ pub fn store(cache_dir: &Path, assets: &Assets, bytes: &[u8]) {
 }
 
 /// Removes this build's stored snapshot (it failed to boot).
-pub fn discard(cache_dir: &Path, assets: &Assets) {
-    let _ = std::fs::remove_file(dir(cache_dir).join(format!("{}.bin", key(assets))));
+pub fn discard(cache_dir: &Path, key: &str) {
+    let _ = std::fs::remove_file(dir(cache_dir).join(format!("{key}.bin")));
 }

@@ -9,8 +9,16 @@
 // export gets its entry — with the same value eager linking would give it — the first time a side
 // module asks for it or links against it. Symbol resolution is unchanged: a main-module export still
 // wins over a side module's export of the same name. Table slots are assigned in a different (but
-// deterministic) order, which is why this file is part of the memory snapshot's key.
+// deterministic) order; the snapshot's key covers the served source, so it changes with this file.
 var lazyGOTMainExports = null;
+// What eager linking stores in a GOT entry for an export: a function's table slot (added if need be)
+// or a data symbol's address; undefined for anything else.
+var lazyGOTValue = (value) => {
+  if (typeof value == "function") {
+    return addFunction(value);
+  }
+  return typeof value.value == "number" ? value : undefined;
+};
 var materializeGOT = (symName) => {
   if (
     !lazyGOTMainExports ||
@@ -20,13 +28,8 @@ var materializeGOT = (symName) => {
   ) {
     return GOT[symName];
   }
-  var value = lazyGOTMainExports[symName];
-  var newValue;
-  if (typeof value == "function") {
-    newValue = addFunction(value);
-  } else if (typeof value.value == "number") {
-    newValue = value;
-  } else {
+  var newValue = lazyGOTValue(lazyGOTMainExports[symName]);
+  if (newValue === undefined) {
     return undefined;
   }
   GOT[symName] = new WebAssembly.Global({ value: "i32", mutable: true });
@@ -43,11 +46,9 @@ var initLazyGOT = (exports) => {
     if (entry.value != -1 || !Object.hasOwn(exports, symName) || isInternalSym(symName)) {
       continue;
     }
-    var value = exports[symName];
-    if (typeof value == "function") {
-      entry.value = addFunction(value);
-    } else if (typeof value.value == "number") {
-      entry.value = value;
+    var newValue = lazyGOTValue(exports[symName]);
+    if (newValue !== undefined) {
+      entry.value = newValue;
     }
   }
 };
