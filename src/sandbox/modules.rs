@@ -2,8 +2,10 @@
 //! with a V8 code cache shared by every isolate of the process: the first isolate compiles each module
 //! and hands V8's cache to the engine; later isolates skip parsing the module source.
 //!
-//! `pyodide.asm.mjs` is served with one change to Emscripten's dynamic linker, the lazy Global Offset
-//! Table in `js/lazy_got.js`, which saves a sandbox about a quarter of its start-up.
+//! `pyodide.asm.mjs` is served with two changes, each applied only where the pinned source has exactly
+//! the expected code: Emscripten's dynamic linker gets the lazy Global Offset Table in
+//! `js/lazy_got.js` (about a quarter of a sandbox's start-up saved), and Pyodide's snapshot restore
+//! calls `Module.sandboxRestoreMemory` when the sandbox provides it (a copy that skips zero pages).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -39,21 +41,57 @@ const LAZY_GOT_CALL_SITES: [(&str, &str); 3] = [
     ),
 ];
 
+/// The snapshot restore: `API.restoreSnapshot` copies the whole linear memory with `HEAP8.set`.
+const SPARSE_RESTORE_CALL_SITE: (&str, &str) = (
+    "return Module.HEAP8.set(t),l",
+    "return(Module.sandboxRestoreMemory?Module.sandboxRestoreMemory(t):Module.HEAP8.set(t)),l",
+);
+
 /// `pyodide.asm.mjs` with the lazy GOT, or `None` if this Pyodide's source does not have the expected
-/// call sites (then it is served unchanged).
+/// call sites.
 fn with_lazy_got(asm_js: &str) -> Option<String> {
     let definitions = "var updateGOT=";
-    let mut out = asm_js.to_string();
-    for (from, to) in LAZY_GOT_CALL_SITES
+    let definitions_to = format!("{LAZY_GOT_JS}{definitions}");
+    let sites = LAZY_GOT_CALL_SITES
         .into_iter()
-        .chain([(definitions, &*format!("{LAZY_GOT_JS}{definitions}"))])
-    {
+        .chain([(definitions, definitions_to.as_str())]);
+    replace_each_once(asm_js, sites)
+}
+
+/// `source` with each `from` replaced by its `to`, or `None` unless each `from` occurs exactly once.
+fn replace_each_once<'a>(
+    source: &str,
+    sites: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Option<String> {
+    let mut out = source.to_string();
+    for (from, to) in sites {
         if out.matches(from).count() != 1 {
             return None;
         }
         out = out.replacen(from, to, 1);
     }
     Some(out)
+}
+
+/// `pyodide.asm.mjs` as sandboxes are served it: each change that applies to this source, with a
+/// warning for each that does not.
+fn serve_asm_js(asm_js: &str) -> String {
+    let mut out = match with_lazy_got(asm_js) {
+        Some(patched) => patched,
+        None => {
+            tracing::warn!(
+                "pyodide.asm.mjs does not have the expected dynamic-linker code; linking eagerly (slower sandbox start-up)"
+            );
+            asm_js.to_string()
+        }
+    };
+    match replace_each_once(&out, [SPARSE_RESTORE_CALL_SITE]) {
+        Some(patched) => out = patched,
+        None => tracing::warn!(
+            "pyodide.asm.mjs does not have the expected snapshot restore; copying all of the memory (slower sandbox start-up)"
+        ),
+    }
+    out
 }
 
 /// A V8 code cache and the hash of the module source it belongs to.
@@ -67,15 +105,7 @@ pub(crate) struct Modules {
 
 impl Modules {
     pub fn new(assets: &Assets) -> Self {
-        let asm_js: Arc<str> = match with_lazy_got(&assets.asm_js) {
-            Some(patched) => patched.into(),
-            None => {
-                tracing::warn!(
-                    "pyodide.asm.mjs does not have the expected dynamic-linker code; serving it unchanged (slower sandbox start-up)"
-                );
-                assets.asm_js.clone()
-            }
-        };
+        let asm_js: Arc<str> = serve_asm_js(&assets.asm_js).into();
         let mut sources = HashMap::new();
         for (name, source) in [
             ("pyodide.mjs", assets.loader_js.clone()),
@@ -175,7 +205,7 @@ impl ModuleLoader for AssetModuleLoader {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn the_lazy_got_applies_to_the_pinned_pyodide() {
+    fn both_changes_apply_to_the_pinned_pyodide() {
         let Ok(assets) = crate::assets::Assets::load(&crate::assets::Assets::default_dir()) else {
             panic!("the pinned Pyodide files are needed (npm ci)");
         };
@@ -183,5 +213,8 @@ mod tests {
         assert!(patched.contains("initLazyGOT(origExports);LDSO.init();"));
         assert!(patched.contains("var lazyGOTMainExports"));
         assert!(super::with_lazy_got("var updateGOT=1").is_none());
+        let served = super::serve_asm_js(&assets.asm_js);
+        assert!(served.contains("var lazyGOTMainExports"));
+        assert!(served.contains(super::SPARSE_RESTORE_CALL_SITE.1));
     }
 }

@@ -13,10 +13,25 @@ use sha2::{Digest, Sha256};
 use super::modules::Modules;
 use crate::assets::Assets;
 
-/// The snapshot bytes in a V8 backing store shared by every isolate.
+/// The snapshot bytes in a V8 backing store shared by every isolate, and a map of its linear memory.
 pub(crate) struct SharedSnapshot {
     store: v8::SharedRef<v8::BackingStore>,
+    /// Where the linear memory starts in the snapshot (after Pyodide's header).
+    memory_offset: usize,
+    /// The linear memory as runs of whole pages, in order: which hold data and which are all zeros.
+    runs: Vec<Run>,
 }
+
+/// Pages `start..end` (byte offsets into the linear memory) of the snapshot, all-zero or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Run {
+    start: usize,
+    end: usize,
+    zero: bool,
+}
+
+/// The granularity of the zero map: one OS page.
+const PAGE: usize = 4096;
 
 // SAFETY: a V8 BackingStore is reference-counted with atomic counts (std::shared_ptr) and may be used
 // from any thread and isolate; its bytes are only read. Every isolate detaches its ArrayBuffer right
@@ -26,9 +41,18 @@ unsafe impl Sync for SharedSnapshot {}
 
 impl SharedSnapshot {
     pub fn new(bytes: Vec<u8>) -> Self {
+        // Pyodide's format: u32 magic, u32 offset of the linear memory, then the header.
+        let memory_offset = bytes
+            .get(4..8)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
+            .filter(|&offset| offset <= bytes.len())
+            .unwrap_or(bytes.len());
+        let runs = zero_runs(&bytes[memory_offset..]);
         let store = v8::ArrayBuffer::new_backing_store_from_bytes(bytes.into_boxed_slice());
         Self {
             store: store.make_shared(),
+            memory_offset,
+            runs,
         }
     }
 
@@ -36,6 +60,79 @@ impl SharedSnapshot {
     pub fn array_buffer<'s>(&self, scope: &v8::PinScope<'s, '_>) -> v8::Local<'s, v8::ArrayBuffer> {
         v8::ArrayBuffer::with_backing_store(scope, &self.store)
     }
+
+    fn bytes(&self) -> &[u8] {
+        match self.store.data() {
+            // SAFETY: the backing store owns `byte_length` bytes at `data` for as long as `store`
+            // lives, and nothing writes to them (see the Send/Sync note).
+            Some(data) => unsafe {
+                std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), self.store.byte_length())
+            },
+            None => &[],
+        }
+    }
+
+    /// Writes the snapshot's linear memory over `heap`, a new instance's memory whose bytes after
+    /// instantiation are zeros except where data segments and constructors wrote: the same result as
+    /// copying all of it, but pages that are zeros in the snapshot are only read (and cleared where
+    /// not zero), so the kernel never has to supply them until Python uses them. About half of
+    /// Pyodide's memory at start-up is such pages (most of its 10 MiB stack, free heap).
+    /// `memory_offset` is where the caller found the memory in the snapshot, as a check.
+    pub fn restore_into(&self, heap: &mut [u8], memory_offset: usize) -> Result<(), String> {
+        let snapshot = self.bytes();
+        if memory_offset != self.memory_offset {
+            return Err(format!(
+                "snapshot memory offset {memory_offset} does not match {}",
+                self.memory_offset
+            ));
+        }
+        let memory = &snapshot[self.memory_offset..];
+        if heap.len() < memory.len() {
+            return Err(format!(
+                "WebAssembly memory of {} bytes is smaller than the snapshot's {}",
+                heap.len(),
+                memory.len()
+            ));
+        }
+        let (h, s) = (heap.as_ptr_range(), snapshot.as_ptr_range());
+        if h.start < s.end && s.start < h.end {
+            return Err("the snapshot cannot be restored over itself".into());
+        }
+        for run in &self.runs {
+            let target = &mut heap[run.start..run.end];
+            if run.zero {
+                for page in target.chunks_mut(PAGE) {
+                    if !is_zero(page) {
+                        page.fill(0);
+                    }
+                }
+            } else {
+                target.copy_from_slice(&memory[run.start..run.end]);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Splits `memory` into maximal runs of all-zero and not-all-zero pages.
+fn zero_runs(memory: &[u8]) -> Vec<Run> {
+    let mut runs: Vec<Run> = Vec::new();
+    for (i, page) in memory.chunks(PAGE).enumerate() {
+        let start = i * PAGE;
+        let end = start + page.len();
+        let zero = is_zero(page);
+        match runs.last_mut() {
+            Some(last) if last.zero == zero => last.end = end,
+            _ => runs.push(Run { start, end, zero }),
+        }
+    }
+    runs
+}
+
+fn is_zero(bytes: &[u8]) -> bool {
+    // SAFETY: u64 has no invalid bit patterns; align_to only reinterprets the aligned middle.
+    let (head, words, tail) = unsafe { bytes.align_to::<u64>() };
+    head.iter().all(|&b| b == 0) && words.iter().all(|&w| w == 0) && tail.iter().all(|&b| b == 0)
 }
 
 /// The digest naming the snapshot file: this build's glue and the exact Pyodide files in use, with
@@ -125,4 +222,45 @@ pub fn store(cache_dir: &Path, key: &str, bytes: &[u8]) {
 /// Removes this build's stored snapshot (it failed to boot).
 pub fn discard(cache_dir: &Path, key: &str) {
     let _ = std::fs::remove_file(dir(cache_dir).join(format!("{key}.bin")));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A snapshot in Pyodide's layout: magic, memory offset, header padding, then `memory`.
+    fn snapshot(memory: &[u8]) -> SharedSnapshot {
+        let mut bytes = vec![0u8; 64];
+        bytes[4..8].copy_from_slice(&64u32.to_le_bytes());
+        bytes.extend_from_slice(memory);
+        SharedSnapshot::new(bytes)
+    }
+
+    #[test]
+    fn restoring_equals_copying_whatever_the_memory_held() {
+        let mut memory = vec![0u8; 10 * PAGE + 100];
+        memory[5] = 1; // page 0: data
+        memory[3 * PAGE + 7] = 2; // page 3: data
+        memory[10 * PAGE + 99] = 3; // the short last page: data
+        let snap = snapshot(&memory);
+        assert_eq!(
+            snap.runs.iter().map(|r| r.zero).collect::<Vec<_>>(),
+            [false, true, false, true, false]
+        );
+        // Instantiation left bytes where the snapshot has zeros, and the memory is larger.
+        let mut heap = vec![0u8; 12 * PAGE];
+        heap[PAGE + 1] = 9;
+        heap[9 * PAGE] = 9;
+        heap[11 * PAGE] = 7;
+        snap.restore_into(&mut heap, 64).unwrap();
+        assert_eq!(&heap[..memory.len()], &memory[..]);
+        assert_eq!(heap[11 * PAGE], 7, "bytes beyond the snapshot are left alone");
+    }
+
+    #[test]
+    fn restoring_refuses_a_small_memory_or_a_wrong_offset() {
+        let snap = snapshot(&[1u8; 2 * PAGE]);
+        assert!(snap.restore_into(&mut vec![0u8; PAGE], 64).is_err());
+        assert!(snap.restore_into(&mut vec![0u8; 2 * PAGE], 60).is_err());
+    }
 }

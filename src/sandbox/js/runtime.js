@@ -15,6 +15,7 @@ const {
   op_sandbox_collect_file,
   op_sandbox_decode,
   op_sandbox_fetch,
+  op_sandbox_huge_pages,
   op_sandbox_input_file,
   op_sandbox_input_file_count,
   op_sandbox_layer_blob,
@@ -31,6 +32,7 @@ const {
   op_sandbox_read_asset_text,
   op_sandbox_register,
   op_sandbox_report,
+  op_sandbox_restore_memory,
   op_sandbox_snapshot,
   op_sandbox_start_clock,
   op_sandbox_store_snapshot,
@@ -574,13 +576,19 @@ async function boot() {
       WebAssembly.instantiate = function (source, imports) {
         if (ArrayBuffer.isView(source) && source.buffer === WASM_SENTINEL) {
           const module = op_sandbox_wasm_module();
-          return instantiate.call(WebAssembly, module, imports).then((instance) => ({
-            instance,
-            module,
-          }));
+          return instantiate.call(WebAssembly, module, imports).then((instance) => {
+            op_sandbox_huge_pages(new Uint8Array(instance.exports.memory.buffer));
+            return { instance, module };
+          });
         }
         return instantiate.call(WebAssembly, source, imports);
       };
+      if (snapshot) {
+        // Called by Pyodide's restoreSnapshot (see modules.rs) with the snapshot's memory part.
+        settings.sandboxRestoreMemory = (memory) => {
+          op_sandbox_restore_memory(new Uint8Array(settings.HEAP8.buffer), memory.byteOffset);
+        };
+      }
       try {
         return await asm.default(settings);
       } finally {
@@ -590,7 +598,10 @@ async function boot() {
     },
   });
 
-  if (snapshot) snapshot.transfer(0);
+  if (snapshot) {
+    snapshot.transfer(0);
+    delete pyodide._module.sandboxRestoreMemory;
+  }
 
   if (cfg.kind === "installer") {
     await buildLayer(cfg.requirements, cfg.indexUrls);
