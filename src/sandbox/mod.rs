@@ -12,6 +12,7 @@ mod modules;
 mod ops;
 mod output;
 mod snapshot;
+mod startup;
 mod watchdog;
 
 use std::path::PathBuf;
@@ -42,6 +43,9 @@ const MICROPIP_POLICY_PY: &str = include_str!("py/micropip_policy.py");
 
 /// The largest final-expression string returned (64 KiB), applied by the Python runner.
 pub const MAX_RESULT_BYTES: usize = 64 * 1024;
+
+/// Makes `runtime.js` register its entry points with Rust (see `__sandboxEntry` there).
+const ENTRY: &str = "__sandboxEntry()";
 
 /// The longest a sandbox (or the snapshot maker) may take to start.
 const BOOT_DEADLINE: Duration = Duration::from_secs(120);
@@ -235,6 +239,8 @@ pub(crate) struct EngineShared {
     pub compiled_wasm: std::sync::OnceLock<v8::CompiledWasmModule>,
     /// Pyodide's JavaScript modules as served, and their V8 code caches.
     modules: Arc<modules::Modules>,
+    /// The V8 startup snapshot every isolate starts from.
+    startup_snapshot: std::sync::OnceLock<&'static [u8]>,
     _io: IoRuntime,
 }
 
@@ -299,6 +305,10 @@ impl Engine {
             if unknown.len() > 1 {
                 tracing::warn!(?unknown, "V8 did not recognise some flags");
             }
+            // Initialise V8 in its normal mode now: if the first isolate were the startup
+            // snapshot's, deno_core would set V8 up for snapshotting (single-threaded, with a fixed
+            // random seed) for the whole process.
+            JsRuntime::init_platform(None);
         });
         let io = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -326,9 +336,20 @@ impl Engine {
                 snapshot: std::sync::OnceLock::new(),
                 layer: std::sync::OnceLock::new(),
                 compiled_wasm: std::sync::OnceLock::new(),
+                startup_snapshot: std::sync::OnceLock::new(),
                 _io: IoRuntime(Some(io)),
             }),
         };
+        // Every isolate of this engine, the ones below included, starts from the V8 startup snapshot.
+        match startup::get_or_make(&engine.shared) {
+            Ok(bytes) => {
+                let _ = engine.shared.startup_snapshot.set(bytes);
+            }
+            Err(e) => tracing::warn!(
+                error = %e,
+                "no V8 startup snapshot; every sandbox evaluates Pyodide's JavaScript itself"
+            ),
+        }
         if boot == BootMode::Full {
             engine.prepare_layer()?;
             return Ok(engine);
@@ -506,6 +527,11 @@ impl Engine {
         &self.shared.config
     }
 
+    /// The size of the V8 startup snapshot sandboxes start from, if there is one.
+    pub fn startup_snapshot_bytes(&self) -> Option<usize> {
+        self.shared.startup_snapshot.get().map(|s| s.len())
+    }
+
     /// Where the package layer came from at start-up (reused from disk or built now).
     pub fn layer_origin(&self) -> Option<layer::LayerOrigin> {
         self.shared.layer.get().map(|l| l.origin)
@@ -589,13 +615,19 @@ impl Sandbox {
             usize::try_from(shared.config.memory_limit_mb.saturating_mul(MB)).unwrap_or(usize::MAX);
         // V8 posts delayed tasks to the runtime that is current when the isolate is created.
         let _context = tokio.enter();
+        startup::isolate_starting();
         let mut runtime = JsRuntime::try_new(RuntimeOptions {
             extensions: vec![ops::sandbox::init(shared.clone(), kind)],
             module_loader: Some(Rc::new(loader)),
             create_params: Some(v8::CreateParams::default().heap_limits(0, heap_bytes)),
+            startup_snapshot: shared.startup_snapshot.get().copied(),
             ..Default::default()
         })
         .map_err(|e| EngineError::Boot(e.to_string()))?;
+        // runtime.js hands over its entry points (it may have run long ago, for the startup snapshot).
+        runtime
+            .execute_script("<sandbox>", ENTRY)
+            .map_err(|e| EngineError::Boot(e.to_string()))?;
 
         let heap_exhausted = Arc::new(AtomicBool::new(false));
         {

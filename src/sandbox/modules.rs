@@ -2,10 +2,13 @@
 //! with a V8 code cache shared by every isolate of the process: the first isolate compiles each module
 //! and hands V8's cache to the engine; later isolates skip parsing the module source.
 //!
-//! `pyodide.asm.mjs` is served with two changes, each applied only where the pinned source has exactly
-//! the expected code: Emscripten's dynamic linker gets the lazy Global Offset Table in
-//! `js/lazy_got.js` (about a quarter of a sandbox's start-up saved), and Pyodide's snapshot restore
-//! calls `Module.sandboxRestoreMemory` when the sandbox provides it (a copy that skips zero pages).
+//! `pyodide.asm.mjs` is served with three changes, each applied only where the pinned source has
+//! exactly the expected code: Emscripten's dynamic linker gets the lazy Global Offset Table in
+//! `js/lazy_got.js` (about a quarter of a sandbox's start-up saved) and the cheaper function-table
+//! helpers in `js/function_table.js`, and Pyodide's snapshot restore calls
+//! `Module.sandboxRestoreMemory` when the sandbox provides it (a copy that skips zero pages).
+//! `pyodide.mjs` compiles a small WebAssembly module when first needed instead of while it is
+//! evaluated, which lets it be evaluated into the V8 startup snapshot (no WebAssembly there).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -41,11 +44,47 @@ const LAZY_GOT_CALL_SITES: [(&str, &str); 3] = [
     ),
 ];
 
+/// Emscripten's function-table helpers, replaced by those in function_table.js.
+const FUNCTION_TABLE_JS: &str = include_str!("js/function_table.js");
+const FUNCTION_TABLE_CALL_SITES: [(&str, &str); 3] = [
+    (
+        "var getFunctionAddress=func=>{if(!functionsInTableMap){functionsInTableMap=new WeakMap;updateTableMap(0,wasmTable.length)}return functionsInTableMap.get(func)||0};",
+        "var getFunctionAddress=sandboxGetFunctionAddress;",
+    ),
+    (
+        "var addFunction=(func,sig)=>{var rtn=getFunctionAddress(func);if(rtn){return rtn}var ret=getEmptyTableSlot();try{setWasmTableEntry(ret,func)}catch(err){if(!(err instanceof TypeError)){throw err}var wrapped=convertJsFunctionToWasm(func,sig);setWasmTableEntry(ret,wrapped)}functionsInTableMap.set(func,ret);return ret};",
+        "var addFunction=sandboxAddFunction;",
+    ),
+    (
+        "var module=new WebAssembly.Module(bytes);var instance=new WebAssembly.Instance(module,{e:{f:func}});",
+        "var module=sandboxWrapperModule(sig,bytes);var instance=new WebAssembly.Instance(module,{e:{f:func}});",
+    ),
+];
+
 /// The snapshot restore: `API.restoreSnapshot` copies the whole linear memory with `HEAP8.set`.
 const SPARSE_RESTORE_CALL_SITE: (&str, &str) = (
     "return Module.HEAP8.set(t),l",
     "return(Module.sandboxRestoreMemory?Module.sandboxRestoreMemory(t):Module.HEAP8.set(t)),l",
 );
+
+/// pyodide.mjs compiles its JsvError helper (a tiny WebAssembly module) in an async function that it
+/// calls while the module is evaluated; the change calls it on first use instead.
+const LAZY_JSV_ERROR_CALL_SITES: [(&str, &str); 2] = [
+    (
+        "var ge=async function(){",
+        "var ge,geStart=async function(){",
+    ),
+    (
+        "}();async function K(){let e=await ge;",
+        "};async function K(){let e=await(ge??=geStart());",
+    ),
+];
+
+/// `pyodide.mjs` as sandboxes are served it, or `None` if the change does not apply (then the module
+/// cannot go into the V8 startup snapshot).
+pub(crate) fn serve_loader_js(loader_js: &str) -> Option<String> {
+    replace_each_once(loader_js, LAZY_JSV_ERROR_CALL_SITES)
+}
 
 /// `pyodide.asm.mjs` with the lazy GOT, or `None` if this Pyodide's source does not have the expected
 /// call sites.
@@ -85,6 +124,17 @@ fn serve_asm_js(asm_js: &str) -> String {
             asm_js.to_string()
         }
     };
+    // The helpers are function declarations: wherever they stand in the module function, they exist
+    // before any of its code runs.
+    let helpers = format!("{FUNCTION_TABLE_JS}var addFunction=sandboxAddFunction;");
+    let mut table_sites = FUNCTION_TABLE_CALL_SITES;
+    table_sites[1].1 = &helpers;
+    match replace_each_once(&out, table_sites) {
+        Some(patched) => out = patched,
+        None => tracing::warn!(
+            "pyodide.asm.mjs does not have the expected function-table helpers; keeping Emscripten's (slower sandbox start-up)"
+        ),
+    }
     match replace_each_once(&out, [SPARSE_RESTORE_CALL_SITE]) {
         Some(patched) => out = patched,
         None => tracing::warn!(
@@ -101,16 +151,18 @@ type CacheEntry = (u64, Arc<[u8]>);
 pub(crate) struct Modules {
     sources: HashMap<ModuleSpecifier, (Arc<str>, u64)>,
     cache: Mutex<HashMap<String, CacheEntry>>,
+    /// Whether the modules may be evaluated into a V8 startup snapshot.
+    snapshottable: bool,
 }
 
 impl Modules {
     pub fn new(assets: &Assets) -> Self {
         let asm_js: Arc<str> = serve_asm_js(&assets.asm_js).into();
+        let served_loader = serve_loader_js(&assets.loader_js);
+        let snapshottable = served_loader.is_some();
+        let loader_js: Arc<str> = served_loader.map_or_else(|| assets.loader_js.clone(), Arc::from);
         let mut sources = HashMap::new();
-        for (name, source) in [
-            ("pyodide.mjs", assets.loader_js.clone()),
-            ("pyodide.asm.mjs", asm_js),
-        ] {
+        for (name, source) in [("pyodide.mjs", loader_js), ("pyodide.asm.mjs", asm_js)] {
             let specifier =
                 ModuleSpecifier::parse(&format!("asset:///{name}")).expect("static URL");
             let hash = source_hash(&source);
@@ -119,11 +171,32 @@ impl Modules {
         Self {
             sources,
             cache: Mutex::default(),
+            snapshottable,
         }
     }
 }
 
 impl Modules {
+    /// Whether the modules may be evaluated into a V8 startup snapshot: pyodide.mjs must not start
+    /// compiling WebAssembly while it is evaluated (see `serve_loader_js`).
+    pub fn snapshottable(&self) -> bool {
+        self.snapshottable
+    }
+
+    /// A fingerprint of every module source served.
+    pub fn fingerprint(&self) -> u64 {
+        let mut hashes: Vec<(&str, u64)> = self
+            .sources
+            .iter()
+            .map(|(specifier, (_, hash))| (specifier.as_str(), *hash))
+            .collect();
+        hashes.sort();
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        hashes.hash(&mut hasher);
+        hasher.finish()
+    }
+
     /// The source served as `asset:///{name}` (empty for any other name).
     pub fn source(&self, name: &str) -> &str {
         ModuleSpecifier::parse(&format!("asset:///{name}"))
@@ -205,7 +278,7 @@ impl ModuleLoader for AssetModuleLoader {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn both_changes_apply_to_the_pinned_pyodide() {
+    fn every_change_applies_to_the_pinned_pyodide() {
         let Ok(assets) = crate::assets::Assets::load(&crate::assets::Assets::default_dir()) else {
             panic!("the pinned Pyodide files are needed (npm ci)");
         };
@@ -213,8 +286,14 @@ mod tests {
         assert!(patched.contains("initLazyGOT(origExports);LDSO.init();"));
         assert!(patched.contains("var lazyGOTMainExports"));
         assert!(super::with_lazy_got("var updateGOT=1").is_none());
+        let loader = super::serve_loader_js(&assets.loader_js).expect("JsvError helper found");
+        assert!(loader.contains("await(ge??=geStart())"));
         let served = super::serve_asm_js(&assets.asm_js);
         assert!(served.contains("var lazyGOTMainExports"));
         assert!(served.contains(super::SPARSE_RESTORE_CALL_SITE.1));
+        assert!(served.contains("function sandboxAddFunction(func, sig)"));
+        for (from, _) in super::FUNCTION_TABLE_CALL_SITES {
+            assert!(!served.contains(from));
+        }
     }
 }

@@ -259,7 +259,11 @@ fn op_sandbox_huge_pages(#[buffer] memory: &mut [u8]) {
         // SAFETY: the range is exactly the memory's accessible bytes, which V8 keeps mapped while the
         // buffer is alive; MADV_HUGEPAGE changes no contents and no protection.
         unsafe {
-            libc::madvise(memory.as_mut_ptr().cast(), memory.len(), libc::MADV_HUGEPAGE);
+            libc::madvise(
+                memory.as_mut_ptr().cast(),
+                memory.len(),
+                libc::MADV_HUGEPAGE,
+            );
         }
     }
     #[cfg(not(target_os = "linux"))]

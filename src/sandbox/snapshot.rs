@@ -254,7 +254,11 @@ mod tests {
         heap[11 * PAGE] = 7;
         snap.restore_into(&mut heap, 64).unwrap();
         assert_eq!(&heap[..memory.len()], &memory[..]);
-        assert_eq!(heap[11 * PAGE], 7, "bytes beyond the snapshot are left alone");
+        assert_eq!(
+            heap[11 * PAGE],
+            7,
+            "bytes beyond the snapshot are left alone"
+        );
     }
 
     #[test]

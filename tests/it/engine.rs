@@ -183,6 +183,37 @@ fn recognised_imports_load_packages_before_the_clock_starts() {
     );
 }
 
+/// Sandboxes start from the V8 startup snapshot (Pyodide's JavaScript already evaluated), yet each
+/// has its own clock origin: `performance.timeOrigin` is when that sandbox booted, not when the
+/// snapshot was made.
+#[test]
+fn sandboxes_start_from_the_v8_startup_snapshot_with_their_own_time_origin() {
+    let engine = crate::common::engine();
+    assert!(
+        engine
+            .startup_snapshot_bytes()
+            .is_some_and(|n| n > 1_000_000),
+        "no V8 startup snapshot in use"
+    );
+    let origin = "import js, time\n(js.performance.timeOrigin, time.time() * 1000)";
+    let parse = |r: &code_interpreter_mcp::sandbox::ExecResult| -> (f64, f64) {
+        let text = ok(r).result.clone().unwrap();
+        let (a, b) = text
+            .trim_matches(|c| c == '(' || c == ')')
+            .split_once(", ")
+            .unwrap();
+        (a.parse().unwrap(), b.parse().unwrap())
+    };
+    let (first, now) = parse(&run(origin));
+    assert!(
+        (now - first).abs() < 5_000.0,
+        "timeOrigin {first} is not this sandbox's start ({now})"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let (second, _) = parse(&run(origin));
+    assert!(second > first, "{second} is not after {first}");
+}
+
 /// The full-boot fallback: the same contract without the memory snapshot.
 #[test]
 fn full_boot_mode_keeps_the_contract() {

@@ -209,10 +209,14 @@ function atob(data) {
   return op_sandbox_atob(String(data));
 }
 
-const timeOrigin = Date.now();
+// Set when the sandbox boots (this module may have been evaluated long before, into the V8 startup
+// snapshot).
+let timeOrigin = 0;
 const performance = {
   now: () => op_sandbox_now(),
-  timeOrigin,
+  get timeOrigin() {
+    return timeOrigin;
+  },
   mark() {},
   measure() {},
 };
@@ -530,17 +534,12 @@ let autoLoad = false;
  * earlier: they never run user code.
  */
 async function boot() {
+  timeOrigin = Date.now();
   const cfg = op_sandbox_boot_config();
   autoLoad = cfg.autoLoad;
-  // Pyodide's environment detection: without `Deno`, with `read`/`load` functions it takes its
-  // "shell" path, which reads its files synchronously through `readbuffer` (our asset op).
   delete globalThis.Deno;
-  define("read", (path) => op_sandbox_read_asset_text(String(path)));
-  define("readbuffer", readAsset);
-  define("load", () => {
-    throw new Error("load() is not available in the sandbox");
-  });
-
+  defineShellGlobals();
+  // Already evaluated if the isolate started from the V8 startup snapshot (see preloadPyodide).
   const { loadPyodide } = await import("asset:///pyodide.mjs");
   const asm = await import("asset:///pyodide.asm.mjs");
 
@@ -628,6 +627,36 @@ async function boot() {
 
   if (!cfg.autoLoad) disablePackageLoading();
   lockDown();
+}
+
+/**
+ * Pyodide's environment detection (done when pyodide.mjs is evaluated): without `Deno`, with
+ * `read`/`load` functions it takes its "shell" path, which reads its files synchronously through
+ * `readbuffer` (our asset op).
+ */
+function defineShellGlobals() {
+  define("read", (path) => op_sandbox_read_asset_text(String(path)));
+  define("readbuffer", readAsset);
+  define("load", () => {
+    throw new Error("load() is not available in the sandbox");
+  });
+}
+
+/**
+ * Evaluates Pyodide's two modules, as a sandbox's boot would, into the realm the V8 startup snapshot
+ * is made from; leaves the globals as it found them.
+ */
+async function preloadPyodide() {
+  const deno = Object.getOwnPropertyDescriptor(globalThis, "Deno");
+  delete globalThis.Deno;
+  defineShellGlobals();
+  try {
+    await import("asset:///pyodide.mjs");
+    await import("asset:///pyodide.asm.mjs");
+  } finally {
+    for (const name of ["read", "readbuffer", "load"]) delete globalThis[name];
+    Object.defineProperty(globalThis, "Deno", deno);
+  }
 }
 
 /** Directories whose new files make up the package layer: site-packages and the shared-library dir. */
@@ -829,4 +858,12 @@ function collectFiles(FS, before) {
   }
 }
 
-op_sandbox_register(boot, run);
+// Rust calls __sandboxEntry() once in each isolate to receive the entry points, and
+// __sandboxPreload() only in the isolate the V8 startup snapshot is made from. Both are gone before
+// any user code runs.
+define("__sandboxEntry", () => {
+  delete globalThis.__sandboxEntry;
+  delete globalThis.__sandboxPreload;
+  op_sandbox_register(boot, run);
+});
+define("__sandboxPreload", preloadPyodide);

@@ -1,0 +1,106 @@
+//! The V8 startup snapshot: the sandbox's JavaScript realm (deno_core's own JavaScript, `runtime.js`
+//! and Pyodide's two modules as sandboxes are served them) evaluated once per process and serialised
+//! by V8, so that each new isolate deserialises a ready heap instead of compiling and evaluating
+//! ~1.3 MB of JavaScript. It holds no Python and no WebAssembly: those come afterwards, in each
+//! isolate of its own (from the Pyodide memory snapshot, or a full start-up).
+//!
+//! It is made when the process creates its first engine, before any sandbox isolate exists, and
+//! never after one does: V8 cannot serialise a heap while another isolate of the process instantiates
+//! WebAssembly (seen here: an abort in V8's WebAssembly type canonicalisation). Engines with the same
+//! modules share it. It is never stored: a V8 snapshot fits only the V8 build and flags that made it.
+//! Where there is none, sandboxes load the modules themselves, as they would without this module.
+
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use deno_core::{JsRuntimeForSnapshot, RuntimeOptions};
+
+use super::{BootKind, EngineError, EngineShared, modules, ops};
+
+/// Evaluates Pyodide's modules into the realm (see `preloadPyodide` in `runtime.js`).
+const PRELOAD: &str = "__sandboxPreload()";
+
+/// What this process has done with V8.
+struct Made {
+    /// Startup snapshots by the fingerprint of the modules they hold. Each is leaked once: deno_core
+    /// needs a `'static` snapshot, and every engine with the same modules shares it.
+    snapshots: Vec<(u64, &'static [u8])>,
+    /// Whether a sandbox isolate has started: after that, no snapshot is made.
+    isolates_started: bool,
+}
+
+static MADE: Mutex<Made> = Mutex::new(Made {
+    snapshots: Vec::new(),
+    isolates_started: false,
+});
+
+fn made() -> std::sync::MutexGuard<'static, Made> {
+    MADE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Called before every sandbox isolate is created: waits while a snapshot is being made, and keeps
+/// any from being made later.
+pub(crate) fn isolate_starting() {
+    made().isolates_started = true;
+}
+
+/// The startup snapshot for this engine's modules, made now if this process has none yet and no
+/// sandbox isolate has started.
+pub(crate) fn get_or_make(shared: &Arc<EngineShared>) -> Result<&'static [u8], EngineError> {
+    if !shared.modules.snapshottable() {
+        return Err(EngineError::Boot(
+            "pyodide.mjs does not have the expected JsvError helper".into(),
+        ));
+    }
+    let fingerprint = shared.modules.fingerprint();
+    // Held while the snapshot is made, so that no sandbox isolate starts meanwhile.
+    let mut made = made();
+    if let Some((_, bytes)) = made.snapshots.iter().find(|(f, _)| *f == fingerprint) {
+        return Ok(bytes);
+    }
+    if made.isolates_started {
+        return Err(EngineError::Boot(
+            "sandboxes of other modules already run in this process".into(),
+        ));
+    }
+    let started = Instant::now();
+    let maker = shared.clone();
+    let bytes = std::thread::Builder::new()
+        .name("startup-snapshot".into())
+        .stack_size(8 * 1024 * 1024)
+        .spawn(move || make(maker))?
+        .join()
+        .map_err(|_| EngineError::Boot("making the V8 startup snapshot panicked".into()))??;
+    let bytes: &'static [u8] = Box::leak(bytes);
+    tracing::info!(
+        bytes = bytes.len(),
+        ms = started.elapsed().as_millis() as u64,
+        "V8 startup snapshot made"
+    );
+    made.snapshots.push((fingerprint, bytes));
+    Ok(bytes)
+}
+
+/// Builds a realm the way a sandbox's starts, evaluates Pyodide's modules in it and serialises it.
+fn make(shared: Arc<EngineShared>) -> Result<Box<[u8]>, EngineError> {
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let _context = tokio.enter();
+    let loader = modules::AssetModuleLoader(shared.modules.clone());
+    let mut runtime = JsRuntimeForSnapshot::try_new(RuntimeOptions {
+        extensions: vec![ops::sandbox::init(shared, BootKind::SnapshotMaker)],
+        module_loader: Some(Rc::new(loader)),
+        ..Default::default()
+    })
+    .map_err(|e| EngineError::Boot(e.to_string()))?;
+    let promise = runtime
+        .execute_script("<startup-snapshot>", PRELOAD)
+        .map_err(|e| EngineError::Boot(e.to_string()))?;
+    let resolved = runtime.resolve(promise);
+    tokio
+        .block_on(runtime.with_event_loop_promise(resolved, Default::default()))
+        .map_err(|e| EngineError::Boot(format!("evaluating Pyodide's modules failed: {e}")))?;
+    Ok(runtime.snapshot())
+}
