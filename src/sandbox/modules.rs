@@ -1,6 +1,7 @@
 //! The ES modules a sandbox may load — only Pyodide's two JavaScript files, by fixed `asset:` URLs —
 //! with a V8 code cache shared by every isolate of the process: the first isolate compiles each module
-//! and hands V8's cache to the engine; later isolates skip parsing the module source.
+//! and hands V8's cache to the engine; later isolates skip parsing the module source. (Isolates that
+//! start from the V8 startup snapshot, see `startup.rs`, find both modules already evaluated.)
 //!
 //! `pyodide.asm.mjs` is served with three changes, each applied only where the pinned source has
 //! exactly the expected code: Emscripten's dynamic linker gets the lazy Global Offset Table in
