@@ -113,6 +113,19 @@ fn replace_each_once<'a>(
     Some(out)
 }
 
+/// `asm_js` with function_table.js's helpers in place of Emscripten's, or `None` if this Pyodide's
+/// source does not have the expected helpers.
+fn with_function_table(asm_js: &str) -> Option<String> {
+    // The helpers are function declarations: wherever they stand in the module function, they exist
+    // before any of its code runs. They go next to the new addFunction.
+    let definition = FUNCTION_TABLE_CALL_SITES[1].1;
+    let with_helpers = format!("{FUNCTION_TABLE_JS}{definition}");
+    let sites = FUNCTION_TABLE_CALL_SITES
+        .into_iter()
+        .chain([(definition, with_helpers.as_str())]);
+    replace_each_once(asm_js, sites)
+}
+
 /// `pyodide.asm.mjs` as sandboxes are served it: each change that applies to this source, with a
 /// warning for each that does not.
 fn serve_asm_js(asm_js: &str) -> String {
@@ -125,12 +138,7 @@ fn serve_asm_js(asm_js: &str) -> String {
             asm_js.to_string()
         }
     };
-    // The helpers are function declarations: wherever they stand in the module function, they exist
-    // before any of its code runs.
-    let helpers = format!("{FUNCTION_TABLE_JS}var addFunction=sandboxAddFunction;");
-    let mut table_sites = FUNCTION_TABLE_CALL_SITES;
-    table_sites[1].1 = &helpers;
-    match replace_each_once(&out, table_sites) {
+    match with_function_table(&out) {
         Some(patched) => out = patched,
         None => tracing::warn!(
             "pyodide.asm.mjs does not have the expected function-table helpers; keeping Emscripten's (slower sandbox start-up)"
