@@ -3,10 +3,11 @@
 //! and hands V8's cache to the engine; later isolates skip parsing the module source. (Isolates that
 //! start from the V8 startup snapshot, see `startup.rs`, find both modules already evaluated.)
 //!
-//! `pyodide.asm.mjs` is served with three changes, each applied only where the pinned source has
+//! `pyodide.asm.mjs` is served with four changes, each applied only where the pinned source has
 //! exactly the expected code: Emscripten's dynamic linker gets the lazy Global Offset Table in
-//! `js/lazy_got.js` (about a quarter of a sandbox's start-up saved) and the cheaper function-table
-//! helpers in `js/function_table.js`, and Pyodide's snapshot restore calls
+//! `js/lazy_got.js` (about a quarter of a sandbox's start-up saved), a lazily filled symbol table
+//! (`js/lazy_imports.js`) and the cheaper function-table helpers in `js/function_table.js`, and
+//! Pyodide's snapshot restore calls
 //! `Module.sandboxRestoreMemory` when the sandbox provides it (a copy that skips zero pages).
 //! `pyodide.mjs` compiles a small WebAssembly module when first needed instead of while it is
 //! evaluated, which lets it be evaluated into the V8 startup snapshot (no WebAssembly there).
@@ -44,6 +45,13 @@ const LAZY_GOT_CALL_SITES: [(&str, &str); 3] = [
         "var value=exports[symName];materializeGOT(symName);var existingEntry=GOT[symName]&&",
     ),
 ];
+
+/// The main module's exports enter Emscripten's symbol table lazily (lazy_imports.js).
+const LAZY_IMPORTS_JS: &str = include_str!("js/lazy_imports.js");
+const LAZY_IMPORTS_CALL_SITE: (&str, &str) = (
+    "var origExports=wasmExports;mergeLibSymbols(wasmExports,\"main\");",
+    "var origExports=wasmExports;wasmImports=sandboxLazyImports(wasmImports,wasmExports);",
+);
 
 /// Emscripten's function-table helpers, replaced by those in function_table.js.
 const FUNCTION_TABLE_JS: &str = include_str!("js/function_table.js");
@@ -126,6 +134,17 @@ fn with_function_table(asm_js: &str) -> Option<String> {
     replace_each_once(asm_js, sites)
 }
 
+/// `asm_js` with the main module's exports entering the symbol table lazily, or `None` if this
+/// Pyodide's source does not merge them as expected.
+fn with_lazy_imports(asm_js: &str) -> Option<String> {
+    let definition = "var mergeLibSymbols=";
+    let with_helper = format!("{LAZY_IMPORTS_JS}{definition}");
+    replace_each_once(
+        asm_js,
+        [LAZY_IMPORTS_CALL_SITE, (definition, with_helper.as_str())],
+    )
+}
+
 /// `pyodide.asm.mjs` as sandboxes are served it: each change that applies to this source, with a
 /// warning for each that does not.
 fn serve_asm_js(asm_js: &str) -> String {
@@ -138,6 +157,12 @@ fn serve_asm_js(asm_js: &str) -> String {
             asm_js.to_string()
         }
     };
+    match with_lazy_imports(&out) {
+        Some(patched) => out = patched,
+        None => tracing::warn!(
+            "pyodide.asm.mjs does not merge the main module's exports as expected; merging them eagerly (slower sandbox start-up)"
+        ),
+    }
     match with_function_table(&out) {
         Some(patched) => out = patched,
         None => tracing::warn!(
@@ -301,6 +326,8 @@ mod tests {
         assert!(served.contains("var lazyGOTMainExports"));
         assert!(served.contains(super::SPARSE_RESTORE_CALL_SITE.1));
         assert!(served.contains("function sandboxAddFunction(func, sig)"));
+        assert!(served.contains(super::LAZY_IMPORTS_CALL_SITE.1));
+        assert!(served.contains("function sandboxLazyImports(imports, mainExports)"));
         for (from, _) in super::FUNCTION_TABLE_CALL_SITES {
             assert!(!served.contains(from));
         }

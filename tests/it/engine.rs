@@ -214,6 +214,17 @@ fn sandboxes_start_from_the_v8_startup_snapshot_with_their_own_time_origin() {
     assert!(second > first, "{second} is not after {first}");
 }
 
+/// dlsym on the main module (`ctypes.pythonapi`, `CDLL(None)`) finds the interpreter's own symbols,
+/// although the symbol table it searches is filled lazily (js/lazy_imports.js), and after it a
+/// package's shared library still links (numpy's .so files import hundreds of interpreter symbols).
+#[test]
+fn ctypes_finds_the_interpreters_own_symbols() {
+    let r = run(
+        "import ctypes\nf = ctypes.pythonapi.Py_GetVersion\nf.restype = ctypes.c_char_p\nv = f().decode()[:2]\nimport numpy\n(v, ctypes.CDLL(None).Py_IsInitialized(), int(numpy.arange(4).sum()))",
+    );
+    assert_eq!(ok(&r).result.as_deref(), Some("('3.', 1, 6)"));
+}
+
 /// The full-boot fallback: the same contract without the memory snapshot.
 #[test]
 fn full_boot_mode_keeps_the_contract() {
