@@ -198,8 +198,9 @@ fn op_sandbox_snapshot<'s, 'i>(
     Ok(snapshot.array_buffer(scope).into())
 }
 
-/// Pyodide's snapshot restore, done by Rust: writes the engine snapshot's linear memory (found at
-/// `memory_offset` of the snapshot) over this instance's memory, skipping pages that are zeros in both.
+/// Pyodide's snapshot restore, done by Rust: makes this instance's memory equal to the engine
+/// snapshot's linear memory (found at `memory_offset` of the snapshot), writing only the pages that
+/// hold data and clearing any zero page that instantiation wrote to (see `SharedSnapshot::restore_into`).
 #[op2(fast)]
 fn op_sandbox_restore_memory(
     op_state: &mut OpState,
