@@ -7,8 +7,8 @@
 //! exactly the expected code: Emscripten's dynamic linker gets the lazy Global Offset Table in
 //! `js/lazy_got.js` (about a quarter of a sandbox's start-up saved), a lazily filled symbol table
 //! (`js/lazy_imports.js`) and the cheaper function-table helpers in `js/function_table.js`, and
-//! Pyodide's snapshot restore calls
-//! `Module.sandboxRestoreMemory` when the sandbox provides it (a copy that skips zero pages).
+//! Pyodide's snapshot restore calls `Module.sandboxRestoreMemory` when the sandbox provides it (a
+//! copy that skips zero pages).
 //! `pyodide.mjs` compiles a small WebAssembly module when first needed instead of while it is
 //! evaluated, which lets it be evaluated into the V8 startup snapshot (no WebAssembly there).
 
@@ -91,7 +91,7 @@ const LAZY_JSV_ERROR_CALL_SITES: [(&str, &str); 2] = [
 
 /// `pyodide.mjs` as sandboxes are served it, or `None` if the change does not apply (then the module
 /// cannot go into the V8 startup snapshot).
-pub(crate) fn serve_loader_js(loader_js: &str) -> Option<String> {
+fn serve_loader_js(loader_js: &str) -> Option<String> {
     replace_each_once(loader_js, LAZY_JSV_ERROR_CALL_SITES)
 }
 
@@ -145,35 +145,42 @@ fn with_lazy_imports(asm_js: &str) -> Option<String> {
     )
 }
 
+/// `asm_js` whose snapshot restore calls `Module.sandboxRestoreMemory`, or `None` if this Pyodide's
+/// source does not restore as expected.
+fn with_sparse_restore(asm_js: &str) -> Option<String> {
+    replace_each_once(asm_js, [SPARSE_RESTORE_CALL_SITE])
+}
+
+/// One change to `pyodide.asm.mjs`: the patched source, or `None` where it does not apply.
+type Change = fn(&str) -> Option<String>;
+
 /// `pyodide.asm.mjs` as sandboxes are served it: each change that applies to this source, with a
 /// warning for each that does not.
 fn serve_asm_js(asm_js: &str) -> String {
-    let mut out = match with_lazy_got(asm_js) {
-        Some(patched) => patched,
-        None => {
-            tracing::warn!(
-                "pyodide.asm.mjs does not have the expected dynamic-linker code; linking eagerly (slower sandbox start-up)"
-            );
-            asm_js.to_string()
+    let changes: [(Change, &str); 4] = [
+        (
+            with_lazy_got,
+            "does not have the expected dynamic-linker code; linking eagerly",
+        ),
+        (
+            with_lazy_imports,
+            "does not merge the main module's exports as expected; merging them eagerly",
+        ),
+        (
+            with_function_table,
+            "does not have the expected function-table helpers; keeping Emscripten's",
+        ),
+        (
+            with_sparse_restore,
+            "does not have the expected snapshot restore; copying all of the memory",
+        ),
+    ];
+    let mut out = asm_js.to_string();
+    for (change, otherwise) in changes {
+        match change(&out) {
+            Some(patched) => out = patched,
+            None => tracing::warn!("pyodide.asm.mjs {otherwise} (slower sandbox start-up)"),
         }
-    };
-    match with_lazy_imports(&out) {
-        Some(patched) => out = patched,
-        None => tracing::warn!(
-            "pyodide.asm.mjs does not merge the main module's exports as expected; merging them eagerly (slower sandbox start-up)"
-        ),
-    }
-    match with_function_table(&out) {
-        Some(patched) => out = patched,
-        None => tracing::warn!(
-            "pyodide.asm.mjs does not have the expected function-table helpers; keeping Emscripten's (slower sandbox start-up)"
-        ),
-    }
-    match replace_each_once(&out, [SPARSE_RESTORE_CALL_SITE]) {
-        Some(patched) => out = patched,
-        None => tracing::warn!(
-            "pyodide.asm.mjs does not have the expected snapshot restore; copying all of the memory (slower sandbox start-up)"
-        ),
     }
     out
 }
