@@ -55,7 +55,7 @@ const LAZY_IMPORTS_CALL_SITE: (&str, &str) = (
 
 /// Emscripten's function-table helpers, replaced by those in function_table.js.
 const FUNCTION_TABLE_JS: &str = include_str!("js/function_table.js");
-const FUNCTION_TABLE_CALL_SITES: [(&str, &str); 3] = [
+const FUNCTION_TABLE_CALL_SITES: [(&str, &str); 4] = [
     (
         "var getFunctionAddress=func=>{if(!functionsInTableMap){functionsInTableMap=new WeakMap;updateTableMap(0,wasmTable.length)}return functionsInTableMap.get(func)||0};",
         "var getFunctionAddress=sandboxGetFunctionAddress;",
@@ -67,6 +67,10 @@ const FUNCTION_TABLE_CALL_SITES: [(&str, &str); 3] = [
     (
         "var module=new WebAssembly.Module(bytes);var instance=new WebAssembly.Instance(module,{e:{f:func}});",
         "var module=sandboxWrapperModule(sig,bytes);var instance=new WebAssembly.Instance(module,{e:{f:func}});",
+    ),
+    (
+        "return addFunction(trampolineInstance.exports.trampoline_call)}",
+        "return sandboxAddNewFunction(trampolineInstance.exports.trampoline_call)}",
     ),
 ];
 

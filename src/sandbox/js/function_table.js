@@ -11,6 +11,7 @@
 //   depends only on the signature.
 // Here the table is read only when a function that may be WebAssembly is looked up, JavaScript
 // functions go straight to their wrapper, and wrapper modules are compiled once per signature.
+// Pyodide's call trampoline, exported by an instance made just before, is added without a look-up.
 // Functions get the same slots, in the same order, as before.
 
 var sandboxTableRead = false;
@@ -50,6 +51,17 @@ function sandboxAddFunction(func, sig) {
   if (!stored) {
     setWasmTableEntry(ret, convertJsFunctionToWasm(func, sig));
   }
+  functionsInTableMap.set(func, ret);
+  return ret;
+}
+
+// addFunction for a WebAssembly function that an instance made just now exports: it cannot be in the
+// table yet, so it takes a free slot without the look-up (which would read the whole table). Pyodide
+// adds its call trampoline this way before every start.
+function sandboxAddNewFunction(func) {
+  var ret = getEmptyTableSlot();
+  setWasmTableEntry(ret, func);
+  functionsInTableMap ??= new WeakMap();
   functionsInTableMap.set(func, ret);
   return ret;
 }
