@@ -6,6 +6,7 @@
 //! [`Engine::boot`] makes a ready [`Sandbox`]; [`Sandbox::execute`] runs one request and consumes it.
 //! A sandbox is not `Send`: boot and execute it on one dedicated thread, never on an async runtime.
 
+mod cow;
 pub mod fetch;
 pub mod layer;
 mod modules;
@@ -14,6 +15,7 @@ mod output;
 mod snapshot;
 mod startup;
 mod watchdog;
+mod wrappers;
 
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -235,8 +237,15 @@ pub(crate) struct EngineShared {
     pub snapshot: std::sync::OnceLock<snapshot::SharedSnapshot>,
     /// The package layer copied into every sandbox (micropip and the preinstalled packages).
     pub layer: std::sync::OnceLock<Arc<layer::PackageLayer>>,
+    /// The package layer's file contents, as every sandbox maps them (copy-on-write).
+    pub layer_bytes: std::sync::OnceLock<cow::CowBytes>,
+    /// Pyodide's standard library zip, as every sandbox maps it (copy-on-write).
+    pub stdlib: cow::CowBytes,
     /// Pyodide's WebAssembly module as V8 compiled it once; every isolate instantiates this.
     pub compiled_wasm: std::sync::OnceLock<v8::CompiledWasmModule>,
+    /// The modules that wrap JavaScript functions for the function table (see `wrappers`), by list of
+    /// signatures: in practice one, the start-up's.
+    pub wrapper_modules: std::sync::Mutex<Vec<(String, v8::CompiledWasmModule)>>,
     /// Pyodide's JavaScript modules as served, and their V8 code caches.
     modules: Arc<modules::Modules>,
     /// The V8 startup snapshot every isolate starts from.
@@ -327,6 +336,7 @@ impl Engine {
             fetcher.clone(),
         );
         let boot = config.boot;
+        let stdlib = cow::CowBytes::new(assets.stdlib.clone());
         let engine = Self {
             shared: Arc::new(EngineShared {
                 config,
@@ -337,6 +347,9 @@ impl Engine {
                 snapshot: std::sync::OnceLock::new(),
                 layer: std::sync::OnceLock::new(),
                 compiled_wasm: std::sync::OnceLock::new(),
+                wrapper_modules: std::sync::Mutex::new(Vec::new()),
+                layer_bytes: std::sync::OnceLock::new(),
+                stdlib,
                 startup_snapshot: std::sync::OnceLock::new(),
                 _io: IoRuntime(Some(io)),
             }),

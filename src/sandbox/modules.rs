@@ -3,10 +3,11 @@
 //! and hands V8's cache to the engine; later isolates skip parsing the module source. (Isolates that
 //! start from the V8 startup snapshot, see `startup.rs`, find both modules already evaluated.)
 //!
-//! `pyodide.asm.mjs` is served with four changes, each applied only where the pinned source has
+//! `pyodide.asm.mjs` is served with five changes, each applied only where the pinned source has
 //! exactly the expected code: Emscripten's dynamic linker gets the lazy Global Offset Table in
 //! `js/lazy_got.js` (about a quarter of a sandbox's start-up saved), a lazily filled symbol table
-//! (`js/lazy_imports.js`) and the cheaper function-table helpers in `js/function_table.js`, and
+//! (`js/lazy_imports.js`) and the cheaper function-table helpers in `js/function_table.js`; its
+//! signature conversion makes a view of the exports instead of a copy (`js/exports_view.js`); and
 //! Pyodide's snapshot restore calls `Module.sandboxRestoreMemory` when the sandbox provides it (a
 //! copy that skips zero pages).
 //! `pyodide.mjs` compiles a small WebAssembly module when first needed instead of while it is
@@ -55,7 +56,7 @@ const LAZY_IMPORTS_CALL_SITE: (&str, &str) = (
 
 /// Emscripten's function-table helpers, replaced by those in function_table.js.
 const FUNCTION_TABLE_JS: &str = include_str!("js/function_table.js");
-const FUNCTION_TABLE_CALL_SITES: [(&str, &str); 4] = [
+const FUNCTION_TABLE_CALL_SITES: [(&str, &str); 5] = [
     (
         "var getFunctionAddress=func=>{if(!functionsInTableMap){functionsInTableMap=new WeakMap;updateTableMap(0,wasmTable.length)}return functionsInTableMap.get(func)||0};",
         "var getFunctionAddress=sandboxGetFunctionAddress;",
@@ -72,7 +73,16 @@ const FUNCTION_TABLE_CALL_SITES: [(&str, &str); 4] = [
         "return addFunction(trampolineInstance.exports.trampoline_call)}",
         "return sandboxAddNewFunction(trampolineInstance.exports.trampoline_call)}",
     ),
+    (
+        "var reportUndefinedSymbols=()=>{",
+        "var reportUndefinedSymbols=sandboxReportUndefinedSymbols;var emscriptenReportUndefinedSymbols=()=>{",
+    ),
 ];
+
+/// applySignatureConversions() without its copy of every export (exports_view.js).
+const EXPORTS_VIEW_JS: &str = include_str!("js/exports_view.js");
+const SIGNATURE_CONVERSIONS: &str =
+    "function applySignatureConversions(wasmExports){wasmExports=Object.assign({},wasmExports);";
 
 /// The snapshot restore: `API.restoreSnapshot` copies the whole linear memory with `HEAP8.set`.
 const SPARSE_RESTORE_CALL_SITE: (&str, &str) = (
@@ -92,6 +102,13 @@ const LAZY_JSV_ERROR_CALL_SITES: [(&str, &str); 2] = [
         "};async function K(){let e=await(ge??=geStart());",
     ),
 ];
+
+/// pyodide.mjs copies the standard library into MEMFS; with this change MEMFS owns the buffer it is
+/// handed, which is the sandbox's own (a copy-on-write mapping, see `cow.rs`).
+const STDLIB_OWNED_CALL_SITE: (&str, &str) = (
+    "n.FS.writeFile(`/lib/python${i}${s}.zip`,r)",
+    "n.FS.writeFile(`/lib/python${i}${s}.zip`,r,{canOwn:!0})",
+);
 
 /// `pyodide.mjs` as sandboxes are served it, or `None` if the change does not apply (then the module
 /// cannot go into the V8 startup snapshot).
@@ -155,13 +172,43 @@ fn with_sparse_restore(asm_js: &str) -> Option<String> {
     replace_each_once(asm_js, [SPARSE_RESTORE_CALL_SITE])
 }
 
+/// `asm_js` whose applySignatureConversions() makes a view of the exports instead of a copy, or
+/// `None` if this Pyodide's source does not convert them as expected.
+fn with_exports_view(asm_js: &str) -> Option<String> {
+    // The names the function assigns: `wasmExports["name"]=` up to its return.
+    let body_start = asm_js.find(SIGNATURE_CONVERSIONS)? + SIGNATURE_CONVERSIONS.len();
+    let body = &asm_js[body_start..];
+    let body = &body[..body.find("return wasmExports}")?];
+    let assignment = "wasmExports[\"";
+    let names: Vec<&str> = body
+        .match_indices(assignment)
+        .filter_map(|(at, _)| {
+            let rest = &body[at + assignment.len()..];
+            let name = &rest[..rest.find('"')?];
+            rest[name.len()..].starts_with("\"]=").then_some(name)
+        })
+        .collect();
+    if names.is_empty() || names.iter().any(|n| n.contains(['\\', '\n'])) {
+        return None;
+    }
+    let list = names
+        .iter()
+        .map(|n| format!("\"{n}\""))
+        .collect::<Vec<_>>()
+        .join(",");
+    let view = format!(
+        "{EXPORTS_VIEW_JS}function applySignatureConversions(wasmExports){{wasmExports=sandboxExportsView(wasmExports,[{list}]);"
+    );
+    replace_each_once(asm_js, [(SIGNATURE_CONVERSIONS, view.as_str())])
+}
+
 /// One change to `pyodide.asm.mjs`: the patched source, or `None` where it does not apply.
 type Change = fn(&str) -> Option<String>;
 
 /// `pyodide.asm.mjs` as sandboxes are served it: each change that applies to this source, with a
 /// warning for each that does not.
 fn serve_asm_js(asm_js: &str) -> String {
-    let changes: [(Change, &str); 4] = [
+    let changes: [(Change, &str); 5] = [
         (
             with_lazy_got,
             "does not have the expected dynamic-linker code; linking eagerly",
@@ -173,6 +220,10 @@ fn serve_asm_js(asm_js: &str) -> String {
         (
             with_function_table,
             "does not have the expected function-table helpers; keeping Emscripten's",
+        ),
+        (
+            with_exports_view,
+            "does not convert export signatures as expected; copying the exports",
         ),
         (
             with_sparse_restore,
@@ -205,7 +256,13 @@ impl Modules {
         let asm_js: Arc<str> = serve_asm_js(&assets.asm_js).into();
         let served_loader = serve_loader_js(&assets.loader_js);
         let snapshottable = served_loader.is_some();
-        let loader_js: Arc<str> = served_loader.map_or_else(|| assets.loader_js.clone(), Arc::from);
+        let loader_js = served_loader.unwrap_or_else(|| assets.loader_js.to_string());
+        let loader_js: Arc<str> = replace_each_once(&loader_js, [STDLIB_OWNED_CALL_SITE])
+            .unwrap_or_else(|| {
+                tracing::warn!("pyodide.mjs does not install the standard library as expected; it copies it (slower sandbox start-up)");
+                loader_js
+            })
+            .into();
         let mut sources = HashMap::new();
         for (name, source) in [("pyodide.mjs", loader_js), ("pyodide.asm.mjs", asm_js)] {
             let specifier =
@@ -333,6 +390,13 @@ mod tests {
         assert!(super::with_lazy_got("var updateGOT=1").is_none());
         let loader = super::serve_loader_js(&assets.loader_js).expect("JsvError helper found");
         assert!(loader.contains("await(ge??=geStart())"));
+        let modules = super::Modules::new(&assets);
+        assert!(modules.snapshottable());
+        assert!(
+            modules
+                .source("pyodide.mjs")
+                .contains(super::STDLIB_OWNED_CALL_SITE.1)
+        );
         let served = super::serve_asm_js(&assets.asm_js);
         assert!(served.contains("var lazyGOTMainExports"));
         assert!(served.contains(super::SPARSE_RESTORE_CALL_SITE.1));
@@ -342,5 +406,15 @@ mod tests {
         for (from, _) in super::FUNCTION_TABLE_CALL_SITES {
             assert!(!served.contains(from));
         }
+        // The 20 exports Emscripten wraps get own properties in the view.
+        assert!(!served.contains(super::SIGNATURE_CONVERSIONS));
+        let view = "wasmExports=sandboxExportsView(wasmExports,[\"malloc\",\"__errno_location\",";
+        assert!(served.contains(view));
+        let list = &served[served.find(view).unwrap()..];
+        assert_eq!(list[..list.find(']').unwrap()].matches(',').count(), 20);
+        assert!(
+            super::with_exports_view(&super::SIGNATURE_CONVERSIONS.replace("assign", "x"))
+                .is_none()
+        );
     }
 }

@@ -44,6 +44,8 @@ pub(crate) struct SandboxState {
     pub snapshot_out: Option<Vec<u8>>,
     /// The files and package records it installed (installer).
     pub captured: Captured,
+    /// How many copy-on-write mappings it was given (see `cow.rs`); past `MAX_MAPPINGS` it gets copies.
+    pub mappings: u32,
 }
 
 impl SandboxState {
@@ -63,6 +65,7 @@ impl SandboxState {
             kind: BootKind::Sandbox,
             snapshot_out: None,
             captured: Captured::default(),
+            mappings: 0,
         }
     }
 }
@@ -87,6 +90,7 @@ deno_core::extension!(
         op_sandbox_log,
         op_sandbox_now,
         op_sandbox_wasm_module,
+        op_sandbox_wrapper_module,
         op_sandbox_huge_pages,
         op_sandbox_restore_memory,
         op_sandbox_offer_file,
@@ -250,6 +254,38 @@ fn op_sandbox_wasm_module<'s, 'i>(
     Ok(module.into())
 }
 
+/// How many lists of signatures get a compiled wrapper module kept: the start-up's, with room to spare.
+const MAX_WRAPPER_MODULES: usize = 4;
+
+/// The module that wraps JavaScript functions with these signatures (comma-separated) for the
+/// function table (see `wrappers.rs`), compiled once per engine and list.
+#[op2]
+fn op_sandbox_wrapper_module<'s, 'i>(
+    scope: &mut v8::PinScope<'s, 'i>,
+    op_state: &mut OpState,
+    #[string] signatures: &str,
+) -> Result<v8::Local<'s, v8::Value>, JsErrorBox> {
+    let shared = state(op_state).shared.clone();
+    let mut cache = shared
+        .wrapper_modules
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some((_, compiled)) = cache.iter().find(|(key, _)| key == signatures)
+        && let Some(module) = v8::WasmModuleObject::from_compiled_module(scope, compiled)
+    {
+        return Ok(module.into());
+    }
+    let list: Vec<&str> = signatures.split(',').collect();
+    let bytes = super::wrappers::module_bytes(&list)
+        .ok_or_else(|| JsErrorBox::type_error("not a list of Emscripten signatures"))?;
+    let module = v8::WasmModuleObject::compile(scope, &bytes)
+        .ok_or_else(|| JsErrorBox::generic("the wrapper module does not compile"))?;
+    if cache.len() < MAX_WRAPPER_MODULES {
+        cache.push((signatures.to_string(), module.get_compiled_module()));
+    }
+    Ok(module.into())
+}
+
 /// Asks Linux to back a WebAssembly memory with transparent huge pages: restoring the snapshot writes
 /// its whole linear memory at once, and 2 MiB pages turn thousands of page faults (and as many frees
 /// when the isolate goes) into a few. Advice only: where the kernel has no huge pages, nothing changes.
@@ -283,16 +319,36 @@ fn op_sandbox_layer_index(op_state: &mut OpState) -> Vec<(String, u32, u32)> {
         .unwrap_or_default()
 }
 
-/// A copy of the package layer's file contents, back to back.
+/// The package layer's file contents, back to back, as a new ArrayBuffer that the sandbox owns
+/// (mapped copy-on-write: see `cow.rs`).
 #[op2]
-#[buffer]
-fn op_sandbox_layer_blob(op_state: &mut OpState) -> Vec<u8> {
-    state(op_state)
-        .shared
-        .layer
-        .get()
-        .map(|l| l.blob.clone())
-        .unwrap_or_default()
+fn op_sandbox_layer_blob<'s, 'i>(
+    scope: &mut v8::PinScope<'s, 'i>,
+    op_state: &mut OpState,
+) -> v8::Local<'s, v8::Value> {
+    let map = may_map(op_state);
+    let shared = &state(op_state).shared;
+    let blob = shared.layer_bytes.get_or_init(|| {
+        let blob = shared
+            .layer
+            .get()
+            .map(|l| l.blob.as_slice())
+            .unwrap_or_default();
+        super::cow::CowBytes::new(blob.into())
+    });
+    blob.array_buffer(scope, map).into()
+}
+
+/// How many copy-on-write mappings one sandbox gets (its boot needs two): user code can ask for the
+/// standard library again and again, and each mapping is one more of the process's limited memory
+/// mappings, while a copy only counts against the sandbox's own memory.
+const MAX_MAPPINGS: u32 = 8;
+
+/// Whether this sandbox may get one more copy-on-write mapping (counted if so).
+fn may_map(op_state: &mut OpState) -> bool {
+    let s = state_mut(op_state);
+    s.mappings += 1;
+    s.mappings <= MAX_MAPPINGS
 }
 
 /// Pyodide `loadedPackages` entries of the package layer.
@@ -425,38 +481,45 @@ fn op_sandbox_collect_file(op_state: &mut OpState, #[string] path: String, #[buf
     state_mut(op_state).files.collect(path, data);
 }
 
-/// Serves the standard library or a lock-file wheel (verified) by name. (The Wasm module never comes
-/// through here: `runtime.js` hands Pyodide a sentinel and `op_sandbox_wasm_module` the compiled module.)
+/// Serves the standard library or a lock-file wheel (verified) by name, as a new ArrayBuffer that the
+/// sandbox owns (the standard library maps the engine's copy-on-write: see `cow.rs`). (The Wasm
+/// module never comes through here: `runtime.js` hands Pyodide a sentinel and `op_sandbox_wasm_module`
+/// the compiled module.)
 #[op2]
-#[buffer]
-fn op_sandbox_read_asset(
+fn op_sandbox_read_asset<'s, 'i>(
+    scope: &mut v8::PinScope<'s, 'i>,
     op_state: &mut OpState,
     #[string] path: String,
-) -> Result<Vec<u8>, JsErrorBox> {
-    let s = state(op_state);
+) -> Result<v8::Local<'s, v8::Value>, JsErrorBox> {
     let name = path.strip_prefix("/pyodide/").unwrap_or(&path);
-    let assets = &s.shared.assets;
-    match name {
-        "python_stdlib.zip" => Ok(assets.stdlib.to_vec()),
-        _ => {
-            let file_name = name.rsplit('/').next().unwrap_or(name);
-            if !assets.lock_by_file.contains_key(file_name) {
-                return Err(JsErrorBox::type_error(format!(
-                    "{path} is not a Pyodide runtime file"
-                )));
-            }
-            if !s.downloads_enabled {
-                return Err(JsErrorBox::generic(
-                    "Runtime package installation is disabled: package downloads are refused",
-                ));
-            }
-            s.shared
-                .packages
-                .wheel(file_name)
-                .map(|bytes| bytes.to_vec())
-                .map_err(|e| JsErrorBox::generic(e.to_string()))
-        }
+    if name == "python_stdlib.zip" {
+        let map = may_map(op_state);
+        return Ok(state(op_state)
+            .shared
+            .stdlib
+            .array_buffer(scope, map)
+            .into());
     }
+    let s = state(op_state);
+    let file_name = name.rsplit('/').next().unwrap_or(name);
+    if !s.shared.assets.lock_by_file.contains_key(file_name) {
+        return Err(JsErrorBox::type_error(format!(
+            "{path} is not a Pyodide runtime file"
+        )));
+    }
+    if !s.downloads_enabled {
+        return Err(JsErrorBox::generic(
+            "Runtime package installation is disabled: package downloads are refused",
+        ));
+    }
+    let bytes = s
+        .shared
+        .packages
+        .wheel(file_name)
+        .map_err(|e| JsErrorBox::generic(e.to_string()))?
+        .to_vec();
+    let store = v8::ArrayBuffer::new_backing_store_from_vec(bytes).make_shared();
+    Ok(v8::ArrayBuffer::with_backing_store(scope, &store).into())
 }
 
 #[op2]

@@ -141,6 +141,23 @@ fn nothing_survives_a_call() {
     );
 }
 
+/// The standard library zip and the package layer's files are each sandbox's own (copy-on-write
+/// mappings of one shared copy): what one call writes into them is absent in the next, and asking for
+/// the zip again and again (past the mappings one sandbox gets) still gives whole copies.
+#[test]
+fn writes_to_the_standard_library_and_the_package_layer_stay_in_their_sandbox() {
+    let code = "import sys, glob, js\nv = sys.version_info\nzip_path = f'/lib/python{v[0]}{v[1]}.zip'\nlayer_file = glob.glob(f'/lib/python{v[0]}.{v[1]}/site-packages/micropip/__init__.py')[0]\ndef heads():\n    return (open(zip_path, 'rb').read(4), open(layer_file, 'rb').read(8))\nbefore = heads()\nfor path in (zip_path, layer_file):\n    with open(path, 'r+b') as f:\n        f.write(b'XXXXXXXX')\nafter = heads()\ncopies = [js.Uint8Array.new(js.readbuffer('python_stdlib.zip')) for _ in range(20)]\n(before, after, len({c.length for c in copies}), all(c[0] == 0x50 and c[1] == 0x4B for c in copies))";
+    let first = run(code);
+    let first = ok(&first).result.clone().unwrap();
+    assert!(
+        first.starts_with("((b'PK\\x03\\x04', ")
+            && first.ends_with(", (b'XXXX', b'XXXXXXXX'), 1, True)"),
+        "{first}"
+    );
+    let second = run(code);
+    assert_eq!(ok(&second).result.as_deref(), Some(first.as_str()));
+}
+
 #[test]
 fn every_sandbox_sees_fresh_os_randomness() {
     let code = "import random, uuid, os\n(random.random(), str(uuid.uuid4()), os.urandom(8).hex(), open('/dev/urandom','rb').read(8).hex())";

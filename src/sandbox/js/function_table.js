@@ -12,6 +12,7 @@
 // Here the table is read only when a function that may be WebAssembly is looked up, JavaScript
 // functions go straight to their wrapper, and wrapper modules are compiled once per signature.
 // Pyodide's call trampoline, exported by an instance made just before, is added without a look-up.
+// The start-up's JavaScript functions are wrapped all at once: one WebAssembly instance for ~260.
 // Functions get the same slots, in the same order, as before.
 
 var sandboxTableRead = false;
@@ -49,7 +50,7 @@ function sandboxAddFunction(func, sig) {
     }
   }
   if (!stored) {
-    setWasmTableEntry(ret, convertJsFunctionToWasm(func, sig));
+    setWasmTableEntry(ret, sandboxBatchWrappers?.get(func) ?? convertJsFunctionToWasm(func, sig));
   }
   functionsInTableMap.set(func, ret);
   return ret;
@@ -64,6 +65,61 @@ function sandboxAddNewFunction(func) {
   functionsInTableMap ??= new WeakMap();
   functionsInTableMap.set(func, ret);
   return ret;
+}
+
+// While reportUndefinedSymbols() runs: the WebAssembly wrapper of each JavaScript function it is
+// going to add, all made by one instantiation (see sandboxWrapAll).
+var sandboxBatchWrappers = null;
+
+// Emscripten's reportUndefinedSymbols(), with the wrappers of the JavaScript functions it adds made
+// beforehand in one go.
+function sandboxReportUndefinedSymbols() {
+  var funcs = [];
+  var seen = new Set();
+  for (var [symName, entry] of Object.entries(GOT)) {
+    if (entry.value != -1) {
+      continue;
+    }
+    var value = resolveGlobalSymbol(symName, true).sym;
+    if (
+      typeof value == "function" &&
+      typeof value.sig == "string" &&
+      !seen.has(value) &&
+      !sandboxMayBeWasmFunction(value) &&
+      !functionsInTableMap?.has(value)
+    ) {
+      seen.add(value);
+      funcs.push([value, value.sig]);
+    }
+  }
+  try {
+    sandboxBatchWrappers = funcs.length ? sandboxWrapAll(funcs) : null;
+  } catch {
+    // Each function is then wrapped on its own, as Emscripten does (and fails as it would).
+    sandboxBatchWrappers = null;
+  }
+  try {
+    emscriptenReportUndefinedSymbols();
+  } finally {
+    sandboxBatchWrappers = null;
+  }
+}
+
+// What convertJsFunctionToWasm(func, sig) returns, for each [func, sig] of `funcs`, as a Map, or
+// null where the host does not provide the module: one module (see src/sandbox/wrappers.rs) imports
+// every function with its signature and exports it again, which makes each export a WebAssembly
+// function that calls it. One instantiation instead of one per function.
+function sandboxWrapAll(funcs) {
+  var module = Module["sandboxWrapperModule"]?.(funcs.map(([, sig]) => sig).join(","));
+  if (!module) {
+    return null;
+  }
+  var env = {};
+  funcs.forEach(([func], i) => {
+    env[i] = func;
+  });
+  var instance = new WebAssembly.Instance(module, { e: env });
+  return new Map(funcs.map(([func], i) => [func, instance.exports[i]]));
 }
 
 // convertJsFunctionToWasm's module for `sig`, whose bytes are `bytes`.

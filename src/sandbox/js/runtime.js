@@ -26,6 +26,7 @@ const {
   op_sandbox_log,
   op_sandbox_now,
   op_sandbox_wasm_module,
+  op_sandbox_wrapper_module,
   op_sandbox_offer_file,
   op_sandbox_random_fill,
   op_sandbox_read_asset,
@@ -582,6 +583,14 @@ async function boot() {
         }
         return instantiate.call(WebAssembly, source, imports);
       };
+      // Emscripten stores ~9,000 functions on the settings object (its `Module`): in dictionary mode
+      // from the start, each is one hash-table insertion rather than a new hidden class (map).
+      settings.sandboxDictionaryMode = true;
+      settings.sandboxDictionaryMode2 = true;
+      delete settings.sandboxDictionaryMode;
+      delete settings.sandboxDictionaryMode2;
+      // Called by function_table.js's sandboxWrapAll (see modules.rs) while Pyodide starts.
+      settings.sandboxWrapperModule = (signatures) => op_sandbox_wrapper_module(signatures);
       if (snapshot) {
         // Called by Pyodide's restoreSnapshot (see modules.rs) with the snapshot's memory part.
         settings.sandboxRestoreMemory = (memory) => {
@@ -597,6 +606,7 @@ async function boot() {
     },
   });
 
+  delete pyodide._module.sandboxWrapperModule;
   if (snapshot) {
     snapshot.transfer(0);
     delete pyodide._module.sandboxRestoreMemory;
@@ -719,12 +729,12 @@ function defineRunner(source) {
   globals.destroy();
 }
 
-/** Writes the package layer's files into this sandbox's MEMFS (one copy out of Rust, then owned). */
+/** Puts the package layer's files into this sandbox's MEMFS, as slices of its own copy-on-write map. */
 function copyLayer() {
   const index = op_sandbox_layer_index();
   if (index.length === 0) return;
   const FS = pyodide.FS;
-  const blob = op_sandbox_layer_blob();
+  const blob = new Uint8Array(op_sandbox_layer_blob());
   const dirs = new Map();
   for (const [path, offset, length] of index) {
     const slash = path.lastIndexOf("/");
@@ -774,16 +784,13 @@ function disablePackageLoading() {
 const WASM_SENTINEL = new ArrayBuffer(8);
 
 /**
- * `readbuffer` for Pyodide's shell path: runtime files and verified lock-file wheels, returned as an
- * ArrayBuffer so Pyodide's `new Uint8Array(...)` wraps it instead of copying it.
+ * `readbuffer` for Pyodide's shell path: runtime files and verified lock-file wheels, each a new
+ * ArrayBuffer of this sandbox's own, which Pyodide's `new Uint8Array(...)` wraps without copying.
  */
 function readAsset(path) {
   path = String(path);
   if (path.endsWith("/pyodide.asm.wasm")) return WASM_SENTINEL;
-  const bytes = op_sandbox_read_asset(path);
-  return bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength
-    ? bytes.buffer
-    : bytes.slice().buffer;
+  return op_sandbox_read_asset(path);
 }
 
 function define(name, value) {

@@ -1,0 +1,144 @@
+//! Bytes that every sandbox gets as its own ArrayBuffer without copying them: the standard library
+//! zip and the package layer, a few MiB that a sandbox mostly only reads.
+//!
+//! On Linux the bytes go once into an in-memory file (memfd) sealed against any change, and each
+//! sandbox maps it `MAP_PRIVATE`: its pages are shared with every other sandbox until this one writes
+//! to one, and then the kernel copies that page for it alone. Nothing a sandbox does can reach another
+//! sandbox or the engine's copy. Elsewhere, or where the kernel refuses, each sandbox gets a copy.
+
+use std::sync::Arc;
+
+use deno_core::v8;
+
+pub(crate) struct CowBytes {
+    bytes: Arc<[u8]>,
+    #[cfg(target_os = "linux")]
+    file: Option<memfd::SealedFile>,
+}
+
+impl CowBytes {
+    pub fn new(bytes: Arc<[u8]>) -> Self {
+        #[cfg(target_os = "linux")]
+        let file = (!bytes.is_empty())
+            .then(|| memfd::SealedFile::new(&bytes))
+            .and_then(|r| {
+                r.inspect_err(|e| {
+                    tracing::warn!(error = %e, "cannot share read-mostly bytes copy-on-write; sandboxes copy them");
+                })
+                .ok()
+            });
+        Self {
+            bytes,
+            #[cfg(target_os = "linux")]
+            file,
+        }
+    }
+
+    /// A new ArrayBuffer of the calling isolate holding these bytes, which the isolate may write to:
+    /// a mapping if `map` and the system allows, else a copy.
+    pub fn array_buffer<'s>(
+        &self,
+        scope: &v8::PinScope<'s, '_>,
+        map: bool,
+    ) -> v8::Local<'s, v8::ArrayBuffer> {
+        #[cfg(target_os = "linux")]
+        if let Some(store) = self
+            .file
+            .as_ref()
+            .filter(|_| map)
+            .and_then(|f| f.map_private())
+        {
+            return v8::ArrayBuffer::with_backing_store(scope, &store.make_shared());
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = map;
+        let store = v8::ArrayBuffer::new_backing_store_from_vec(self.bytes.to_vec());
+        v8::ArrayBuffer::with_backing_store(scope, &store.make_shared())
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod memfd {
+    use std::ffi::c_void;
+    use std::fs::File;
+    use std::io::Write as _;
+    use std::os::fd::{AsRawFd, FromRawFd};
+
+    use deno_core::v8;
+
+    pub(super) struct SealedFile {
+        file: File,
+        len: usize,
+    }
+
+    impl SealedFile {
+        pub fn new(bytes: &[u8]) -> std::io::Result<Self> {
+            // SAFETY: a C string literal and flags; the result is checked.
+            let fd = unsafe {
+                libc::memfd_create(
+                    c"code-interpreter-mcp".as_ptr(),
+                    libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+                )
+            };
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // SAFETY: `fd` is a new descriptor that nothing else owns.
+            let mut file = unsafe { File::from_raw_fd(fd) };
+            file.write_all(bytes)?;
+            let seals =
+                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL;
+            // SAFETY: fcntl on a descriptor we own; the result is checked.
+            if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let this = Self {
+                file,
+                len: bytes.len(),
+            };
+            // Whether this system lets us map it is found out now, not in a sandbox.
+            let probe = this.mmap().ok_or_else(std::io::Error::last_os_error)?;
+            // SAFETY: the mapping just made, of `len` bytes, used by nothing.
+            unsafe { unmap(probe, this.len, std::ptr::null_mut()) };
+            Ok(this)
+        }
+
+        /// A backing store over a new private mapping of the file, unmapped when V8 frees it.
+        pub fn map_private(&self) -> Option<v8::UniqueRef<v8::BackingStore>> {
+            let data = self.mmap()?;
+            // SAFETY: `data` is `len` readable and writable bytes that belong to this backing store
+            // alone until V8 calls `unmap` with the same pointer and length.
+            Some(unsafe {
+                v8::ArrayBuffer::new_backing_store_from_ptr(
+                    data,
+                    self.len,
+                    unmap,
+                    std::ptr::null_mut(),
+                )
+            })
+        }
+
+        fn mmap(&self) -> Option<*mut c_void> {
+            // SAFETY: a new mapping at an address the kernel picks, of the file's whole (sealed,
+            // unchangeable) length; the result is checked.
+            let data = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    self.len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE,
+                    self.file.as_raw_fd(),
+                    0,
+                )
+            };
+            (data != libc::MAP_FAILED).then_some(data)
+        }
+    }
+
+    unsafe extern "C" fn unmap(data: *mut c_void, len: usize, _: *mut c_void) {
+        // SAFETY: V8 calls this once, with the mapping made in `map_private`.
+        unsafe {
+            libc::munmap(data, len);
+        }
+    }
+}
