@@ -268,6 +268,8 @@ impl Drop for IoRuntime {
 #[derive(Clone)]
 pub struct Engine {
     shared: Arc<EngineShared>,
+    /// Keeps V8's read-only heap shared between sandboxes (see `startup::Keeper`).
+    _keeper: Option<Arc<startup::Keeper>>,
 }
 
 static V8_FLAGS: Once = Once::new();
@@ -337,7 +339,7 @@ impl Engine {
         );
         let boot = config.boot;
         let stdlib = cow::CowBytes::new(assets.stdlib.clone());
-        let engine = Self {
+        let mut engine = Self {
             shared: Arc::new(EngineShared {
                 config,
                 modules: Arc::new(modules::Modules::new(&assets)),
@@ -353,11 +355,13 @@ impl Engine {
                 startup_snapshot: std::sync::OnceLock::new(),
                 _io: IoRuntime(Some(io)),
             }),
+            _keeper: None,
         };
         // Every isolate of this engine, the ones below included, starts from the V8 startup snapshot.
         match startup::get_or_make(&engine.shared) {
             Ok(bytes) => {
                 let _ = engine.shared.startup_snapshot.set(bytes);
+                engine._keeper = startup::Keeper::start(&engine.shared).map(Arc::new);
             }
             Err(e) => tracing::warn!(
                 error = %e,
