@@ -11,7 +11,8 @@
 //! Pyodide's snapshot restore calls `Module.sandboxRestoreMemory` when the sandbox provides it (a
 //! copy that skips zero pages).
 //! `pyodide.mjs` compiles a small WebAssembly module when first needed instead of while it is
-//! evaluated, which lets it be evaluated into the V8 startup snapshot (no WebAssembly there).
+//! evaluated, which lets it be evaluated into the V8 startup snapshot (no WebAssembly there), and
+//! compiles it synchronously; it also lets MEMFS own the standard library it is handed.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -110,10 +111,43 @@ const STDLIB_OWNED_CALL_SITE: (&str, &str) = (
     "n.FS.writeFile(`/lib/python${i}${s}.zip`,r,{canOwn:!0})",
 );
 
-/// `pyodide.mjs` as sandboxes are served it, or `None` if the change does not apply (then the module
-/// cannot go into the V8 startup snapshot).
-fn serve_loader_js(loader_js: &str) -> Option<String> {
+/// pyodide.mjs compiles and instantiates that helper asynchronously, a round trip through V8's task
+/// queue for a module of 60 bytes; the change does both synchronously.
+const SYNC_JSV_ERROR_CALL_SITE: (&str, &str) = (
+    "let t=await WebAssembly.compile(G);return await WebAssembly.instantiate(t)",
+    "return new WebAssembly.Instance(new WebAssembly.Module(G))",
+);
+
+/// `pyodide.mjs` with the lazy JsvError helper, or `None` if the change does not apply (then the
+/// module cannot go into the V8 startup snapshot).
+fn with_lazy_jsv_error(loader_js: &str) -> Option<String> {
     replace_each_once(loader_js, LAZY_JSV_ERROR_CALL_SITES)
+}
+
+/// `pyodide.mjs` as sandboxes are served it, and whether it can go into the V8 startup snapshot
+/// (`with_lazy_jsv_error` applied). The other changes apply where they can, with a warning where not.
+fn serve_loader_js(loader_js: &str) -> (String, bool) {
+    let (mut out, snapshottable) = match with_lazy_jsv_error(loader_js) {
+        Some(patched) => (patched, true),
+        None => (loader_js.to_string(), false),
+    };
+    let changes = [
+        (
+            STDLIB_OWNED_CALL_SITE,
+            "does not install the standard library as expected; it copies it",
+        ),
+        (
+            SYNC_JSV_ERROR_CALL_SITE,
+            "does not compile its JsvError helper as expected; it compiles it asynchronously",
+        ),
+    ];
+    for (site, otherwise) in changes {
+        match replace_each_once(&out, [site]) {
+            Some(patched) => out = patched,
+            None => tracing::warn!("pyodide.mjs {otherwise} (slower sandbox start-up)"),
+        }
+    }
+    (out, snapshottable)
 }
 
 /// `pyodide.asm.mjs` with the lazy GOT, or `None` if this Pyodide's source does not have the expected
@@ -254,15 +288,8 @@ pub(crate) struct Modules {
 impl Modules {
     pub fn new(assets: &Assets) -> Self {
         let asm_js: Arc<str> = serve_asm_js(&assets.asm_js).into();
-        let served_loader = serve_loader_js(&assets.loader_js);
-        let snapshottable = served_loader.is_some();
-        let loader_js = served_loader.unwrap_or_else(|| assets.loader_js.to_string());
-        let loader_js: Arc<str> = replace_each_once(&loader_js, [STDLIB_OWNED_CALL_SITE])
-            .unwrap_or_else(|| {
-                tracing::warn!("pyodide.mjs does not install the standard library as expected; it copies it (slower sandbox start-up)");
-                loader_js
-            })
-            .into();
+        let (loader_js, snapshottable) = serve_loader_js(&assets.loader_js);
+        let loader_js: Arc<str> = loader_js.into();
         let mut sources = HashMap::new();
         for (name, source) in [("pyodide.mjs", loader_js), ("pyodide.asm.mjs", asm_js)] {
             let specifier =
@@ -388,15 +415,12 @@ mod tests {
         assert!(patched.contains("initLazyGOT(origExports);LDSO.init();"));
         assert!(patched.contains("var lazyGOTMainExports"));
         assert!(super::with_lazy_got("var updateGOT=1").is_none());
-        let loader = super::serve_loader_js(&assets.loader_js).expect("JsvError helper found");
+        let (loader, snapshottable) = super::serve_loader_js(&assets.loader_js);
+        assert!(snapshottable);
         assert!(loader.contains("await(ge??=geStart())"));
-        let modules = super::Modules::new(&assets);
-        assert!(modules.snapshottable());
-        assert!(
-            modules
-                .source("pyodide.mjs")
-                .contains(super::STDLIB_OWNED_CALL_SITE.1)
-        );
+        assert!(loader.contains(super::STDLIB_OWNED_CALL_SITE.1));
+        assert!(loader.contains(super::SYNC_JSV_ERROR_CALL_SITE.1));
+        assert!(!super::serve_loader_js("var ge=1").1);
         let served = super::serve_asm_js(&assets.asm_js);
         assert!(served.contains("var lazyGOTMainExports"));
         assert!(served.contains(super::SPARSE_RESTORE_CALL_SITE.1));
