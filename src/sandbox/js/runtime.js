@@ -522,6 +522,13 @@ runner = types.ModuleType("_sandbox_runner")
 exec(compile(source, "<sandbox-runner>", "exec"), runner.__dict__)
 sys.modules["_sandbox_runner"] = runner
 del runner, source`;
+/**
+ * Run just before the memory snapshot is taken: every object alive then (the interpreter's modules,
+ * Pyodide's, the runner's) moves to the garbage collector's permanent generation, which its
+ * collections never scan again. Without it each sandbox's first collections walked (and wrote to)
+ * the whole restored heap: ~20,000 objects, 10 ms for a full collection.
+ */
+const FREEZE_HEAP = "import gc\ngc.collect()\ngc.freeze()";
 /** The message of every refusal when runtime package installation is disabled. */
 const DISABLED = "Runtime package installation is disabled";
 
@@ -621,6 +628,7 @@ async function boot() {
     // The runner and the modules it imports go into the snapshot; nothing else happens before it.
     // The package layer is not in it: MEMFS is not part of a memory snapshot, so every sandbox
     // copies the layer in after restoring.
+    pyodide.runPython(FREEZE_HEAP, { filename: "<sandbox-snapshot>" });
     op_sandbox_store_snapshot(pyodide.makeMemorySnapshot());
     return;
   }
