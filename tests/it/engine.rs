@@ -158,6 +158,20 @@ fn writes_to_the_standard_library_and_the_package_layer_stay_in_their_sandbox() 
     assert_eq!(ok(&second).result.as_deref(), Some(first.as_str()));
 }
 
+/// Pyodide's package index is in place in every sandbox, although a restored one skips setting it
+/// up again (modules.rs): the interpreter knows which package provides an import name, and the
+/// package layer's packages count as loaded.
+#[test]
+fn the_package_index_and_loaded_packages_are_in_place() {
+    let r = run(
+        "import pyodide_js\nfrom _pyodide import _importhook\nnames = _importhook.REPODATA_PACKAGES_IMPORT_TO_PACKAGE_NAME\n(len(names) > 100, names.get('sklearn'), 'micropip' in pyodide_js.loadedPackages.object_keys())",
+    );
+    assert_eq!(
+        ok(&r).result.as_deref(),
+        Some("(True, 'scikit-learn', True)")
+    );
+}
+
 #[test]
 fn every_sandbox_sees_fresh_os_randomness() {
     let code = "import random, uuid, os\n(random.random(), str(uuid.uuid4()), os.urandom(8).hex(), open('/dev/urandom','rb').read(8).hex())";

@@ -599,6 +599,8 @@ async function boot() {
       // Called by function_table.js's sandboxWrapAll (see modules.rs) while Pyodide starts.
       settings.sandboxWrapperModule = (signatures) => op_sandbox_wrapper_module(signatures);
       if (snapshot) {
+        // Read by Pyodide's package-index set-up (see modules.rs): the snapshot holds its result.
+        settings.sandboxRestored = true;
         // Called by Pyodide's restoreSnapshot (see modules.rs) with the snapshot's memory part.
         settings.sandboxRestoreMemory = (memory) => {
           op_sandbox_restore_memory(new Uint8Array(settings.HEAP8.buffer), memory.byteOffset);
@@ -617,6 +619,7 @@ async function boot() {
   if (snapshot) {
     snapshot.transfer(0);
     delete pyodide._module.sandboxRestoreMemory;
+    delete pyodide._module.sandboxRestored;
   }
 
   if (cfg.kind === "installer") {
