@@ -6,31 +6,38 @@
 //! to one, and then the kernel copies that page for it alone. Nothing a sandbox does can reach another
 //! sandbox or the engine's copy. Elsewhere, or where the kernel refuses, each sandbox gets a copy.
 
-use std::sync::Arc;
-
 use deno_core::v8;
 
 pub(crate) struct CowBytes {
-    bytes: Arc<[u8]>,
+    source: Source,
+}
+
+enum Source {
+    /// The sealed in-memory file, the only copy this keeps.
     #[cfg(target_os = "linux")]
-    file: Option<memfd::SealedFile>,
+    Sealed(memfd::SealedFile),
+    /// Where there is no such file.
+    Owned(Box<[u8]>),
 }
 
 impl CowBytes {
-    pub fn new(bytes: Arc<[u8]>) -> Self {
+    pub fn new(bytes: &[u8]) -> Self {
         #[cfg(target_os = "linux")]
-        let file = (!bytes.is_empty())
-            .then(|| memfd::SealedFile::new(&bytes))
-            .and_then(|r| {
-                r.inspect_err(|e| {
-                    tracing::warn!(error = %e, "cannot share read-mostly bytes copy-on-write; sandboxes copy them");
-                })
-                .ok()
-            });
+        if !bytes.is_empty() {
+            match memfd::SealedFile::new(bytes) {
+                Ok(file) => {
+                    return Self {
+                        source: Source::Sealed(file),
+                    };
+                }
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "cannot share read-mostly bytes copy-on-write; sandboxes copy them"
+                ),
+            }
+        }
         Self {
-            bytes,
-            #[cfg(target_os = "linux")]
-            file,
+            source: Source::Owned(bytes.into()),
         }
     }
 
@@ -40,20 +47,22 @@ impl CowBytes {
         &self,
         scope: &v8::PinScope<'s, '_>,
         map: bool,
-    ) -> v8::Local<'s, v8::ArrayBuffer> {
-        #[cfg(target_os = "linux")]
-        if let Some(store) = self
-            .file
-            .as_ref()
-            .filter(|_| map)
-            .and_then(|f| f.map_private())
-        {
-            return v8::ArrayBuffer::with_backing_store(scope, &store.make_shared());
-        }
-        #[cfg(not(target_os = "linux"))]
-        let _ = map;
-        let store = v8::ArrayBuffer::new_backing_store_from_vec(self.bytes.to_vec());
-        v8::ArrayBuffer::with_backing_store(scope, &store.make_shared())
+    ) -> std::io::Result<v8::Local<'s, v8::ArrayBuffer>> {
+        let copy = match &self.source {
+            #[cfg(target_os = "linux")]
+            Source::Sealed(file) => {
+                if map && let Some(store) = file.map_private() {
+                    return Ok(v8::ArrayBuffer::with_backing_store(
+                        scope,
+                        &store.make_shared(),
+                    ));
+                }
+                file.read_all()?
+            }
+            Source::Owned(bytes) => bytes.to_vec(),
+        };
+        let store = v8::ArrayBuffer::new_backing_store_from_vec(copy).make_shared();
+        Ok(v8::ArrayBuffer::with_backing_store(scope, &store))
     }
 }
 
@@ -63,6 +72,7 @@ mod memfd {
     use std::fs::File;
     use std::io::Write as _;
     use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::unix::fs::FileExt;
 
     use deno_core::v8;
 
@@ -101,6 +111,13 @@ mod memfd {
             // SAFETY: the mapping just made, of `len` bytes, used by nothing.
             unsafe { unmap(probe, this.len, std::ptr::null_mut()) };
             Ok(this)
+        }
+
+        /// A copy of the file's bytes.
+        pub fn read_all(&self) -> std::io::Result<Vec<u8>> {
+            let mut bytes = vec![0; self.len];
+            self.file.read_exact_at(&mut bytes, 0)?;
+            Ok(bytes)
         }
 
         /// A backing store over a new private mapping of the file, unmapped when V8 frees it.

@@ -350,7 +350,7 @@ impl Engine {
             fetcher.clone(),
         );
         let boot = config.boot;
-        let stdlib = cow::CowBytes::new(assets.stdlib.clone());
+        let stdlib = cow::CowBytes::new(&assets.stdlib);
         let mut engine = Self {
             shared: Arc::new(EngineShared {
                 config,

@@ -325,18 +325,16 @@ fn op_sandbox_layer_index(op_state: &mut OpState) -> Vec<(String, u32, u32)> {
 fn op_sandbox_layer_blob<'s, 'i>(
     scope: &mut v8::PinScope<'s, 'i>,
     op_state: &mut OpState,
-) -> v8::Local<'s, v8::Value> {
+) -> Result<v8::Local<'s, v8::Value>, JsErrorBox> {
     let map = may_map(op_state);
     let shared = &state(op_state).shared;
     let blob = shared.layer_bytes.get_or_init(|| {
-        let blob = shared
-            .layer
-            .get()
-            .map(|l| l.blob.as_slice())
-            .unwrap_or_default();
-        super::cow::CowBytes::new(blob.into())
+        let blob = shared.layer.get().map(|l| l.blob.as_slice());
+        super::cow::CowBytes::new(blob.unwrap_or_default())
     });
-    blob.array_buffer(scope, map).into()
+    blob.array_buffer(scope, map)
+        .map(Into::into)
+        .map_err(|e| JsErrorBox::generic(format!("reading the package layer: {e}")))
 }
 
 /// How many copy-on-write mappings one sandbox gets (its boot needs two): user code can ask for the
@@ -494,11 +492,10 @@ fn op_sandbox_read_asset<'s, 'i>(
     let name = path.strip_prefix("/pyodide/").unwrap_or(&path);
     if name == "python_stdlib.zip" {
         let map = may_map(op_state);
-        return Ok(state(op_state)
-            .shared
-            .stdlib
-            .array_buffer(scope, map)
-            .into());
+        let stdlib = state(op_state).shared.stdlib.array_buffer(scope, map);
+        return stdlib
+            .map(Into::into)
+            .map_err(|e| JsErrorBox::generic(format!("reading the standard library: {e}")));
     }
     let s = state(op_state);
     let file_name = name.rsplit('/').next().unwrap_or(name);

@@ -590,7 +590,7 @@ async function boot() {
         }
         return instantiate.call(WebAssembly, source, imports);
       };
-      // Emscripten stores ~9,000 functions on the settings object (its `Module`): in dictionary mode
+      // Emscripten stores ~6,500 functions on the settings object (its `Module`): in dictionary mode
       // from the start, each is one hash-table insertion rather than a new hidden class (map).
       settings.sandboxDictionaryMode = true;
       settings.sandboxDictionaryMode2 = true;
