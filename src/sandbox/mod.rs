@@ -618,6 +618,27 @@ pub struct Sandbox {
     used: bool,
 }
 
+/// A new isolate for `kind`, from the engine's V8 startup snapshot, made in `tokio`'s context (V8
+/// posts delayed tasks to the runtime that is current when the isolate is created).
+pub(crate) fn new_runtime(
+    shared: &Arc<EngineShared>,
+    kind: BootKind,
+    tokio: &tokio::runtime::Runtime,
+) -> Result<JsRuntime, EngineError> {
+    let heap_bytes =
+        usize::try_from(shared.config.memory_limit_mb.saturating_mul(MB)).unwrap_or(usize::MAX);
+    let _context = tokio.enter();
+    startup::isolate_starting();
+    JsRuntime::try_new(RuntimeOptions {
+        extensions: vec![ops::sandbox::init(shared.clone(), kind)],
+        module_loader: Some(Rc::new(modules::AssetModuleLoader(shared.modules.clone()))),
+        create_params: Some(v8::CreateParams::default().heap_limits(0, heap_bytes)),
+        startup_snapshot: shared.startup_snapshot.get().copied(),
+        ..Default::default()
+    })
+    .map_err(|e| EngineError::Boot(e.to_string()))
+}
+
 impl Sandbox {
     /// Boots an interpreter only to snapshot its memory.
     fn make_snapshot(shared: Arc<EngineShared>) -> Result<Vec<u8>, EngineError> {
@@ -640,20 +661,7 @@ impl Sandbox {
         let tokio = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let loader = modules::AssetModuleLoader(shared.modules.clone());
-        let heap_bytes =
-            usize::try_from(shared.config.memory_limit_mb.saturating_mul(MB)).unwrap_or(usize::MAX);
-        // V8 posts delayed tasks to the runtime that is current when the isolate is created.
-        let _context = tokio.enter();
-        startup::isolate_starting();
-        let mut runtime = JsRuntime::try_new(RuntimeOptions {
-            extensions: vec![ops::sandbox::init(shared.clone(), kind)],
-            module_loader: Some(Rc::new(loader)),
-            create_params: Some(v8::CreateParams::default().heap_limits(0, heap_bytes)),
-            startup_snapshot: shared.startup_snapshot.get().copied(),
-            ..Default::default()
-        })
-        .map_err(|e| EngineError::Boot(e.to_string()))?;
+        let mut runtime = new_runtime(&shared, kind, &tokio)?;
         // runtime.js hands over its entry points (it may have run long ago, for the startup snapshot).
         runtime
             .execute_script("<sandbox>", ENTRY)

@@ -108,17 +108,7 @@ impl Keeper {
                     let tokio = tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()?;
-                    let _context = tokio.enter();
-                    isolate_starting();
-                    let runtime = deno_core::JsRuntime::try_new(RuntimeOptions {
-                        extensions: vec![ops::sandbox::init(shared.clone(), BootKind::Sandbox)],
-                        module_loader: Some(Rc::new(modules::AssetModuleLoader(
-                            shared.modules.clone(),
-                        ))),
-                        startup_snapshot: shared.startup_snapshot.get().copied(),
-                        ..Default::default()
-                    })
-                    .map_err(|e| EngineError::Boot(e.to_string()))?;
+                    let runtime = super::new_runtime(&shared, BootKind::Sandbox, &tokio)?;
                     // Dropped in this order: the isolate, then the runtime it was made in.
                     Ok((runtime, tokio))
                 })();
