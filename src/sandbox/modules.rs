@@ -127,27 +127,21 @@ fn with_lazy_jsv_error(loader_js: &str) -> Option<String> {
 /// `pyodide.mjs` as sandboxes are served it, and whether it can go into the V8 startup snapshot
 /// (`with_lazy_jsv_error` applied). The other changes apply where they can, with a warning where not.
 fn serve_loader_js(loader_js: &str) -> (String, bool) {
-    let (mut out, snapshottable) = match with_lazy_jsv_error(loader_js) {
+    let (out, snapshottable) = match with_lazy_jsv_error(loader_js) {
         Some(patched) => (patched, true),
         None => (loader_js.to_string(), false),
     };
-    let changes = [
+    let changes: [(Change, &str); 2] = [
         (
-            STDLIB_OWNED_CALL_SITE,
+            |js| replace_each_once(js, [STDLIB_OWNED_CALL_SITE]),
             "does not install the standard library as expected; it copies it",
         ),
         (
-            SYNC_JSV_ERROR_CALL_SITE,
+            |js| replace_each_once(js, [SYNC_JSV_ERROR_CALL_SITE]),
             "does not compile its JsvError helper as expected; it compiles it asynchronously",
         ),
     ];
-    for (site, otherwise) in changes {
-        match replace_each_once(&out, [site]) {
-            Some(patched) => out = patched,
-            None => tracing::warn!("pyodide.mjs {otherwise} (slower sandbox start-up)"),
-        }
-    }
-    (out, snapshottable)
+    (apply_changes("pyodide.mjs", out, &changes), snapshottable)
 }
 
 /// `pyodide.asm.mjs` with the lazy GOT, or `None` if this Pyodide's source does not have the expected
@@ -252,7 +246,7 @@ fn with_restored_package_index(asm_js: &str) -> Option<String> {
     replace_each_once(asm_js, [RESTORED_PACKAGE_INDEX_CALL_SITE])
 }
 
-/// One change to `pyodide.asm.mjs`: the patched source, or `None` where it does not apply.
+/// One change to a served module: the patched source, or `None` where it does not apply.
 type Change = fn(&str) -> Option<String>;
 
 /// `pyodide.asm.mjs` as sandboxes are served it: each change that applies to this source, with a
@@ -284,14 +278,19 @@ fn serve_asm_js(asm_js: &str) -> String {
             "does not have the expected snapshot restore; copying all of the memory",
         ),
     ];
-    let mut out = asm_js.to_string();
+    apply_changes("pyodide.asm.mjs", asm_js.to_string(), &changes)
+}
+
+/// `source` (the file `name`) with each change that applies to it, with a warning for each that
+/// does not.
+fn apply_changes(name: &str, mut source: String, changes: &[(Change, &str)]) -> String {
     for (change, otherwise) in changes {
-        match change(&out) {
-            Some(patched) => out = patched,
-            None => tracing::warn!("pyodide.asm.mjs {otherwise} (slower sandbox start-up)"),
+        match change(&source) {
+            Some(patched) => source = patched,
+            None => tracing::warn!("{name} {otherwise} (slower sandbox start-up)"),
         }
     }
-    out
+    source
 }
 
 /// A V8 code cache and the hash of the module source it belongs to.
