@@ -5,69 +5,51 @@
 //! Run with `cargo bench --bench load`; `LOAD_CALLS` (default 24) sets the number of calls per
 //! concurrency level.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-struct Server {
-    child: Child,
-    url: String,
+#[path = "../tests/it/fixture.rs"]
+mod fixture;
+
+/// A ready server, how long it took from start to ready, and its log.
+struct Started {
+    server: fixture::Server,
     start_to_ready: Duration,
-    /// Sandbox creation times (ms) the server has logged so far.
-    boots: Arc<Mutex<Vec<f64>>>,
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl Started {
+    /// Sandbox creation times (ms) the server has logged so far.
+    fn boots(&self) -> Vec<f64> {
+        self.server
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|event| event["fields"]["message"] == "sandbox boot")
+            .filter_map(|event| event["fields"]["ms"].as_f64())
+            .collect()
     }
 }
 
-fn start(mode: &str) -> Server {
+fn start(mode: &str) -> Started {
     start_with(mode, &[])
 }
 
 /// Starts the server with `env` on top of the benchmark's settings and waits until it is ready.
-fn start_with(boot: &str, env: &[(&str, &str)]) -> Server {
+fn start_with(boot: &str, env: &[(&str, &str)]) -> Started {
     let started = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"))
-        .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
+    let mut command = fixture::server_command();
+    command
         .env("CODE_INTERPRETER_MCP_BOOT", boot)
         .env("CODE_INTERPRETER_MCP_PACKAGE_BASE_URL", package_base_url())
         .env("CODE_INTERPRETER_MCP_LOG_FORMAT", "json")
         // The pool logs every sandbox creation at debug level.
         .env("RUST_LOG", "warn,code_interpreter_mcp::pool=debug")
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("server starts");
-    let boots = Arc::new(Mutex::new(Vec::new()));
-    let stderr = BufReader::new(child.stderr.take().unwrap());
-    let sink = boots.clone();
-    std::thread::spawn(move || {
-        for line in stderr.lines().map_while(Result::ok) {
-            let Ok(event) = serde_json::from_str::<Value>(&line) else {
-                continue;
-            };
-            let fields = &event["fields"];
-            if fields["message"] == "sandbox boot"
-                && let Some(ms) = fields["ms"].as_f64()
-            {
-                sink.lock().unwrap().push(ms);
-            }
-        }
-    });
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .expect("announcement");
-    let url = line.trim().rsplit(' ').next().unwrap().to_string();
-    let ready = url.replace("/mcp", "/readyz");
+        .envs(env.iter().copied());
+    let server = fixture::Server::spawn(&mut command, true);
+    let ready = format!("{}/readyz", server.base());
     let http = reqwest::blocking::Client::new();
     while http
         .get(&ready)
@@ -77,11 +59,9 @@ fn start_with(boot: &str, env: &[(&str, &str)]) -> Server {
     {
         std::thread::sleep(Duration::from_millis(5));
     }
-    Server {
-        child,
-        url,
+    Started {
+        server,
         start_to_ready: started.elapsed(),
-        boots,
     }
 }
 
@@ -99,7 +79,7 @@ fn pss_per_worker(mode: &str) -> f64 {
         );
         // Let the prewarmed workers' post-boot garbage collection finish.
         std::thread::sleep(Duration::from_millis(500));
-        pss_mib(server.child.id())
+        pss_mib(server.server.child.id())
     };
     let one = pss_with("1");
     let four = pss_with("4");
@@ -138,25 +118,8 @@ fn proc_mib(pid: u32, file: &str, key: &str) -> f64 {
 }
 
 fn call(http: &reqwest::blocking::Client, url: &str) -> Duration {
-    let body = json!({
-        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {"name": "run_python_code", "arguments": {"code": "print(1)"}, "_meta": {
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientInfo": {"name": "load", "version": "1"},
-            "io.modelcontextprotocol/clientCapabilities": {}}}
-    });
     let started = Instant::now();
-    let reply: Value = http
-        .post(url)
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json, text/event-stream")
-        .header("MCP-Protocol-Version", "2026-07-28")
-        .header("Mcp-Method", "tools/call")
-        .header("Mcp-Name", "run_python_code")
-        .body(body.to_string())
-        .send()
-        .and_then(|r| r.json())
-        .expect("a reply");
+    let reply = fixture::call_tool_with(http, url, "run_python_code", json!({"code": "print(1)"}));
     let elapsed = started.elapsed();
     assert_eq!(
         reply["result"]["structuredContent"]["stdout"], "1\n",
@@ -228,8 +191,9 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(400);
     for mode in modes {
-        let server = start(mode);
-        let server_start_to_ready = server.start_to_ready;
+        let started = start(mode);
+        let server = &started.server;
+        let server_start_to_ready = started.start_to_ready;
         let rss_ready = rss_mib(server.child.id());
         // Sequential calls, with a pause so a prewarmed worker can prepare the next sandbox.
         let mut c1 = Vec::new();
@@ -245,9 +209,9 @@ fn main() {
         c1.sort();
         let (c8, wall) = drive(&server.url, calls, 8);
         let rss_loaded = rss_mib(server.child.id());
-        let mut boots = server.boots.lock().unwrap().clone();
+        let mut boots = started.boots();
         boots.sort_by(f64::total_cmp);
-        drop(server);
+        drop(started);
         rows.push(Row {
             mode,
             start_to_ready: server_start_to_ready,

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::{AppConfig, ConfigError, Loaded};
-use crate::packages::PackageSource;
-use crate::sandbox::{BootMode, Engine, EngineConfig, ExecRequest, InputFile};
+use crate::config::limits::{DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS};
+use crate::config::{AppConfig, ConfigError};
+use crate::sandbox::{ExecRequest, InputFile};
 
 #[derive(Debug, Parser)]
 #[command(name = "code-interpreter-mcp", version, about)]
@@ -40,7 +40,7 @@ pub enum Command {
         #[arg(long = "file", value_name = "LOCAL=WORKSPACE_PATH")]
         files: Vec<String>,
         /// Timeout for the code, in milliseconds.
-        #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..=120_000))]
+        #[arg(long, default_value_t = DEFAULT_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_MS))]
         timeout_ms: u64,
     },
 }
@@ -66,7 +66,7 @@ pub fn main() -> i32 {
             files,
             timeout_ms,
         }) => exec(script, files, timeout_ms, &loaded.config),
-        None => serve(loaded, cli.stdio),
+        None => crate::app::serve(loaded, cli.stdio),
     };
     match outcome {
         Ok(code) => code,
@@ -74,36 +74,6 @@ pub fn main() -> i32 {
             eprintln!("code-interpreter-mcp: {e:#}");
             2
         }
-    }
-}
-
-/// The engine settings of a configuration.
-pub fn engine_config(config: &AppConfig) -> EngineConfig {
-    let defaults = EngineConfig::default();
-    EngineConfig {
-        asset_dir: if config.asset_dir.is_empty() {
-            defaults.asset_dir
-        } else {
-            PathBuf::from(&config.asset_dir)
-        },
-        allowed_hosts: config.allowed_hosts.clone(),
-        memory_limit_mb: config.workers.memory_limit_mb,
-        wasm_memory_limit_mb: config.workers.wasm_memory_limit_mb,
-        package_source: if config.package_base_url.is_empty() {
-            PackageSource::default_cdn()
-        } else {
-            PackageSource::parse(&config.package_base_url)
-        },
-        runtime_package_installation: config.runtime_package_installation,
-        preinstall_packages: config.preinstall_packages.clone(),
-        package_cache_dir: PathBuf::from(&config.package_cache_dir),
-        package_index_urls: config.package_index_urls.clone(),
-        extra_ca_certs: config.extra_ca_certs.iter().map(PathBuf::from).collect(),
-        boot: if config.workers.boot == "full" {
-            BootMode::Full
-        } else {
-            BootMode::Snapshot
-        },
     }
 }
 
@@ -128,7 +98,7 @@ pub fn exec(
             content,
         });
     }
-    let engine = Engine::new(engine_config(config))?;
+    let engine = crate::app::engine(config)?;
     let result = engine.execute(ExecRequest {
         code,
         files: inputs,
@@ -136,41 +106,4 @@ pub fn exec(
     });
     println!("{}", serde_json::to_string_pretty(&result)?);
     Ok(if result.success { 0 } else { 1 })
-}
-
-/// Runs the MCP server until Ctrl-C or SIGTERM; returns the process exit status.
-pub fn serve(loaded: Loaded, stdio: bool) -> anyhow::Result<i32> {
-    let config = loaded.config;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(filter);
-    if config.log_format == "json" {
-        subscriber.json().init();
-    } else {
-        subscriber.init();
-    }
-    let threads = match loaded.tokio_worker_threads {
-        Some(n) => {
-            if n < 4 {
-                tracing::warn!(threads = n, "TOKIO_WORKER_THREADS is below 4; honoured");
-            }
-            n
-        }
-        None => std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-            .max(4),
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .build()?;
-    if stdio {
-        runtime.block_on(crate::server::serve_stdio(config))?;
-    } else {
-        runtime.block_on(crate::server::serve(config))?;
-    }
-    Ok(0)
 }

@@ -1,6 +1,6 @@
 //! Where Pyodide package wheels come from (a local mirror directory or an HTTPS base URL), their
-//! verification against the sha256 recorded in `pyodide-lock.json`, and the in-memory cache that keeps
-//! every verified wheel for the life of the server.
+//! verification against the sha256 recorded in `pyodide-lock.json`, the in-memory cache that keeps
+//! every verified wheel for the life of the server, and the names of micropip requirements.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use sha2::{Digest, Sha256};
 
 use crate::assets::Assets;
-use crate::sandbox::fetch::Fetcher;
+use crate::fetch::Fetcher;
 
 /// The configured package source.
 #[derive(Debug, Clone)]
@@ -42,6 +42,16 @@ impl PackageSource {
             "https://cdn.jsdelivr.net/pyodide/v{}/full/",
             crate::assets::PYODIDE_VERSION
         ))
+    }
+}
+
+/// `package_base_url` as an operator wrote it.
+impl std::fmt::Display for PackageSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PackageSource::Dir(dir) => write!(f, "{}", dir.display()),
+            PackageSource::Url(url) => f.write_str(url),
+        }
     }
 }
 
@@ -126,7 +136,7 @@ impl Packages {
                 response.body
             }
         };
-        let actual = hex(&Sha256::digest(&bytes));
+        let actual = hex::encode(Sha256::digest(&bytes));
         if actual != entry.sha256 {
             return Err(PackageError::Sha256Mismatch {
                 package: entry.name.clone(),
@@ -144,7 +154,50 @@ impl Packages {
     }
 }
 
-/// Lower-case hexadecimal of `bytes`.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// The distribution name of a micropip requirement: `pandas>=2` → `pandas`, `pkg[extra]` → `pkg`,
+/// `name @ https://…` → `name`, a wheel URL → the name part of its file name. Names are for the tool
+/// description only; versions and URLs are never shown.
+pub fn requirement_name(requirement: &str) -> String {
+    let requirement = requirement.trim();
+    if let Some((name, _)) = requirement.split_once(" @ ") {
+        return requirement_name(name);
+    }
+    if requirement.contains("://") || requirement.ends_with(".whl") {
+        let file = requirement
+            .rsplit('/')
+            .next()
+            .unwrap_or(requirement)
+            .split(['?', '#'])
+            .next()
+            .unwrap_or("");
+        return file.split('-').next().unwrap_or(file).replace('_', "-");
+    }
+    requirement
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requirement_names_drop_versions_extras_and_urls() {
+        assert_eq!(requirement_name("pandas"), "pandas");
+        assert_eq!(
+            requirement_name("snowballstemmer==3.0.1"),
+            "snowballstemmer"
+        );
+        assert_eq!(requirement_name(" requests[socks] >= 2 "), "requests");
+        assert_eq!(
+            requirement_name("tiny @ https://example.org/tiny-1.0-py3-none-any.whl"),
+            "tiny"
+        );
+        assert_eq!(
+            requirement_name("https://example.org/a/my_pkg-1.0-py3-none-any.whl?x=1"),
+            "my-pkg"
+        );
+        assert_eq!(requirement_name("emfs:/tmp/x-2.0-py3-none-any.whl"), "x");
+    }
 }

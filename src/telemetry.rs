@@ -36,84 +36,95 @@ pub const LONG_BUCKETS: [f64; 17] = [
 ];
 
 pub const TOOLS: [&str; 3] = ["run_python_code", "list_code_snippets", "get_code_snippet"];
-pub const TOOL_OUTCOMES: [&str; 7] = [
-    "success",
-    "validation_error",
-    "overload",
-    "python_error",
-    "timeout",
-    "cancelled",
-    "runtime_failure",
-];
-pub const REJECTION_REASONS: [&str; 3] = ["validation", "queue_full", "shutdown"];
-pub const WORKER_STATES: [&str; 3] = ["idle", "initializing", "executing"];
+/// A fixed set of label values: an enum, its `label()` and `ALL` (for registering every series).
+macro_rules! labels {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $label:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant),+
+        }
 
-/// How a tool call ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ToolOutcome {
-    Success,
-    ValidationError,
-    Overload,
-    PythonError,
-    Timeout,
-    Cancelled,
-    RuntimeFailure,
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn label(self) -> &'static str {
+                match self {
+                    $($name::$variant => $label),+
+                }
+            }
+        }
+    };
 }
 
-impl ToolOutcome {
-    pub fn label(self) -> &'static str {
-        match self {
-            ToolOutcome::Success => "success",
-            ToolOutcome::ValidationError => "validation_error",
-            ToolOutcome::Overload => "overload",
-            ToolOutcome::PythonError => "python_error",
-            ToolOutcome::Timeout => "timeout",
-            ToolOutcome::Cancelled => "cancelled",
-            ToolOutcome::RuntimeFailure => "runtime_failure",
+labels! {
+    /// How one execution in a sandbox ended (the `python_execution_duration_seconds` outcome).
+    ExecutionOutcome {
+        Success => "success",
+        PythonError => "python_error",
+        Timeout => "timeout",
+        RuntimeFailure => "runtime_failure",
+    }
+}
+
+labels! {
+    /// How a tool call ended: an execution's outcome, or a refusal before one.
+    ToolOutcome {
+        Success => "success",
+        ValidationError => "validation_error",
+        Overload => "overload",
+        PythonError => "python_error",
+        Timeout => "timeout",
+        Cancelled => "cancelled",
+        RuntimeFailure => "runtime_failure",
+    }
+}
+
+impl From<ExecutionOutcome> for ToolOutcome {
+    fn from(outcome: ExecutionOutcome) -> Self {
+        match outcome {
+            ExecutionOutcome::Success => ToolOutcome::Success,
+            ExecutionOutcome::PythonError => ToolOutcome::PythonError,
+            ExecutionOutcome::Timeout => ToolOutcome::Timeout,
+            ExecutionOutcome::RuntimeFailure => ToolOutcome::RuntimeFailure,
         }
     }
 }
 
-/// How a job left the queue.
-#[derive(Debug, Clone, Copy)]
-pub enum QueueExit {
-    Dispatched,
-    Cancelled,
-    Shutdown,
-}
-
-/// A worker's state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WorkerState {
-    Idle,
-    Initializing,
-    Executing,
-}
-
-impl WorkerState {
-    fn label(self) -> &'static str {
-        match self {
-            WorkerState::Idle => "idle",
-            WorkerState::Initializing => "initializing",
-            WorkerState::Executing => "executing",
-        }
+labels! {
+    /// How a job left the queue.
+    QueueExit {
+        Dispatched => "dispatched",
+        Cancelled => "cancelled",
+        Shutdown => "shutdown",
     }
 }
 
-/// Why an isolate was initialised.
-#[derive(Debug, Clone, Copy)]
-pub enum InitPhase {
-    Startup,
-    OnDemand,
-    Replenishment,
+labels! {
+    /// A worker's state.
+    WorkerState {
+        Idle => "idle",
+        Initializing => "initializing",
+        Executing => "executing",
+    }
 }
 
-/// Why a submission was rejected.
-#[derive(Debug, Clone, Copy)]
-pub enum Rejection {
-    Validation,
-    QueueFull,
-    Shutdown,
+labels! {
+    /// Why an isolate was initialised.
+    InitPhase {
+        Startup => "startup",
+        OnDemand => "on_demand",
+        Replenishment => "replenishment",
+    }
+}
+
+labels! {
+    /// Why a submission was rejected.
+    Rejection {
+        Validation => "validation",
+        QueueFull => "queue_full",
+        Shutdown => "shutdown",
+    }
 }
 
 /// One completed (or cancelled) tool handler.
@@ -124,12 +135,7 @@ pub fn tool_call(tool: &'static str, outcome: ToolOutcome, duration: Duration) {
 }
 
 pub fn rejection(reason: Rejection) {
-    let reason = match reason {
-        Rejection::Validation => "validation",
-        Rejection::QueueFull => "queue_full",
-        Rejection::Shutdown => "shutdown",
-    };
-    counter!(REJECTIONS, "reason" => reason).increment(1);
+    counter!(REJECTIONS, "reason" => reason.label()).increment(1);
 }
 
 pub fn queue_depth(depth: usize) {
@@ -137,12 +143,7 @@ pub fn queue_depth(depth: usize) {
 }
 
 pub fn queue_wait(exit: QueueExit, waited: Duration) {
-    let outcome = match exit {
-        QueueExit::Dispatched => "dispatched",
-        QueueExit::Cancelled => "cancelled",
-        QueueExit::Shutdown => "shutdown",
-    };
-    histogram!(QUEUE_WAIT, "outcome" => outcome).record(waited.as_secs_f64());
+    histogram!(QUEUE_WAIT, "outcome" => exit.label()).record(waited.as_secs_f64());
 }
 
 /// A live worker moves from `from` (None: it just started) to `to` (None: it ended).
@@ -155,23 +156,19 @@ pub fn worker_state(from: Option<WorkerState>, to: Option<WorkerState>) {
     }
 }
 
-/// Python execution time (no queue wait, no initialisation) by outcome label.
-pub fn python_execution(outcome: &'static str, duration: Duration) {
-    histogram!(PYTHON_DURATION, "outcome" => outcome).record(duration.as_secs_f64());
+/// Python execution time (no queue wait, no initialisation) by outcome.
+pub fn python_execution(outcome: ExecutionOutcome, duration: Duration) {
+    histogram!(PYTHON_DURATION, "outcome" => outcome.label()).record(duration.as_secs_f64());
 }
 
 pub fn isolate_initialization(phase: InitPhase, success: bool, duration: Duration) {
-    let phase = match phase {
-        InitPhase::Startup => "startup",
-        InitPhase::OnDemand => "on_demand",
-        InitPhase::Replenishment => "replenishment",
-    };
     let outcome = if success {
-        "success"
+        ExecutionOutcome::Success
     } else {
-        "runtime_failure"
+        ExecutionOutcome::RuntimeFailure
     };
-    histogram!(ISOLATE_INIT, "phase" => phase, "outcome" => outcome).record(duration.as_secs_f64());
+    histogram!(ISOLATE_INIT, "phase" => phase.label(), "outcome" => outcome.label())
+        .record(duration.as_secs_f64());
 }
 
 pub fn worker_unexpected_exit() {
@@ -282,30 +279,31 @@ fn register_families(queue_capacity: u64) {
     );
 
     for tool in TOOLS {
-        for outcome in TOOL_OUTCOMES {
-            let labels = [("tool", tool), ("outcome", outcome)];
+        for outcome in ToolOutcome::ALL {
+            let labels = [("tool", tool), ("outcome", outcome.label())];
             counter!(TOOL_CALLS, &labels).absolute(0);
             let _ = histogram!(TOOL_CALL_DURATION, &labels);
         }
     }
     gauge!(QUEUE_DEPTH).set(0.0);
     gauge!(QUEUE_CAPACITY).set(queue_capacity as f64);
-    for outcome in ["dispatched", "cancelled", "shutdown"] {
-        let _ = histogram!(QUEUE_WAIT, "outcome" => outcome);
+    for exit in QueueExit::ALL {
+        let _ = histogram!(QUEUE_WAIT, "outcome" => exit.label());
     }
-    for state in WORKER_STATES {
-        gauge!(WORKERS, "state" => state).set(0.0);
+    for state in WorkerState::ALL {
+        gauge!(WORKERS, "state" => state.label()).set(0.0);
     }
-    for outcome in ["success", "python_error", "timeout", "runtime_failure"] {
-        let _ = histogram!(PYTHON_DURATION, "outcome" => outcome);
+    for outcome in ExecutionOutcome::ALL {
+        let _ = histogram!(PYTHON_DURATION, "outcome" => outcome.label());
     }
-    for phase in ["startup", "on_demand", "replenishment"] {
-        for outcome in ["success", "runtime_failure"] {
-            let _ = histogram!(ISOLATE_INIT, "phase" => phase, "outcome" => outcome);
+    for phase in InitPhase::ALL {
+        for outcome in [ExecutionOutcome::Success, ExecutionOutcome::RuntimeFailure] {
+            let _ =
+                histogram!(ISOLATE_INIT, "phase" => phase.label(), "outcome" => outcome.label());
         }
     }
-    for reason in REJECTION_REASONS {
-        counter!(REJECTIONS, "reason" => reason).absolute(0);
+    for reason in Rejection::ALL {
+        counter!(REJECTIONS, "reason" => reason.label()).absolute(0);
     }
     counter!(UNEXPECTED_EXITS).absolute(0);
 }

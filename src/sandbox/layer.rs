@@ -8,7 +8,6 @@
 //! layer then lives in memory for this process only.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -189,7 +188,7 @@ pub fn store(cache_dir: &Path, key: &LayerKey, captured: &Captured) -> Result<()
 pub(super) fn unique_suffix() -> String {
     let mut random = [0u8; 8];
     let _ = getrandom::fill(&mut random);
-    format!("{}-{}", std::process::id(), crate::packages::hex(&random))
+    format!("{}-{}", std::process::id(), hex::encode(random))
 }
 
 /// Maps an absolute sandbox path to its place under `root/files`, refusing anything that could
@@ -208,55 +207,9 @@ fn local_path(root: &Path, sandbox_path: &str) -> Result<PathBuf, String> {
     Ok(out)
 }
 
-/// The distribution name of a micropip requirement: `pandas>=2` → `pandas`, `pkg[extra]` → `pkg`,
-/// `name @ https://…` → `name`, a wheel URL → the name part of its file name. Names are for the tool
-/// description only; versions and URLs are never shown.
-pub fn requirement_name(requirement: &str) -> String {
-    let requirement = requirement.trim();
-    if let Some((name, _)) = requirement.split_once(" @ ") {
-        return requirement_name(name);
-    }
-    if requirement.contains("://") || requirement.ends_with(".whl") {
-        let file = requirement
-            .rsplit('/')
-            .next()
-            .unwrap_or(requirement)
-            .split(['?', '#'])
-            .next()
-            .unwrap_or("");
-        return file.split('-').next().unwrap_or(file).replace('_', "-");
-    }
-    requirement
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-        .collect()
-}
-
-/// Shared, immutable layer handed to every sandbox.
-pub type SharedLayer = Arc<PackageLayer>;
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn requirement_names_drop_versions_extras_and_urls() {
-        assert_eq!(requirement_name("pandas"), "pandas");
-        assert_eq!(
-            requirement_name("snowballstemmer==3.0.1"),
-            "snowballstemmer"
-        );
-        assert_eq!(requirement_name(" requests[socks] >= 2 "), "requests");
-        assert_eq!(
-            requirement_name("tiny @ https://example.org/tiny-1.0-py3-none-any.whl"),
-            "tiny"
-        );
-        assert_eq!(
-            requirement_name("https://example.org/a/my_pkg-1.0-py3-none-any.whl?x=1"),
-            "my-pkg"
-        );
-        assert_eq!(requirement_name("emfs:/tmp/x-2.0-py3-none-any.whl"), "x");
-    }
 
     #[test]
     fn layer_paths_cannot_escape() {

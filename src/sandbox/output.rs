@@ -3,14 +3,10 @@
 
 use base64::Engine as _;
 
-/// stdout and stderr are each capped at 512 KiB.
-pub const MAX_STREAM_BYTES: usize = 512 * 1024;
-/// At most 64 files are returned.
-pub const MAX_RETURNED_FILES: usize = 64;
-/// One returned file may be at most 10 MiB.
-pub const MAX_RETURNED_FILE_BYTES: u64 = 10 * 1024 * 1024;
-/// All returned files together may be at most 50 MiB.
-pub const MAX_RETURNED_TOTAL_BYTES: u64 = 50 * 1024 * 1024;
+use super::types::OutputFile;
+use crate::config::limits::{
+    MAX_RETURNED_FILE_BYTES, MAX_RETURNED_FILES, MAX_RETURNED_TOTAL_BYTES,
+};
 
 /// A byte stream captured up to a limit.
 #[derive(Debug, Default)]
@@ -51,17 +47,6 @@ impl CappedBuffer {
         };
         String::from_utf8_lossy(bytes).into_owned()
     }
-}
-
-/// A file returned to the client.
-#[derive(
-    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
-pub struct OutputFile {
-    /// Path relative to /workspace.
-    pub path: String,
-    pub content_base64: String,
-    pub mime_type: String,
 }
 
 /// Decides which new files fit the limits and keeps them.

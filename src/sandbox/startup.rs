@@ -1,4 +1,8 @@
-//! The V8 startup snapshot: the sandbox's JavaScript realm (deno_core's own JavaScript, `runtime.js`
+//! V8 start-up for the process and for each isolate: the process-wide flags ([`init_v8`]), the V8
+//! startup snapshot and the keeper isolate.
+//!
+//! The V8 startup snapshot (not to be confused with the Pyodide memory snapshot of
+//! `memory_snapshot.rs`): the sandbox's JavaScript realm (deno_core's own JavaScript, `runtime.js`
 //! and Pyodide's two modules as sandboxes are served them) evaluated once per process and serialised
 //! by V8, so that each new isolate deserialises a ready heap instead of compiling and evaluating
 //! ~1.3 MB of JavaScript. It holds no Python and no WebAssembly: those come afterwards, in each
@@ -13,12 +17,66 @@
 //! read-only heap it shares between isolates.
 
 use std::rc::Rc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Once};
 use std::time::Instant;
 
-use deno_core::{JsRuntimeForSnapshot, RuntimeOptions};
+use deno_core::{JsRuntime, JsRuntimeForSnapshot, RuntimeOptions};
 
-use super::{BootKind, EngineError, EngineShared, modules, ops};
+use super::engine::{EngineError, EngineShared};
+use super::ops::Role;
+use super::{modules, ops};
+
+/// 1 MB in the configuration's sense.
+const MB: u64 = 1024 * 1024;
+
+static V8_FLAGS: Once = Once::new();
+
+/// Sets V8's process-wide flags and initialises V8, once per process (the first engine's WebAssembly
+/// memory cap applies to all). Each flag is tuned for isolates that live for one call; the
+/// measurements behind them are in docs/performance.md.
+pub(crate) fn init_v8(wasm_memory_limit_mb: u64) {
+    V8_FLAGS.call_once(|| {
+        let pages = wasm_memory_limit_mb.saturating_mul(MB) / 65536;
+        let mut flags = vec![
+            "code-interpreter-mcp".into(),
+            format!("--wasm-max-mem-pages={pages}"),
+            // Compile every JS function when its script is compiled: the V8 startup snapshot (or,
+            // without one, the shared code cache) then holds all of Pyodide's functions and no
+            // isolate compiles them lazily again.
+            "--no-lazy".into(),
+            // A sandbox's heap grows to about 20 MB during start-up: a young generation and a first
+            // old-generation limit that hold it avoid the scavenges and the mark-compact V8 would
+            // otherwise run in every sandbox.
+            "--min-semi-space-size=16".into(),
+            "--initial-old-space-size=64".into(),
+            // Optimised JavaScript code dies with its isolate: higher thresholds leave the start-up's
+            // loops (run once per sandbox) to the interpreter, while code that keeps running (a
+            // user's loop calling into JavaScript) still gets optimised.
+            "--invocation-count-for-maglev=4000".into(),
+            "--invocation-count-for-maglev-osr=1000".into(),
+            "--invocation-count-for-osr=5000".into(),
+            "--invocation-count-for-early-optimization=300".into(),
+            // Nor does baseline (Sparkplug) code outlive its isolate.
+            "--no-sparkplug".into(),
+            // WebAssembly is the opposite case: optimised code lives in the module all isolates
+            // share, but V8 counts tier-up per instance; a smaller budget optimises the start-up's
+            // functions during the first sandboxes, once for the process.
+            "--wasm-tiering-budget=1000000".into(),
+        ];
+        // For profiling and diagnosis only (e.g. "--perf-basic-prof"); not a configuration key.
+        if let Ok(extra) = std::env::var("CODE_INTERPRETER_MCP_V8_FLAGS") {
+            flags.extend(extra.split_whitespace().map(String::from));
+        }
+        let unknown = deno_core::v8_set_flags(flags);
+        if unknown.len() > 1 {
+            tracing::warn!(?unknown, "V8 did not recognise some flags");
+        }
+        // Initialise V8 in its normal mode now: if the first isolate were the startup snapshot's,
+        // deno_core would set V8 up for snapshotting (single-threaded, with a fixed random seed) for
+        // the whole process.
+        JsRuntime::init_platform(None);
+    });
+}
 
 /// Evaluates Pyodide's modules into the realm (see `preloadPyodide` in `runtime.js`).
 const PRELOAD: &str = "__sandboxPreload()";
@@ -108,7 +166,11 @@ impl Keeper {
                     let tokio = tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()?;
-                    let runtime = super::new_runtime(&shared, BootKind::Sandbox, &tokio)?;
+                    let runtime = super::isolate::new_runtime(
+                        &shared,
+                        Role::Sandbox { snapshot: None },
+                        &tokio,
+                    )?;
                     // Dropped in this order: the isolate, then the runtime it was made in.
                     Ok((runtime, tokio))
                 })();
@@ -156,7 +218,7 @@ fn make(shared: Arc<EngineShared>) -> Result<Box<[u8]>, EngineError> {
     let _context = tokio.enter();
     let loader = modules::AssetModuleLoader(shared.modules.clone());
     let mut runtime = JsRuntimeForSnapshot::try_new(RuntimeOptions {
-        extensions: vec![ops::sandbox::init(shared, BootKind::SnapshotMaker)],
+        extensions: vec![ops::sandbox::init(shared, Role::StartupSnapshot)],
         module_loader: Some(Rc::new(loader)),
         ..Default::default()
     })

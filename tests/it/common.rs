@@ -1,35 +1,16 @@
 //! Shared fixtures: one engine per test process, and helpers to run code.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use code_interpreter_mcp::config::AppConfig;
 use code_interpreter_mcp::packages::PackageSource;
 use code_interpreter_mcp::sandbox::{
     BootMode, Engine, EngineConfig, ExecRequest, ExecResult, InputFile,
 };
 
-/// The local Pyodide package mirror: `CODE_INTERPRETER_MCP_TEST_PACKAGES`, else `../shared/pyodide-packages`.
-pub fn package_mirror() -> PathBuf {
-    let dir = std::env::var_os("CODE_INTERPRETER_MCP_TEST_PACKAGES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/pyodide-packages")
-        });
-    assert!(
-        dir.join("numpy-2.4.3-cp314-cp314-pyemscripten_2026_0_wasm32.whl")
-            .is_file(),
-        "the Pyodide package mirror is missing at {} (set CODE_INTERPRETER_MCP_TEST_PACKAGES)",
-        dir.display()
-    );
-    dir
-}
-
-/// The package layer directory shared by the tests that keep the default package configuration.
-pub fn package_cache() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("package-cache")
-}
+pub use crate::fixture::{package_cache, package_mirror, server_command};
 
 /// A fresh, empty directory for one test.
 pub fn temp_dir(name: &str) -> PathBuf {
@@ -38,15 +19,6 @@ pub fn temp_dir(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// The server binary with the test package mirror and package layer directory set.
-pub fn server_command() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"));
-    command
-        .env("CODE_INTERPRETER_MCP_PACKAGE_BASE_URL", package_mirror())
-        .env("CODE_INTERPRETER_MCP_PACKAGE_CACHE_DIR", package_cache());
-    command
 }
 
 /// Engine settings for tests: wheels from the local mirror, the shared test package layer, and the
@@ -60,7 +32,7 @@ pub fn engine_config() -> EngineConfig {
             Ok("full") => BootMode::Full,
             _ => BootMode::Snapshot,
         },
-        ..EngineConfig::default()
+        ..code_interpreter_mcp::app::engine_config(&AppConfig::default())
     }
 }
 

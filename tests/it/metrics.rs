@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::server::{Server, call_stateless, client, send_stateless, tool_call_body};
+use crate::fixture::{Server, call_stateless, client, send_stateless, tool_call_body};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -142,19 +142,15 @@ fn scripted_calls_move_exactly_the_expected_series() {
     // previous sandbox
     wait_for(port, "code_interpreter_mcp_workers{state=\"idle\"}", 1.0);
     let url = server.url.clone();
-    let running = thread::spawn(move || {
-        call_stateless(
-            &Server::attach(url),
-            json!({"code": "import time\ntime.sleep(4)"}),
-        )
-    });
+    let running =
+        thread::spawn(move || call_stateless(&url, json!({"code": "import time\ntime.sleep(4)"})));
     wait_for(
         port,
         "code_interpreter_mcp_workers{state=\"executing\"}",
         1.0,
     );
     let url = server.url.clone();
-    let queued = thread::spawn(move || call_stateless(&Server::attach(url), json!({"code": "2"})));
+    let queued = thread::spawn(move || call_stateless(&url, json!({"code": "2"})));
     let during = wait_for(port, "code_interpreter_mcp_execution_queue_depth", 1.0);
     assert_eq!(
         value(&during, "code_interpreter_mcp_workers{state=\"executing\"}"),
@@ -300,12 +296,8 @@ fn cancelled_calls_are_counted() {
         ("CODE_INTERPRETER_MCP_MAX_WORKERS", "1"),
     ]);
     let url = server.url.clone();
-    let running = thread::spawn(move || {
-        call_stateless(
-            &Server::attach(url),
-            json!({"code": "import time\ntime.sleep(3)"}),
-        )
-    });
+    let running =
+        thread::spawn(move || call_stateless(&url, json!({"code": "import time\ntime.sleep(3)"})));
     thread::sleep(Duration::from_millis(800));
     // A 2026-07-28 call whose client gives up: closing the response stream cancels it.
     let impatient = reqwest::blocking::Client::builder()
@@ -367,7 +359,7 @@ fn the_listener_starts_before_python_and_fails_startup_when_it_cannot_bind() {
         .spawn()
         .unwrap();
     let stdout_pipe = child.stdout.take().unwrap();
-    let first = Server::attach_child(child, String::new()); // killed on drop, even if a check fails
+    let first = Server::adopt(child, String::new()); // killed on drop, even if a check fails
     // Metrics answer while the prewarmed worker is still initialising, before anything else listens.
     let started = Instant::now();
     while client()

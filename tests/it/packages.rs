@@ -12,7 +12,9 @@ use code_interpreter_mcp::packages::PackageSource;
 use code_interpreter_mcp::sandbox::layer::LayerOrigin;
 use code_interpreter_mcp::sandbox::{Engine, EngineConfig};
 
-use crate::common::{engine_config, ok, package_mirror, request, returned_file, run, temp_dir};
+use crate::common::{
+    engine_config, ok, package_mirror, request, returned_file, run, run_with, temp_dir,
+};
 
 /// A directory holding hard links (or copies) of the named mirror wheels.
 fn partial_mirror(name: &str, prefixes: &[&str]) -> PathBuf {
@@ -36,7 +38,9 @@ fn exec(engine: &Engine, code: &str) -> code_interpreter_mcp::sandbox::ExecResul
 
 #[test]
 fn pandas_and_matplotlib_load_from_their_imports() {
-    let result = run(r#"
+    // Importing both takes several seconds, many more when the other tests load the machine.
+    let result = run_with(
+        r#"
 import pandas as pd
 import matplotlib
 matplotlib.use("Agg")
@@ -46,7 +50,10 @@ frame = pd.DataFrame({"value": [1, 2, 3]})
 plt.plot(frame["value"])
 plt.savefig("plot.png")
 frame["value"].sum()
-"#);
+"#,
+        &[],
+        std::time::Duration::from_secs(120),
+    );
     let result = ok(&result);
     assert_eq!(result.result.as_deref(), Some("6"));
     let bytes = returned_file(result, "plot.png");
@@ -467,8 +474,8 @@ snowballstemmer.stemmer("english").stemWords(["running"])
     assert_eq!(ok(&result).result.as_deref(), Some("['run']"));
 }
 
-fn run_python_code_description(server: &crate::server::Server) -> String {
-    crate::server::list_tools_stateless(server)
+fn run_python_code_description(server: &crate::fixture::Server) -> String {
+    crate::fixture::list_tools_stateless(server)
         .into_iter()
         .find(|t| t["name"] == "run_python_code")
         .expect("run_python_code listed")["description"]
@@ -481,7 +488,7 @@ fn run_python_code_description(server: &crate::server::Server) -> String {
 /// runtime installation is enabled.
 #[test]
 fn the_tool_description_follows_the_package_policy() {
-    let enabled = crate::server::Server::start(&[]);
+    let enabled = crate::fixture::Server::start(&[]);
     let text = run_python_code_description(&enabled);
     assert!(text.contains("micropip.install"), "{text}");
     assert!(!text.contains("Preinstalled"), "{text}");
@@ -495,7 +502,7 @@ fn the_tool_description_follows_the_package_policy() {
     )
     .unwrap();
     let cache = dir.join("cache");
-    let disabled = crate::server::Server::start_with_args(
+    let disabled = crate::fixture::Server::start_with_args(
         &["--config", config.to_str().unwrap()],
         &[(
             "CODE_INTERPRETER_MCP_PACKAGE_CACHE_DIR",

@@ -8,16 +8,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::server::{Server, call_stateless, client, post_legacy, send_stateless, tool_call_body};
+use crate::fixture::{Server, call_stateless, client, post_legacy, send_stateless, tool_call_body};
 
 fn spawn_call(server: &Server, arguments: Value) -> thread::JoinHandle<Value> {
     let url = server.url.clone();
-    thread::spawn(move || {
-        let fake = Server::attach(url);
-        let reply = call_stateless(&fake, arguments);
-        std::mem::forget(fake);
-        reply
-    })
+    thread::spawn(move || call_stateless(&url, arguments))
 }
 
 fn structured(reply: &Value) -> &Value {
@@ -225,7 +220,7 @@ fn probes_refuse_then_pass_through_start_up_and_accept_any_host() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let server = Server::attach_child(child_take(&mut child), format!("{base}/mcp"));
+    let server = Server::adopt(child_take(&mut child), format!("{base}/mcp"));
     let started = Instant::now();
     let first = get(&format!("{base}/readyz"));
     assert!(

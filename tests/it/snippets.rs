@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 
 use code_interpreter_mcp::config::{CodeSnippetsConfig, Snippet};
-use code_interpreter_mcp::snippets::Catalog;
+use code_interpreter_mcp::tools::snippets::Catalog;
 use serde_json::json;
 
-use crate::server::{Server, call_tool_stateless, list_tools_stateless};
+use crate::fixture::{Server, call_tool_stateless, list_tools_stateless};
 
 fn snippet(title: &str, description: &str, tags: &[&str]) -> Snippet {
     Snippet {

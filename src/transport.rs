@@ -1,6 +1,7 @@
-//! The HTTP transport: an axum app serving MCP Streamable HTTP at `/mcp` (both protocol eras, through
+//! The transports: an axum app serving MCP Streamable HTTP at `/mcp` (both protocol eras, through
 //! rmcp) behind the HTTP body ceiling, with Host and Origin verification, bound to `bind_addr` and
-//! announcing its effective address once it listens.
+//! announcing its effective address once it listens, with the probes beside it and the graceful
+//! shutdown; and MCP over stdio. Both serve the tool handler the application assembled.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,12 +15,9 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::AppConfig;
-use crate::pool::{Health, Pool, PoolConfig};
-use crate::sandbox::Engine;
-use crate::snippets::Catalog;
+use crate::pool::{ExecPool, Health};
 use crate::tools::CodeInterpreter;
-use crate::validation::InputLimits;
+use crate::tools::validation::InputLimits;
 
 /// Origins accepted on /mcp when `http_allowed_origins` is empty: pages served from loopback.
 const LOOPBACK_ORIGINS: [&str; 6] = [
@@ -31,94 +29,49 @@ const LOOPBACK_ORIGINS: [&str; 6] = [
     "https://[::1]:*",
 ];
 
-fn input_limits(config: &AppConfig) -> InputLimits {
-    InputLimits {
-        max_file_kb: config.input_limits.max_file_kb,
-        max_total_file_kb: config.input_limits.max_total_file_kb,
-    }
-}
-
 /// Total time allowed for a graceful shutdown after SIGTERM or Ctrl-C.
 pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(30);
 
-/// Start-up in the specified order: assets checked (engine), workers started and prewarmed workers'
-/// Pyodide initialised and acknowledged (pool). Only then may anything listen.
-fn start_pool(config: &AppConfig) -> anyhow::Result<Pool> {
-    let started = Instant::now();
-    let engine = Engine::new(crate::cli::engine_config(config))?;
-    let pool = Pool::start(
-        engine,
-        PoolConfig {
-            max_workers: config.workers.max_workers as usize,
-            queue_capacity: config.workers.queue_capacity as usize,
-            prewarmed_workers: config.workers.prewarmed_workers as usize,
-        },
-    )?;
-    tracing::info!(
-        max_workers = config.workers.max_workers,
-        prewarmed_workers = config.workers.prewarmed_workers,
-        queue_capacity = config.workers.queue_capacity,
-        startup_ms = started.elapsed().as_millis() as u64,
-        "workers ready"
-    );
-    Ok(pool)
+/// What the HTTP transport needs of the configuration.
+#[derive(Debug, Clone)]
+pub struct HttpSettings {
+    pub bind_addr: SocketAddr,
+    /// Inbound Host allowlist; empty keeps the loopback names; `None` accepts any Host.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// Browser origins allowed on /mcp; empty keeps pages served from loopback.
+    pub allowed_origins: Vec<String>,
+    /// The input limits (the HTTP body ceiling derives from them).
+    pub limits: InputLimits,
 }
 
-/// The visible snippet catalog, or `None` when the snippet tools are disabled.
-fn catalog(config: &AppConfig) -> Option<Catalog> {
-    config
-        .code_snippets
-        .enabled
-        .then(|| Catalog::new(&config.code_snippets, config.search.min_hits))
-}
-
-/// Serves the same tools over MCP stdio until the client closes standard input.
-pub async fn serve_stdio(config: AppConfig) -> anyhow::Result<()> {
+/// Serves the tools over MCP stdio until the client closes standard input.
+pub async fn serve_stdio(interpreter: CodeInterpreter, pool: ExecPool) -> anyhow::Result<()> {
     use rmcp::ServiceExt as _;
-    let pool = tokio::task::block_in_place(|| start_pool(&config))?;
-    let service = CodeInterpreter::new(pool.clone(), input_limits(&config), catalog(&config))
-        .with_packages(
-            &config.preinstall_packages,
-            config.runtime_package_installation,
-        )
-        .serve(rmcp::transport::stdio())
-        .await?;
+    let service = interpreter.serve(rmcp::transport::stdio()).await?;
     service.waiting().await?;
     pool.shutdown();
     Ok(())
 }
 
-/// Starts the pool, binds, announces, and serves until Ctrl-C or SIGTERM, then drains: readiness
-/// fails at once, queued calls are cancelled, running calls may finish, probes keep answering until
-/// the workers have exited, then HTTP shuts down gracefully. At the deadline the process exits.
-pub async fn serve(config: AppConfig) -> anyhow::Result<()> {
-    let bind_addr: SocketAddr = config.bind_addr.parse()?;
-    let limits = input_limits(&config);
-    // The metrics listener starts before Python initialisation; metrics do not imply readiness.
-    if config.integrations.prometheus.enabled {
-        crate::telemetry::start(
-            &config.integrations.prometheus,
-            config.workers.queue_capacity,
-        )
-        .await?;
-    }
-    let pool = tokio::task::block_in_place(|| start_pool(&config))?;
-    let interpreter = CodeInterpreter::new(pool.clone(), limits, catalog(&config)).with_packages(
-        &config.preinstall_packages,
-        config.runtime_package_installation,
-    );
-
+/// Binds, announces, and serves until Ctrl-C or SIGTERM, then drains: readiness fails at once,
+/// queued calls are cancelled, running calls may finish, probes keep answering until the workers have
+/// exited, then HTTP shuts down gracefully. At the deadline the process exits.
+pub async fn serve_http(
+    interpreter: CodeInterpreter,
+    pool: ExecPool,
+    settings: HttpSettings,
+) -> anyhow::Result<()> {
+    let limits = settings.limits;
     let in_flight = interpreter.calls_in_flight();
     let shutdown = CancellationToken::new();
     let app = router(
         interpreter,
         pool.health(),
-        &config,
-        limits,
+        &settings,
         shutdown.child_token(),
     );
 
-    let listener = tokio::net::TcpListener::bind(bind_addr).await?;
+    let listener = tokio::net::TcpListener::bind(settings.bind_addr).await?;
     let addr = listener.local_addr()?;
     announce(&format!(
         "code-interpreter-mcp listening on port {} at http://{}/mcp",
@@ -177,31 +130,26 @@ fn announce(line: &str) {
 pub fn router(
     interpreter: CodeInterpreter,
     health: Arc<Health>,
-    config: &AppConfig,
-    limits: InputLimits,
+    settings: &HttpSettings,
     shutdown: CancellationToken,
 ) -> axum::Router {
+    let limits = settings.limits;
     let body_limit = limits.http_body_limit() as usize;
     let mut mcp_config = StreamableHttpServerConfig::default()
         .with_json_response(true)
         .with_max_request_body_bytes(body_limit)
         .with_cancellation_token(shutdown);
-    mcp_config = if config.skip_host_header_verification {
-        mcp_config.disable_allowed_hosts()
-    } else if config.http_allowed_hosts.is_empty() {
-        mcp_config.with_allowed_hosts(["localhost", "127.0.0.1", "::1"])
-    } else {
-        mcp_config.with_allowed_hosts(
-            config
-                .http_allowed_hosts
-                .iter()
-                .map(|h| h.trim().to_string()),
-        )
+    mcp_config = match &settings.allowed_hosts {
+        None => mcp_config.disable_allowed_hosts(),
+        Some(hosts) if hosts.is_empty() => {
+            mcp_config.with_allowed_hosts(["localhost", "127.0.0.1", "::1"])
+        }
+        Some(hosts) => mcp_config.with_allowed_hosts(hosts.iter().map(|h| h.trim().to_string())),
     };
-    mcp_config = if config.http_allowed_origins.is_empty() {
+    mcp_config = if settings.allowed_origins.is_empty() {
         mcp_config.with_allowed_origins(LOOPBACK_ORIGINS)
     } else {
-        mcp_config.with_allowed_origins(config.http_allowed_origins.clone())
+        mcp_config.with_allowed_origins(settings.allowed_origins.clone())
     }
     .enforce_origin_validation();
 

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let mut check = false;
-    let mut path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/config-reference.json");
+    let mut path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/config-reference.json");
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -26,7 +27,7 @@ fn main() -> ExitCode {
             }
         }
     }
-    let expected = code_interpreter_mcp::config::reference_json();
+    let expected = code_interpreter_mcp_config::reference_json();
     if check {
         match std::fs::read_to_string(&path) {
             Ok(current) if current == expected => {

@@ -14,6 +14,8 @@
 //! evaluated, which lets it be evaluated into the V8 startup snapshot (no WebAssembly there), and
 //! compiles it synchronously; it also lets MEMFS own the standard library it is handed.
 
+pub(crate) mod wrappers;
+
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -29,7 +31,7 @@ use crate::assets::Assets;
 
 /// The lazy GOT: the code inserted into pyodide.asm.mjs and the call sites it takes over, each an
 /// exact piece of the pinned Pyodide's source that must occur exactly once.
-const LAZY_GOT_JS: &str = include_str!("js/lazy_got.js");
+const LAZY_GOT_JS: &str = include_str!("lazy_got.js");
 const LAZY_GOT_CALL_SITES: [(&str, &str); 3] = [
     // receiveInstance(): fill only the main module's own imports.
     (
@@ -49,14 +51,14 @@ const LAZY_GOT_CALL_SITES: [(&str, &str); 3] = [
 ];
 
 /// The main module's exports enter Emscripten's symbol table lazily (lazy_imports.js).
-const LAZY_IMPORTS_JS: &str = include_str!("js/lazy_imports.js");
+const LAZY_IMPORTS_JS: &str = include_str!("lazy_imports.js");
 const LAZY_IMPORTS_CALL_SITE: (&str, &str) = (
     "var origExports=wasmExports;mergeLibSymbols(wasmExports,\"main\");",
     "var origExports=wasmExports;wasmImports=sandboxLazyImports(wasmImports,wasmExports);",
 );
 
 /// Emscripten's function-table helpers, replaced by those in function_table.js.
-const FUNCTION_TABLE_JS: &str = include_str!("js/function_table.js");
+const FUNCTION_TABLE_JS: &str = include_str!("function_table.js");
 const FUNCTION_TABLE_CALL_SITES: [(&str, &str); 5] = [
     (
         "var getFunctionAddress=func=>{if(!functionsInTableMap){functionsInTableMap=new WeakMap;updateTableMap(0,wasmTable.length)}return functionsInTableMap.get(func)||0};",
@@ -81,7 +83,7 @@ const FUNCTION_TABLE_CALL_SITES: [(&str, &str); 5] = [
 ];
 
 /// applySignatureConversions() without its copy of every export (exports_view.js).
-const EXPORTS_VIEW_JS: &str = include_str!("js/exports_view.js");
+const EXPORTS_VIEW_JS: &str = include_str!("exports_view.js");
 const SIGNATURE_CONVERSIONS: &str =
     "function applySignatureConversions(wasmExports){wasmExports=Object.assign({},wasmExports);";
 

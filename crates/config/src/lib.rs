@@ -1,8 +1,14 @@
+//! The configuration of code-interpreter-mcp, in a crate of its own so that reading it (and generating
+//! its reference) needs no V8.
+//!
 //! The one configuration type, [`AppConfig`]: every key with its default (the `Default` impls below),
 //! its documentation and its environment override (the `Environment:` line of the key's doc comment,
 //! read through `facet` reflection). Loading discovers or takes the TOML files, merges them (tables by
 //! key, arrays replaced whole), applies environment variables, deserialises, validates, and remembers
-//! where each value came from for `--print-config`.
+//! where each value came from for `--print-config`. The fixed per-request limits live in [`limits`].
+//! Nothing here knows the engine: the application turns this type into the running parts.
+
+pub mod limits;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -62,7 +68,7 @@ pub struct AppConfig {
     pub skip_host_header_verification: bool,
     /// Log line format on stderr: "text" or "json".
     /// Environment: CODE_INTERPRETER_MCP_LOG_FORMAT
-    pub log_format: String,
+    pub log_format: LogFormat,
     /// Python execution workers.
     pub workers: WorkersConfig,
     /// Decoded input file limits, in KB (1 KB = 1024 bytes).
@@ -97,11 +103,55 @@ pub struct WorkersConfig {
     /// How sandboxes start: "snapshot" restores a Pyodide memory snapshot taken once at start-up
     /// (fast), "full" boots Pyodide from scratch every time (slow; the fallback).
     /// Environment: CODE_INTERPRETER_MCP_BOOT
-    pub boot: String,
+    pub boot: BootMode,
+}
+
+/// `workers.boot`: how sandboxes start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Facet)]
+#[serde(rename_all = "lowercase", try_from = "String")]
+#[repr(u8)]
+pub enum BootMode {
+    /// Restore the Pyodide memory snapshot taken once at start-up.
+    Snapshot,
+    /// Run CPython's whole start-up in every sandbox.
+    Full,
+}
+
+impl TryFrom<String> for BootMode {
+    type Error = String;
+    fn try_from(value: String) -> Result<Self, String> {
+        match value.as_str() {
+            "snapshot" => Ok(Self::Snapshot),
+            "full" => Ok(Self::Full),
+            _ => Err(format!("{value:?} must be \"snapshot\" or \"full\"")),
+        }
+    }
+}
+
+/// `log_format`: how log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Facet)]
+#[serde(rename_all = "lowercase", try_from = "String")]
+#[repr(u8)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+impl TryFrom<String> for LogFormat {
+    type Error = String;
+    fn try_from(value: String) -> Result<Self, String> {
+        match value.as_str() {
+            "text" => Ok(Self::Text),
+            "json" => Ok(Self::Json),
+            _ => Err(format!("{value:?} must be \"text\" or \"json\"")),
+        }
+    }
 }
 
 /// `[input_limits]`
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Facet)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Facet)]
 #[serde(deny_unknown_fields, default)]
 pub struct InputLimitsConfig {
     /// Decoded KB allowed per input file (1 to 1048576).
@@ -181,7 +231,7 @@ impl Default for AppConfig {
     fn default() -> Self {
         Self {
             bind_addr: "127.0.0.1:8000".into(),
-            allowed_hosts: crate::sandbox::default_allowed_hosts(),
+            allowed_hosts: default_allowed_hosts(),
             asset_dir: String::new(),
             package_cache_dir: ".code-interpreter-mcp-package-cache".into(),
             package_base_url: String::new(),
@@ -192,7 +242,7 @@ impl Default for AppConfig {
             http_allowed_hosts: Vec::new(),
             http_allowed_origins: Vec::new(),
             skip_host_header_verification: false,
-            log_format: "text".into(),
+            log_format: LogFormat::Text,
             workers: WorkersConfig::default(),
             input_limits: InputLimitsConfig::default(),
             search: SearchConfig::default(),
@@ -200,6 +250,15 @@ impl Default for AppConfig {
             integrations: IntegrationsConfig::default(),
         }
     }
+}
+
+/// The outbound HTTPS hosts allowed by default: the Pyodide CDN and the Python Package Index's API and
+/// file hosts.
+pub fn default_allowed_hosts() -> Vec<String> {
+    ["cdn.jsdelivr.net", "pypi.org", "files.pythonhosted.org"]
+        .into_iter()
+        .map(String::from)
+        .collect()
 }
 
 impl Default for WorkersConfig {
@@ -210,7 +269,7 @@ impl Default for WorkersConfig {
             prewarmed_workers: 1,
             memory_limit_mb: 512,
             wasm_memory_limit_mb: 2048,
-            boot: "snapshot".into(),
+            boot: BootMode::Snapshot,
         }
     }
 }
@@ -221,6 +280,15 @@ impl Default for InputLimitsConfig {
             max_file_kb: 10240,
             max_total_file_kb: 51200,
         }
+    }
+}
+
+impl InputLimitsConfig {
+    /// The HTTP body ceiling derived from the aggregate allowance T:
+    /// 4 * ceil(T / 3) + 4 * (64 - 1) + 8 MiB.
+    pub fn http_body_limit(&self) -> u64 {
+        let t = self.max_total_file_kb * 1024;
+        4 * t.div_ceil(3) + 4 * (limits::MAX_INPUT_FILES as u64 - 1) + 8 * 1024 * 1024
     }
 }
 
@@ -345,6 +413,7 @@ pub fn reference_json() -> String {
         "generated_by": "cargo run --bin gen-config-reference",
         "files": format!("{CONFIG_FILE} and *{AUTO_SUFFIX} in the working directory, or --config FILE ..."),
         "keys": keys(),
+        "fixed_limits": limits::all(),
     }))
     .expect("reference serialises");
     text.push('\n');
@@ -676,18 +745,6 @@ pub fn validate(c: &AppConfig, sources: &BTreeMap<String, Source>) -> Result<(),
                 "{} must not exceed workers.max_workers ({})",
                 w.prewarmed_workers, w.max_workers
             ),
-        );
-    }
-    if !matches!(w.boot.as_str(), "snapshot" | "full") {
-        return fail(
-            "workers.boot",
-            format!("{:?} must be \"snapshot\" or \"full\"", w.boot),
-        );
-    }
-    if !matches!(c.log_format.as_str(), "text" | "json") {
-        return fail(
-            "log_format",
-            format!("{:?} must be \"text\" or \"json\"", c.log_format),
         );
     }
     for host in &c.allowed_hosts {

@@ -5,37 +5,9 @@ use std::collections::HashSet;
 
 use base64::Engine as _;
 
+pub use crate::config::InputLimitsConfig as InputLimits;
+use crate::config::limits::{MAX_INPUT_FILES, MAX_SOURCE_BYTES};
 use crate::sandbox::InputFile;
-
-/// Largest accepted Python source (1 MiB).
-pub const MAX_SOURCE_BYTES: usize = 1024 * 1024;
-/// Most input files per request.
-pub const MAX_INPUT_FILES: usize = 64;
-
-/// The configured input limits, in KB (1 KB = 1024 B).
-#[derive(Debug, Clone, Copy)]
-pub struct InputLimits {
-    pub max_file_kb: u64,
-    pub max_total_file_kb: u64,
-}
-
-impl Default for InputLimits {
-    fn default() -> Self {
-        Self {
-            max_file_kb: 10240,
-            max_total_file_kb: 51200,
-        }
-    }
-}
-
-impl InputLimits {
-    /// The HTTP body ceiling derived from the aggregate allowance T:
-    /// 4 * ceil(T / 3) + 4 * (64 - 1) + 8 MiB.
-    pub fn http_body_limit(&self) -> u64 {
-        let t = self.max_total_file_kb * 1024;
-        4 * t.div_ceil(3) + 4 * (MAX_INPUT_FILES as u64 - 1) + 8 * 1024 * 1024
-    }
-}
 
 /// One file as sent by the client.
 #[derive(Debug, Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]

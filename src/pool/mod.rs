@@ -2,18 +2,41 @@
 //! at a time, fed by one shared FIFO queue of bounded capacity. Prewarmed workers keep a booted sandbox
 //! ready and boot a clean replacement right after each execution. Health is published through atomics
 //! only, so probes never touch the queue lock.
+//!
+//! The pool knows sandboxes only through [`Backend`] ("boot a ready sandbox", "run a job in it"), so
+//! its queue, prewarming, cancellation, overload and drain logic are tested without V8 (see the
+//! tests below); `engine.rs` implements it for the real engine.
 
+mod engine;
+
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use std::cell::Cell;
-
 use tokio::sync::oneshot;
 
-use crate::sandbox::{Engine, EngineError, ErrorKind, ExecError, ExecRequest, ExecResult, Sandbox};
 use crate::telemetry::{self, InitPhase, QueueExit, Rejection, WorkerState};
+
+/// What the pool needs of sandboxes.
+pub trait Backend: Send + Sync + 'static {
+    /// A ready sandbox: booted and used on one worker thread only (it need not be `Send`).
+    type Sandbox;
+    /// What a call asks for.
+    type Job: Send + 'static;
+    /// What a call gets back.
+    type Output: Send + 'static;
+
+    /// Boots a fresh sandbox; the error is the reason, for the caller and the log.
+    fn boot(&self) -> Result<Self::Sandbox, String>;
+
+    /// Settles a sandbox booted ahead of its call (skipped when a job is already waiting for it).
+    fn settle(&self, _sandbox: &mut Self::Sandbox) {}
+
+    /// Runs `job`. The pool drops the used sandbox after the reply has been sent.
+    fn run(&self, sandbox: &mut Self::Sandbox, job: Self::Job) -> Self::Output;
+}
 
 /// Pool sizing.
 #[derive(Debug, Clone, Copy)]
@@ -23,25 +46,41 @@ pub struct PoolConfig {
     pub prewarmed_workers: usize,
 }
 
-/// An execution's result and where its time went.
+/// A job's outcome and where its time went.
 #[derive(Debug)]
-pub struct Completed {
-    pub result: ExecResult,
+pub struct Completed<O> {
+    pub result: Result<O, JobError>,
     /// Time spent waiting for a worker.
     pub queue_wait: Duration,
     /// Time on the worker: sandbox start-up (when not prewarmed) plus execution.
     pub execution: Duration,
 }
 
-impl Completed {
-    /// A result produced without running anything.
-    pub fn immediate(result: ExecResult) -> Self {
-        Self {
-            result,
-            queue_wait: Duration::ZERO,
-            execution: Duration::ZERO,
-        }
-    }
+/// Why a queued job produced no output.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobError {
+    /// The sandbox for it could not boot.
+    #[error("{0}")]
+    Boot(String),
+    /// The pool shut down while it was queued.
+    #[error("the server is shutting down; this queued execution was cancelled")]
+    ShuttingDown,
+    /// The worker running it ended unexpectedly.
+    #[error("the worker running this execution stopped unexpectedly")]
+    WorkerLost,
+}
+
+/// Why a job could not be queued.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    #[error(
+        "the execution queue is full ({waiting} waiting, workers.queue_capacity = {capacity}); retry later"
+    )]
+    Overloaded { waiting: usize, capacity: usize },
+    #[error("the server is shutting down and accepts no new executions")]
+    ShuttingDown,
+    #[error("the execution queue is broken")]
+    Unavailable,
 }
 
 /// Health counters, read by the probes without locking anything.
@@ -76,32 +115,31 @@ impl Health {
     }
 }
 
-struct Job {
+struct Job<J, O> {
     id: u64,
-    request: ExecRequest,
+    job: J,
     enqueued: Instant,
     started: Arc<AtomicBool>,
-    reply: oneshot::Sender<Completed>,
+    reply: oneshot::Sender<Completed<O>>,
 }
 
-#[derive(Default)]
-struct Queue {
-    jobs: VecDeque<Job>,
+struct Queue<J, O> {
+    jobs: VecDeque<Job<J, O>>,
     closed: bool,
     /// Idle workers holding a ready sandbox: while any exists, workers without one leave jobs to them.
     ready_idle: usize,
 }
 
-struct Shared {
-    queue: Mutex<Queue>,
+struct Shared<J, O> {
+    queue: Mutex<Queue<J, O>>,
     available: Condvar,
     capacity: usize,
     next_id: AtomicU64,
     health: Arc<Health>,
 }
 
-impl Shared {
-    fn lock(&self) -> Option<MutexGuard<'_, Queue>> {
+impl<J, O> Shared<J, O> {
+    fn lock(&self) -> Option<MutexGuard<'_, Queue<J, O>>> {
         match self.queue.lock() {
             Ok(q) => Some(q),
             Err(_) => {
@@ -122,23 +160,36 @@ pub enum PoolError {
 }
 
 /// Handle to the pool; cheap to clone.
-#[derive(Clone)]
-pub struct Pool {
-    shared: Arc<Shared>,
+pub struct Pool<B: Backend> {
+    shared: Arc<Shared<B::Job, B::Output>>,
 }
 
-impl Pool {
+impl<B: Backend> Clone for Pool<B> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// The pool of the real engine.
+pub type ExecPool = Pool<crate::sandbox::Engine>;
+
+impl<B: Backend> Pool<B> {
     /// Starts the workers and waits until every prewarmed worker has booted its first sandbox.
-    pub fn start(engine: Engine, config: PoolConfig) -> Result<Self, PoolError> {
+    pub fn start(backend: Arc<B>, config: PoolConfig) -> Result<Self, PoolError> {
         let health = Arc::new(Health::default());
         let shared = Arc::new(Shared {
-            queue: Mutex::new(Queue::default()),
+            queue: Mutex::new(Queue {
+                jobs: VecDeque::new(),
+                closed: false,
+                ready_idle: 0,
+            }),
             available: Condvar::new(),
             capacity: config.queue_capacity,
             next_id: AtomicU64::new(1),
             health: health.clone(),
         });
-        let fault_marker = test_fault_marker();
         let mut acks = Vec::new();
         for index in 0..config.max_workers.max(1) {
             let prewarmed = index < config.prewarmed_workers;
@@ -146,9 +197,8 @@ impl Pool {
             let worker = Worker {
                 index,
                 prewarmed,
-                engine: engine.clone(),
+                backend: backend.clone(),
                 shared: shared.clone(),
-                fault_marker: fault_marker.clone(),
             };
             health.started_workers.fetch_add(1, Ordering::SeqCst);
             health.live_workers.fetch_add(1, Ordering::SeqCst);
@@ -182,41 +232,32 @@ impl Pool {
         self.shared.health.clone()
     }
 
-    /// Queues `request`; an overload or shutdown error when it cannot be queued.
-    pub fn submit(&self, request: ExecRequest) -> Result<Ticket, ExecError> {
+    /// Queues `job`; an overload or shutdown error when it cannot be queued.
+    pub fn submit(&self, job: B::Job) -> Result<Ticket<B::Job, B::Output>, SubmitError> {
         if !self.shared.health.accepting.load(Ordering::SeqCst) {
             telemetry::rejection(Rejection::Shutdown);
-            return Err(shutting_down());
+            return Err(SubmitError::ShuttingDown);
         }
         let Some(mut queue) = self.shared.lock() else {
-            return Err(ExecError::new(
-                ErrorKind::Runtime,
-                "Unavailable",
-                "the execution queue is broken",
-            ));
+            return Err(SubmitError::Unavailable);
         };
         if queue.closed {
             telemetry::rejection(Rejection::Shutdown);
-            return Err(shutting_down());
+            return Err(SubmitError::ShuttingDown);
         }
         if queue.jobs.len() >= self.shared.capacity {
             telemetry::rejection(Rejection::QueueFull);
-            return Err(ExecError::new(
-                ErrorKind::Overload,
-                "Overloaded",
-                format!(
-                    "the execution queue is full ({} waiting, workers.queue_capacity = {}); retry later",
-                    queue.jobs.len(),
-                    self.shared.capacity
-                ),
-            ));
+            return Err(SubmitError::Overloaded {
+                waiting: queue.jobs.len(),
+                capacity: self.shared.capacity,
+            });
         }
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (reply, receiver) = oneshot::channel();
         let started = Arc::new(AtomicBool::new(false));
         queue.jobs.push_back(Job {
             id,
-            request,
+            job,
             enqueued: Instant::now(),
             started: started.clone(),
             reply,
@@ -233,11 +274,11 @@ impl Pool {
         })
     }
 
-    /// Starts shutdown: no new submissions, queued jobs are answered with a runtime error, workers
-    /// finish what they run and exit.
+    /// Starts shutdown: no new submissions, queued jobs are answered with `JobError::ShuttingDown`,
+    /// workers finish what they run and exit.
     pub fn shutdown(&self) {
         self.shared.health.accepting.store(false, Ordering::SeqCst);
-        let drained: Vec<Job> = match self.shared.lock() {
+        let drained: Vec<Job<B::Job, B::Output>> = match self.shared.lock() {
             Some(mut queue) => {
                 queue.closed = true;
                 queue.jobs.drain(..).collect()
@@ -247,14 +288,12 @@ impl Pool {
         telemetry::queue_depth(0);
         self.shared.available.notify_all();
         for job in drained {
-            telemetry::queue_wait(QueueExit::Shutdown, job.enqueued.elapsed());
+            let waited = job.enqueued.elapsed();
+            telemetry::queue_wait(QueueExit::Shutdown, waited);
             let _ = job.reply.send(Completed {
-                queue_wait: job.enqueued.elapsed(),
-                ..Completed::immediate(ExecResult::failure(ExecError::new(
-                    ErrorKind::Runtime,
-                    "ServerShuttingDown",
-                    "the server is shutting down; this queued execution was cancelled",
-                )))
+                result: Err(JobError::ShuttingDown),
+                queue_wait: waited,
+                execution: Duration::ZERO,
             });
         }
     }
@@ -265,24 +304,16 @@ impl Pool {
     }
 }
 
-fn shutting_down() -> ExecError {
-    ExecError::new(
-        ErrorKind::Runtime,
-        "ServerShuttingDown",
-        "the server is shutting down and accepts no new executions",
-    )
-}
-
-/// A queued or running execution. Dropping it while still queued removes the job from the queue
+/// A queued or running job. Dropping it while still queued removes the job from the queue
 /// (cancellation); a running job finishes and its result is discarded.
-pub struct Ticket {
+pub struct Ticket<J, O> {
     id: u64,
     started: Arc<AtomicBool>,
-    receiver: Option<oneshot::Receiver<Completed>>,
-    shared: Arc<Shared>,
+    receiver: Option<oneshot::Receiver<Completed<O>>>,
+    shared: Arc<Shared<J, O>>,
 }
 
-impl Ticket {
+impl<J, O> Ticket<J, O> {
     /// Whether a worker has taken the job.
     pub fn started(&self) -> bool {
         self.started.load(Ordering::SeqCst)
@@ -298,22 +329,20 @@ impl Ticket {
             .map(|p| p + 1)
     }
 
-    /// Waits for the result.
-    pub async fn wait(&mut self) -> Completed {
+    /// Waits for the outcome.
+    pub async fn wait(&mut self) -> Completed<O> {
         let receiver = self.receiver.as_mut().expect("waited once");
-        let completed = receiver.await.unwrap_or_else(|_| {
-            Completed::immediate(ExecResult::failure(ExecError::new(
-                ErrorKind::Runtime,
-                "WorkerLost",
-                "the worker running this execution stopped unexpectedly",
-            )))
+        let completed = receiver.await.unwrap_or(Completed {
+            result: Err(JobError::WorkerLost),
+            queue_wait: Duration::ZERO,
+            execution: Duration::ZERO,
         });
         self.receiver = None;
         completed
     }
 }
 
-impl Drop for Ticket {
+impl<J, O> Drop for Ticket<J, O> {
     fn drop(&mut self) {
         if self.receiver.is_none() || self.started() {
             return;
@@ -328,12 +357,11 @@ impl Drop for Ticket {
     }
 }
 
-struct Worker {
+struct Worker<B: Backend> {
     index: usize,
     prewarmed: bool,
-    engine: Engine,
-    shared: Arc<Shared>,
-    fault_marker: Option<String>,
+    backend: Arc<B>,
+    shared: Arc<Shared<B::Job, B::Output>>,
 }
 
 /// Tracks the worker's state for the metrics and counts the worker out when its thread ends, as an
@@ -369,7 +397,7 @@ impl Drop for LiveGuard {
     }
 }
 
-impl Worker {
+impl<B: Backend> Worker<B> {
     fn run(self, ack: std::sync::mpsc::Sender<Result<(), String>>) {
         let initial = if self.prewarmed {
             WorkerState::Initializing
@@ -377,7 +405,7 @@ impl Worker {
             WorkerState::Idle
         };
         let guard = LiveGuard::new(self.shared.health.clone(), initial);
-        let mut ready: Option<Sandbox> = None;
+        let mut ready: Option<B::Sandbox> = None;
         if self.prewarmed {
             match self.boot(&guard, InitPhase::Startup) {
                 Ok(sandbox) => {
@@ -385,7 +413,7 @@ impl Worker {
                     let _ = ack.send(Ok(()));
                 }
                 Err(e) => {
-                    let _ = ack.send(Err(e.to_string()));
+                    let _ = ack.send(Err(e));
                     return;
                 }
             }
@@ -396,7 +424,6 @@ impl Worker {
             let queue_wait = job.enqueued.elapsed();
             telemetry::queue_wait(QueueExit::Dispatched, queue_wait);
             let started = Instant::now();
-            self.test_fault(&job.request);
             let sandbox = match ready.take() {
                 Some(sandbox) => Ok(sandbox),
                 None => self.boot(&guard, InitPhase::OnDemand),
@@ -404,19 +431,10 @@ impl Worker {
             let (result, used) = match sandbox {
                 Ok(mut sandbox) => {
                     guard.set(WorkerState::Executing);
-                    let executing = Instant::now();
-                    let result = sandbox.run(job.request);
-                    telemetry::python_execution(execution_outcome(&result), executing.elapsed());
-                    (result, Some(sandbox))
+                    let output = self.backend.run(&mut sandbox, job.job);
+                    (Ok(output), Some(sandbox))
                 }
-                Err(e) => (
-                    ExecResult::failure(ExecError::new(
-                        ErrorKind::Runtime,
-                        "SandboxStartupError",
-                        e.to_string(),
-                    )),
-                    None,
-                ),
+                Err(e) => (Err(JobError::Boot(e)), None),
             };
             let _ = job.reply.send(Completed {
                 result,
@@ -440,10 +458,10 @@ impl Worker {
     }
 
     /// Boots a sandbox, as the worker's `initializing` state, recording how long it took.
-    fn boot(&self, guard: &LiveGuard, phase: InitPhase) -> Result<Sandbox, EngineError> {
+    fn boot(&self, guard: &LiveGuard, phase: InitPhase) -> Result<B::Sandbox, String> {
         guard.set(WorkerState::Initializing);
         let started = Instant::now();
-        let mut sandbox = self.engine.boot();
+        let mut sandbox = self.backend.boot();
         let took = started.elapsed();
         telemetry::isolate_initialization(phase, sandbox.is_ok(), took);
         tracing::debug!(
@@ -453,13 +471,13 @@ impl Worker {
             ms = took.as_secs_f64() * 1000.0,
             "sandbox boot"
         );
-        // A sandbox prepared ahead of its call settles its heap now rather than during the call;
-        // not when a job already waits for it (the collection would only delay that job).
+        // A sandbox prepared ahead of its call settles now rather than during the call; not when a
+        // job already waits for it (settling would only delay that job).
         if !matches!(phase, InitPhase::OnDemand)
             && !self.jobs_waiting()
             && let Ok(sandbox) = &mut sandbox
         {
-            sandbox.collect_garbage();
+            self.backend.settle(sandbox);
         }
         guard.set(WorkerState::Idle);
         sandbox
@@ -476,7 +494,7 @@ impl Worker {
     /// The next job in FIFO order; `None` when the pool shuts down (or its queue broke). A worker
     /// without a ready sandbox takes a job only when no idle worker has one, so a call finds a
     /// prewarmed sandbox whenever one exists.
-    fn next_job(&self, has_ready_sandbox: bool) -> Option<Job> {
+    fn next_job(&self, has_ready_sandbox: bool) -> Option<Job<B::Job, B::Output>> {
         let mut queue = self.shared.lock()?;
         if has_ready_sandbox {
             queue.ready_idle += 1;
@@ -505,36 +523,7 @@ impl Worker {
         }
         job
     }
-
-    /// Debug builds only: panics when the code contains the marker named by
-    /// CODE_INTERPRETER_MCP_TEST_PANIC_MARKER, so tests can exercise worker loss.
-    fn test_fault(&self, request: &ExecRequest) {
-        if let Some(marker) = &self.fault_marker
-            && request.code.contains(marker.as_str())
-        {
-            panic!("test fault hook: worker {} panics on request", self.index);
-        }
-    }
 }
 
-#[cfg(debug_assertions)]
-fn test_fault_marker() -> Option<String> {
-    std::env::var("CODE_INTERPRETER_MCP_TEST_PANIC_MARKER")
-        .ok()
-        .filter(|m| !m.is_empty())
-}
-
-#[cfg(not(debug_assertions))]
-fn test_fault_marker() -> Option<String> {
-    None
-}
-
-/// The python_execution_duration_seconds outcome label of a result.
-fn execution_outcome(result: &ExecResult) -> &'static str {
-    match result.error.as_ref().map(|e| e.kind) {
-        None => "success",
-        Some(ErrorKind::Python) => "python_error",
-        Some(ErrorKind::Timeout) => "timeout",
-        Some(_) => "runtime_failure",
-    }
-}
+#[cfg(test)]
+mod tests;

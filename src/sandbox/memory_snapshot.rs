@@ -180,22 +180,22 @@ fn is_zero(bytes: &[u8]) -> bool {
 /// engine.
 pub fn key(assets: &Assets, modules: &Modules) -> String {
     let mut hash = Sha256::new();
-    let parts: [&[u8]; 9] = [
+    let glue = super::ops::JAVASCRIPT.map(str::as_bytes);
+    let parts: [&[u8]; 8] = [
         crate::assets::PYODIDE_VERSION.as_bytes(),
         env!("CARGO_PKG_VERSION").as_bytes(),
-        include_str!("js/runtime.js").as_bytes(),
-        super::RUNNER_PY.as_bytes(),
+        super::ops::RUNNER_PY.as_bytes(),
         &assets.wasm,
         &assets.stdlib,
         modules.source("pyodide.mjs").as_bytes(),
         modules.source("pyodide.asm.mjs").as_bytes(),
         assets.lock_json.as_bytes(),
     ];
-    for part in parts {
+    for part in glue.iter().chain(&parts) {
         hash.update((part.len() as u64).to_le_bytes());
         hash.update(part);
     }
-    crate::packages::hex(&hash.finalize()[..12])
+    hex::encode(&hash.finalize()[..12])
 }
 
 fn dir(cache_dir: &Path) -> PathBuf {

@@ -1,4 +1,4 @@
-//! The sandbox's only network door: HTTPS requests to allowlisted hosts, performed in Rust on the
+//! The sandboxes' only network door: HTTPS requests to allowlisted hosts, performed in Rust on the
 //! engine's I/O runtime, with redirects re-checked against the allowlist, a cap on response size,
 //! optional extra trusted CA certificates, and an in-memory cache of downloaded package artifacts.
 
@@ -9,8 +9,7 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use url::Url;
 
-/// Largest response body a sandbox may receive (100 MiB).
-pub const MAX_RESPONSE_BYTES: usize = 100 * 1024 * 1024;
+pub use crate::config::limits::MAX_RESPONSE_BYTES;
 const MAX_REDIRECTS: usize = 10;
 /// The artifact cache stops taking new entries beyond this many bytes (1 GiB).
 const MAX_CACHE_BYTES: usize = 1024 * 1024 * 1024;

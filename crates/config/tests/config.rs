@@ -1,0 +1,475 @@
+//! Configuration: discovery and merge order, array replacement versus table merge, explicit --config
+//! lists, environment overrides, every validation rule and the generated reference (without V8: the
+//! configuration crate alone). The server binary's handling of it is tested in tests/it/config.rs.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use code_interpreter_mcp_config::{
+    self as config, AppConfig, BootMode, ConfigError, Loaded, LogFormat, Source,
+};
+
+/// A fresh temporary directory.
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("cim-config-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn load_with(
+    dir: &Path,
+    explicit: &[PathBuf],
+    env: &[(&str, &str)],
+) -> Result<Loaded, ConfigError> {
+    let env: HashMap<String, String> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    config::load(explicit, dir, &|k| env.get(k).cloned())
+}
+
+fn load(dir: &Path) -> Loaded {
+    load_with(dir, &[], &[]).expect("valid configuration")
+}
+
+fn error(dir: &Path, env: &[(&str, &str)]) -> String {
+    load_with(dir, &[], env)
+        .expect_err("invalid configuration")
+        .0
+}
+
+#[test]
+fn no_files_gives_the_defaults() {
+    let dir = temp_dir("defaults");
+    let loaded = load(&dir);
+    assert_eq!(loaded.config, AppConfig::default());
+    assert!(loaded.files.is_empty());
+    assert_eq!(loaded.config.bind_addr, "127.0.0.1:8000");
+    assert_eq!(loaded.config.workers.max_workers, 2);
+    assert_eq!(loaded.config.workers.queue_capacity, 8);
+    assert_eq!(loaded.config.workers.prewarmed_workers, 1);
+    assert_eq!(loaded.config.workers.memory_limit_mb, 512);
+    assert_eq!(loaded.config.input_limits.max_file_kb, 10240);
+    assert_eq!(loaded.config.input_limits.max_total_file_kb, 51200);
+    assert_eq!(loaded.config.search.min_hits, 3);
+    assert!(loaded.config.code_snippets.enabled);
+    assert_eq!(loaded.config.integrations.prometheus.port, 3131);
+}
+
+#[test]
+fn auto_files_merge_in_file_name_order() {
+    let dir = temp_dir("order");
+    write(
+        &dir,
+        "code-interpreter-mcp.toml",
+        "bind_addr = \"127.0.0.1:9000\"\n[workers]\nmax_workers = 4\n",
+    );
+    write(
+        &dir,
+        "b.auto.code-interpreter-mcp.toml",
+        "[workers]\nmax_workers = 6\n",
+    );
+    write(
+        &dir,
+        "a.auto.code-interpreter-mcp.toml",
+        "[workers]\nmax_workers = 5\nqueue_capacity = 3\n",
+    );
+    write(&dir, "unrelated.toml", "this is not loaded = [");
+    let loaded = load(&dir);
+    let names: Vec<_> = loaded
+        .files
+        .iter()
+        .map(|f| f.file_name().unwrap().to_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "a.auto.code-interpreter-mcp.toml",
+            "b.auto.code-interpreter-mcp.toml",
+            "code-interpreter-mcp.toml"
+        ]
+    );
+    // code-interpreter-mcp.toml sorts last and wins for max_workers; queue_capacity survives from a.
+    assert_eq!(loaded.config.workers.max_workers, 4);
+    assert_eq!(loaded.config.workers.queue_capacity, 3);
+    assert_eq!(loaded.config.bind_addr, "127.0.0.1:9000");
+    assert_eq!(
+        loaded.sources["workers.queue_capacity"],
+        Source::File(dir.join("a.auto.code-interpreter-mcp.toml"))
+    );
+}
+
+#[test]
+fn arrays_are_replaced_and_tables_merged() {
+    let dir = temp_dir("arrays");
+    write(
+        &dir,
+        "a.auto.code-interpreter-mcp.toml",
+        "allowed_hosts = [\"one.example\", \"two.example\"]\n[input_limits]\nmax_file_kb = 100\n",
+    );
+    write(
+        &dir,
+        "b.auto.code-interpreter-mcp.toml",
+        "allowed_hosts = [\"three.example\"]\n[input_limits]\nmax_total_file_kb = 200\n",
+    );
+    let loaded = load(&dir);
+    assert_eq!(loaded.config.allowed_hosts, ["three.example"]);
+    assert_eq!(loaded.config.input_limits.max_file_kb, 100);
+    assert_eq!(loaded.config.input_limits.max_total_file_kb, 200);
+}
+
+#[test]
+fn explicit_config_files_replace_discovery_and_must_exist() {
+    let dir = temp_dir("explicit");
+    write(
+        &dir,
+        "code-interpreter-mcp.toml",
+        "[workers]\nmax_workers = 9\n",
+    );
+    let one = write(
+        &dir,
+        "one.toml",
+        "[workers]\nmax_workers = 3\nqueue_capacity = 1\n",
+    );
+    let two = write(&dir, "two.toml", "[workers]\nmax_workers = 4\n");
+    let loaded = load_with(&dir, &[one.clone(), two.clone()], &[]).unwrap();
+    assert_eq!(loaded.files, [one.clone(), two]);
+    assert_eq!(
+        loaded.config.workers.max_workers, 4,
+        "later --config wins; discovery is off"
+    );
+    assert_eq!(loaded.config.workers.queue_capacity, 1);
+
+    let missing = dir.join("missing.toml");
+    let err = load_with(&dir, &[one, missing.clone()], &[]).unwrap_err().0;
+    assert!(
+        err.contains(&missing.display().to_string()) && err.contains("does not exist"),
+        "{err}"
+    );
+}
+
+#[test]
+fn every_environment_override_applies_after_files() {
+    let dir = temp_dir("env");
+    write(
+        &dir,
+        "code-interpreter-mcp.toml",
+        "bind_addr = \"127.0.0.1:9000\"\n[workers]\nmax_workers = 4\n",
+    );
+    let env = [
+        ("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0"),
+        (
+            "CODE_INTERPRETER_MCP_ALLOWED_HOSTS",
+            "a.example, ,b.example",
+        ),
+        ("CODE_INTERPRETER_MCP_ASSET_DIR", "/opt/pyodide"),
+        ("CODE_INTERPRETER_MCP_PACKAGE_CACHE_DIR", "/var/cache/cim"),
+        ("CODE_INTERPRETER_MCP_PACKAGE_BASE_URL", "/srv/wheels"),
+        (
+            "CODE_INTERPRETER_MCP_PACKAGE_INDEX_URLS",
+            "https://pypi.internal/simple,https://mirror.internal/pypi/{package_name}/json",
+        ),
+        (
+            "CODE_INTERPRETER_MCP_EXTRA_CA_CERTS",
+            "/etc/ssl/private-ca.pem",
+        ),
+        ("CODE_INTERPRETER_MCP_RUNTIME_PACKAGE_INSTALLATION", "false"),
+        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "3"),
+        ("CODE_INTERPRETER_MCP_QUEUE_CAPACITY", "5"),
+        ("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "2"),
+        ("CODE_INTERPRETER_MCP_MEMORY_LIMIT_MB", "256"),
+        ("CODE_INTERPRETER_MCP_WASM_MEMORY_LIMIT_MB", "1024"),
+        ("CODE_INTERPRETER_MCP_BOOT", "full"),
+        (
+            "CODE_INTERPRETER_MCP_HTTP_ALLOWED_HOSTS",
+            " mcp.example.com ,, proxy.example.com:8443 ",
+        ),
+        (
+            "CODE_INTERPRETER_MCP_HTTP_ALLOWED_ORIGINS",
+            "https://app.example.com",
+        ),
+        ("CODE_INTERPRETER_MCP_SKIP_HOST_HEADER_VERIFICATION", "true"),
+        ("CODE_INTERPRETER_MCP_LOG_FORMAT", "json"),
+        ("CODE_INTERPRETER_MCP_MAX_FILE_KB", "2048"),
+        ("CODE_INTERPRETER_MCP_MAX_TOTAL_FILE_KB", "4096"),
+        ("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true"),
+        ("CODE_INTERPRETER_MCP_PROMETHEUS_HOST", "::1"),
+        ("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", "9100"),
+        ("TOKIO_WORKER_THREADS", "2"),
+    ];
+    let loaded = load_with(&dir, &[], &env).unwrap();
+    let c = &loaded.config;
+    assert_eq!(c.bind_addr, "127.0.0.1:0");
+    assert_eq!(c.allowed_hosts, ["a.example", "b.example"]);
+    assert_eq!(c.asset_dir, "/opt/pyodide");
+    assert_eq!(c.package_cache_dir, "/var/cache/cim");
+    assert_eq!(c.package_base_url, "/srv/wheels");
+    assert_eq!(
+        c.package_index_urls,
+        [
+            "https://pypi.internal/simple",
+            "https://mirror.internal/pypi/{package_name}/json"
+        ]
+    );
+    assert_eq!(c.extra_ca_certs, ["/etc/ssl/private-ca.pem"]);
+    assert!(!c.runtime_package_installation);
+    assert_eq!(c.workers.max_workers, 3);
+    assert_eq!(c.workers.queue_capacity, 5);
+    assert_eq!(c.workers.prewarmed_workers, 2);
+    assert_eq!(c.workers.memory_limit_mb, 256);
+    assert_eq!(c.workers.wasm_memory_limit_mb, 1024);
+    assert_eq!(c.workers.boot, BootMode::Full);
+    assert_eq!(
+        c.http_allowed_hosts,
+        ["mcp.example.com", "proxy.example.com:8443"]
+    );
+    assert_eq!(c.http_allowed_origins, ["https://app.example.com"]);
+    assert!(c.skip_host_header_verification);
+    assert_eq!(c.log_format, LogFormat::Json);
+    assert_eq!(c.input_limits.max_file_kb, 2048);
+    assert_eq!(c.input_limits.max_total_file_kb, 4096);
+    assert!(c.integrations.prometheus.enabled);
+    assert_eq!(c.integrations.prometheus.host, "::1");
+    assert_eq!(c.integrations.prometheus.port, 9100);
+    assert_eq!(loaded.tokio_worker_threads, Some(2));
+    assert_eq!(
+        loaded.sources["workers.max_workers"],
+        Source::Env("CODE_INTERPRETER_MCP_MAX_WORKERS".into())
+    );
+    // Every variable named by the key reference was exercised here.
+    for key in config::keys() {
+        if let Some(var) = key.env {
+            assert!(
+                env.iter().any(|(k, _)| *k == var),
+                "{var} is not covered by this test"
+            );
+        }
+    }
+}
+
+#[test]
+fn validation_rules_name_the_key_the_source_and_what_is_allowed() {
+    let dir = temp_dir("rules");
+    let file = dir.join("code-interpreter-mcp.toml");
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "[input_limits]\nmax_file_kb = 0\n",
+            &["input_limits.max_file_kb", "1..=1048576"],
+        ),
+        (
+            "[input_limits]\nmax_total_file_kb = 1048577\n",
+            &["input_limits.max_total_file_kb", "1..=1048576"],
+        ),
+        (
+            "[input_limits]\nmax_file_kb = 300\nmax_total_file_kb = 200\n",
+            &[
+                "input_limits.max_file_kb",
+                "must not exceed input_limits.max_total_file_kb",
+            ],
+        ),
+        (
+            "[workers]\nmemory_limit_mb = 0\n",
+            &["workers.memory_limit_mb", "positive"],
+        ),
+        (
+            "[workers]\nmemory_limit_mb = 17592186044416\n",
+            &["workers.memory_limit_mb"],
+        ),
+        (
+            "[workers]\nmemory_limit_mb = -5\n",
+            &["workers.memory_limit_mb"],
+        ),
+        (
+            "[workers]\nmax_workers = 0\n",
+            &["workers.max_workers", "1..=1024"],
+        ),
+        (
+            "[workers]\nmax_workers = 2\nprewarmed_workers = 3\n",
+            &[
+                "workers.prewarmed_workers",
+                "must not exceed workers.max_workers",
+            ],
+        ),
+        (
+            "preinstall_packages = [\"pandas\", \" \"]\n",
+            &["preinstall_packages", "micropip requirements"],
+        ),
+        (
+            "package_index_urls = [\"http://pypi.internal/simple\"]\n",
+            &["package_index_urls", "https://"],
+        ),
+        ("extra_ca_certs = [\"\"]\n", &["extra_ca_certs", "PEM"]),
+        (
+            "[workers]\nwasm_memory_limit_mb = 8\n",
+            &["workers.wasm_memory_limit_mb", "16..=4096"],
+        ),
+        (
+            "bind_addr = \"localhost\"\n",
+            &["bind_addr", "socket address"],
+        ),
+        (
+            "log_format = \"xml\"\n",
+            &["log_format", "\"text\" or \"json\""],
+        ),
+        (
+            "[workers]\nboot = \"fast\"\n",
+            &["workers.boot", "\"snapshot\" or \"full\""],
+        ),
+        (
+            "allowed_hosts = [\"https://pypi.org\"]\n",
+            &["allowed_hosts", "bare host name"],
+        ),
+        (
+            "http_allowed_origins = [\"app.example.com\"]\n",
+            &["http_allowed_origins", "origin"],
+        ),
+        (
+            "[integrations.prometheus]\nenabled = true\nhost = \"localhost\"\n",
+            &["integrations.prometheus.host", "IPv4 or IPv6"],
+        ),
+        (
+            "[integrations.prometheus]\nenabled = true\nport = 0\n",
+            &["integrations.prometheus.port", "1..=65535"],
+        ),
+        (
+            "[integrations.prometheus]\nenabled = true\nport = 70000\n",
+            &["integrations.prometheus.port", "1..=65535"],
+        ),
+        (
+            "bind_addr = \"0.0.0.0:3131\"\n[integrations.prometheus]\nenabled = true\nhost = \"127.0.0.1\"\n",
+            &[
+                "integrations.prometheus.port",
+                "must differ from bind_addr's port",
+            ],
+        ),
+        (
+            "[workers]\nmax_wrokers = 2\n",
+            &["workers.max_wrokers", "unknown field"],
+        ),
+        ("unknown_top = 1\n", &["unknown_top", "unknown field"]),
+        (
+            "[workers]\nmax_workers = \"two\"\n",
+            &["workers.max_workers", "invalid type"],
+        ),
+        (
+            "runtime_package_installation = \"yes\"\n",
+            &["runtime_package_installation", "invalid type"],
+        ),
+        (
+            "[code_snippets.snippets.x]\ntitle = \"t\"\n",
+            &["code_snippets.snippets.x", "missing field"],
+        ),
+    ];
+    for (text, needles) in cases {
+        std::fs::write(&file, text).unwrap();
+        let err = error(&dir, &[]);
+        for needle in *needles {
+            assert!(err.contains(needle), "{text:?}: {err:?} lacks {needle:?}");
+        }
+        assert!(
+            err.contains(&file.display().to_string()),
+            "{text:?}: {err:?} lacks the file"
+        );
+    }
+    std::fs::remove_file(&file).unwrap();
+
+    for (var, value, needle) in [
+        (
+            "CODE_INTERPRETER_MCP_SKIP_HOST_HEADER_VERIFICATION",
+            "yes",
+            "must be true or false",
+        ),
+        (
+            "CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED",
+            "1",
+            "must be true or false",
+        ),
+        (
+            "CODE_INTERPRETER_MCP_MAX_WORKERS",
+            "many",
+            "must be an integer",
+        ),
+        ("CODE_INTERPRETER_MCP_MAX_FILE_KB", "0", "1..=1048576"),
+        ("TOKIO_WORKER_THREADS", "0", "positive integer"),
+        ("TOKIO_WORKER_THREADS", "four", "positive integer"),
+    ] {
+        let err = error(&dir, &[(var, value)]);
+        assert!(
+            err.contains(var) && err.contains(needle),
+            "{var}={value}: {err}"
+        );
+    }
+
+    write(&dir, "code-interpreter-mcp.toml", "[workers\n");
+    let err = error(&dir, &[]);
+    assert!(
+        err.contains("not valid TOML") && err.contains("code-interpreter-mcp.toml"),
+        "{err}"
+    );
+}
+
+#[test]
+fn snippets_and_their_defaults_load() {
+    let dir = temp_dir("snippets");
+    write(
+        &dir,
+        "code-interpreter-mcp.toml",
+        "[code_snippets.snippets.convert_docx_to_pdf]\ntitle = \"Convert DOCX to PDF\"\ndescription = \"d\"\ncode_snippet = '''\nprint(1)\n'''\n",
+    );
+    let loaded = load(&dir);
+    let s = &loaded.config.code_snippets.snippets["convert_docx_to_pdf"];
+    assert_eq!(s.title, "Convert DOCX to PDF");
+    assert!(s.tags.is_empty() && s.required_python_packages.is_empty());
+}
+
+#[test]
+fn committed_reference_is_current_and_the_check_catches_a_stale_copy() {
+    let committed =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/config-reference.json");
+    assert_eq!(
+        std::fs::read_to_string(&committed).unwrap(),
+        config::reference_json(),
+        "run `cargo run --bin gen-config-reference`"
+    );
+    let gen_bin = env!("CARGO_BIN_EXE_gen-config-reference");
+    let ok = Command::new(gen_bin).arg("--check").output().unwrap();
+    assert!(ok.status.success());
+
+    let dir = temp_dir("reference");
+    let stale = write(
+        &dir,
+        "reference.json",
+        &config::reference_json().replace("max_workers", "max_wrkers"),
+    );
+    let out = Command::new(gen_bin)
+        .args(["--check", "--path"])
+        .arg(&stale)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("stale"));
+
+    let reference: serde_json::Value = serde_json::from_str(&config::reference_json()).unwrap();
+    let keys = reference["keys"].as_array().unwrap();
+    let max_workers = keys
+        .iter()
+        .find(|k| k["key"] == "workers.max_workers")
+        .unwrap();
+    assert_eq!(max_workers["default"], 2);
+    assert_eq!(max_workers["env"], "CODE_INTERPRETER_MCP_MAX_WORKERS");
+    assert_eq!(max_workers["type"], "integer");
+    assert!(
+        max_workers["doc"]
+            .as_str()
+            .unwrap()
+            .contains("simultaneous")
+    );
+}

@@ -1,0 +1,51 @@
+//! The real engine as the pool's [`Backend`]: a job is an [`ExecRequest`], its output an
+//! [`ExecResult`]; Python execution time is recorded here, where it is measured.
+
+use std::time::Instant;
+
+use super::Backend;
+use crate::sandbox::{Engine, ExecRequest, ExecResult, Sandbox};
+use crate::telemetry;
+
+impl Backend for Engine {
+    type Sandbox = Sandbox;
+    type Job = ExecRequest;
+    type Output = ExecResult;
+
+    fn boot(&self) -> Result<Sandbox, String> {
+        Engine::boot(self).map_err(|e| e.to_string())
+    }
+
+    /// Finishes the garbage collection that booting started (see `Sandbox::collect_garbage`).
+    fn settle(&self, sandbox: &mut Sandbox) {
+        sandbox.collect_garbage();
+    }
+
+    fn run(&self, sandbox: &mut Sandbox, job: ExecRequest) -> ExecResult {
+        test_fault(&job);
+        let executing = Instant::now();
+        let result = sandbox.run(job);
+        telemetry::python_execution(result.outcome(), executing.elapsed());
+        result
+    }
+}
+
+/// Debug builds only: panics when the code contains the marker named by
+/// CODE_INTERPRETER_MCP_TEST_PANIC_MARKER, so tests can exercise worker loss.
+#[cfg(debug_assertions)]
+fn test_fault(request: &ExecRequest) {
+    static MARKER: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let marker = MARKER.get_or_init(|| {
+        std::env::var("CODE_INTERPRETER_MCP_TEST_PANIC_MARKER")
+            .ok()
+            .filter(|m| !m.is_empty())
+    });
+    if let Some(marker) = marker
+        && request.code.contains(marker.as_str())
+    {
+        panic!("test fault hook: the worker panics on request");
+    }
+}
+
+#[cfg(not(debug_assertions))]
+fn test_fault(_request: &ExecRequest) {}

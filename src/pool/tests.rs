@@ -1,0 +1,294 @@
+//! The pool's logic against a fake backend: no V8, no sleeps. Jobs report when they start and wait
+//! for the test to release them, so every ordering below is forced by channels.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::executor::block_on;
+
+use super::{Backend, JobError, Pool, PoolConfig, PoolError, SubmitError};
+
+/// Boots numbered sandboxes (or fails to, when told), runs jobs that announce themselves.
+#[derive(Default)]
+struct Fake {
+    boots: AtomicUsize,
+    fail_boots: AtomicBool,
+    /// (job name, sandbox number) in the order jobs started.
+    ran: Mutex<Vec<(&'static str, usize)>>,
+    settled: AtomicUsize,
+}
+
+struct FakeJob {
+    name: &'static str,
+    /// Told when the job starts running.
+    started: Option<Sender<()>>,
+    /// The job runs until this is released (or dropped).
+    hold: Option<Receiver<()>>,
+    panic: bool,
+}
+
+impl FakeJob {
+    fn quick(name: &'static str) -> Self {
+        Self {
+            name,
+            started: None,
+            hold: None,
+            panic: false,
+        }
+    }
+
+    /// A job that reports its start and then waits for the returned sender.
+    fn held(name: &'static str) -> (Self, Receiver<()>, Sender<()>) {
+        let (started_tx, started_rx) = channel();
+        let (release_tx, release_rx) = channel();
+        let job = Self {
+            name,
+            started: Some(started_tx),
+            hold: Some(release_rx),
+            panic: false,
+        };
+        (job, started_rx, release_tx)
+    }
+}
+
+impl Backend for Fake {
+    type Sandbox = usize;
+    type Job = FakeJob;
+    type Output = (&'static str, usize);
+
+    fn boot(&self) -> Result<usize, String> {
+        if self.fail_boots.load(Ordering::SeqCst) {
+            return Err("no sandbox today".into());
+        }
+        Ok(self.boots.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+
+    fn settle(&self, _sandbox: &mut usize) {
+        self.settled.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn run(&self, sandbox: &mut usize, job: FakeJob) -> (&'static str, usize) {
+        self.ran.lock().unwrap().push((job.name, *sandbox));
+        if let Some(started) = job.started {
+            let _ = started.send(());
+        }
+        if let Some(hold) = job.hold {
+            let _ = hold.recv();
+        }
+        if job.panic {
+            panic!("the fake job panics");
+        }
+        (job.name, *sandbox)
+    }
+}
+
+fn pool(backend: &Arc<Fake>, workers: usize, queue: usize, prewarmed: usize) -> Pool<Fake> {
+    Pool::start(
+        backend.clone(),
+        PoolConfig {
+            max_workers: workers,
+            queue_capacity: queue,
+            prewarmed_workers: prewarmed,
+        },
+    )
+    .expect("pool starts")
+}
+
+/// Whether a worker with a ready sandbox waits for a job.
+fn ready_idle(pool: &Pool<Fake>) -> bool {
+    pool.shared.lock().unwrap().ready_idle > 0
+}
+
+fn wait_until(what: &str, condition: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn jobs_run_in_fifo_order_and_return_their_output() {
+    let fake = Arc::new(Fake::default());
+    let pool = pool(&fake, 1, 8, 0);
+    let (first, started, release) = FakeJob::held("first");
+    let mut a = pool.submit(first).unwrap();
+    started.recv().unwrap();
+    let mut b = pool.submit(FakeJob::quick("second")).unwrap();
+    let mut c = pool.submit(FakeJob::quick("third")).unwrap();
+    assert_eq!((b.position(), c.position()), (Some(1), Some(2)));
+    assert!(a.started() && !b.started());
+    release.send(()).unwrap();
+    let outputs: Vec<_> = [&mut a, &mut b, &mut c]
+        .into_iter()
+        .map(|t| block_on(t.wait()).result.unwrap().0)
+        .collect();
+    assert_eq!(outputs, ["first", "second", "third"]);
+    let ran: Vec<_> = fake.ran.lock().unwrap().iter().map(|(n, _)| *n).collect();
+    assert_eq!(ran, ["first", "second", "third"]);
+    // Not prewarmed: one sandbox booted on demand per job, each used once.
+    assert_eq!(fake.boots.load(Ordering::SeqCst), 3);
+}
+
+#[test]
+fn a_full_queue_refuses_at_once() {
+    let fake = Arc::new(Fake::default());
+    let pool = pool(&fake, 1, 1, 0);
+    let (running, started, release) = FakeJob::held("running");
+    let mut a = pool.submit(running).unwrap();
+    started.recv().unwrap();
+    let mut b = pool.submit(FakeJob::quick("queued")).unwrap();
+    let refused = pool.submit(FakeJob::quick("refused")).err().unwrap();
+    assert_eq!(
+        refused,
+        SubmitError::Overloaded {
+            waiting: 1,
+            capacity: 1
+        }
+    );
+    assert!(refused.to_string().contains("workers.queue_capacity = 1"));
+    release.send(()).unwrap();
+    assert!(block_on(a.wait()).result.is_ok());
+    assert!(block_on(b.wait()).result.is_ok());
+}
+
+#[test]
+fn dropping_a_queued_ticket_removes_its_job() {
+    let fake = Arc::new(Fake::default());
+    let pool = pool(&fake, 1, 8, 0);
+    let (running, started, release) = FakeJob::held("running");
+    let mut a = pool.submit(running).unwrap();
+    started.recv().unwrap();
+    let cancelled = pool.submit(FakeJob::quick("cancelled")).unwrap();
+    let mut kept = pool.submit(FakeJob::quick("kept")).unwrap();
+    assert_eq!(kept.position(), Some(2));
+    drop(cancelled);
+    assert_eq!(kept.position(), Some(1), "the cancelled job left the queue");
+    release.send(()).unwrap();
+    block_on(a.wait()).result.unwrap();
+    block_on(kept.wait()).result.unwrap();
+    let ran: Vec<_> = fake.ran.lock().unwrap().iter().map(|(n, _)| *n).collect();
+    assert_eq!(ran, ["running", "kept"]);
+}
+
+#[test]
+fn a_prewarmed_sandbox_takes_the_call_and_is_replaced_after_it() {
+    let fake = Arc::new(Fake::default());
+    // Two workers, one prewarmed: start-up boots exactly one sandbox and settles it.
+    let pool = pool(&fake, 2, 8, 1);
+    assert_eq!(fake.boots.load(Ordering::SeqCst), 1);
+    assert_eq!(fake.settled.load(Ordering::SeqCst), 1);
+    wait_until("the prewarmed worker to wait", || ready_idle(&pool));
+    let mut t = pool.submit(FakeJob::quick("call")).unwrap();
+    assert_eq!(block_on(t.wait()).result.unwrap(), ("call", 1));
+    // The prewarmed worker boots (and settles) its replacement; the other worker booted nothing.
+    wait_until("the replacement", || ready_idle(&pool));
+    assert_eq!(fake.boots.load(Ordering::SeqCst), 2);
+    assert_eq!(fake.settled.load(Ordering::SeqCst), 2);
+    let mut t = pool.submit(FakeJob::quick("next")).unwrap();
+    assert_eq!(block_on(t.wait()).result.unwrap(), ("next", 2));
+}
+
+#[test]
+fn shutdown_answers_queued_jobs_lets_running_ones_finish_and_refuses_new_ones() {
+    let fake = Arc::new(Fake::default());
+    let pool = pool(&fake, 1, 8, 0);
+    let health = pool.health();
+    assert!(health.ready());
+    let (running, started, release) = FakeJob::held("running");
+    let mut a = pool.submit(running).unwrap();
+    started.recv().unwrap();
+    let mut queued = pool.submit(FakeJob::quick("queued")).unwrap();
+    pool.shutdown();
+    assert!(!health.ready() && health.live());
+    assert_eq!(
+        block_on(queued.wait()).result.unwrap_err(),
+        JobError::ShuttingDown
+    );
+    assert_eq!(
+        pool.submit(FakeJob::quick("late")).err().unwrap(),
+        SubmitError::ShuttingDown
+    );
+    assert!(!pool.workers_exited(), "the running job holds its worker");
+    release.send(()).unwrap();
+    assert_eq!(block_on(a.wait()).result.unwrap().0, "running");
+    wait_until("the worker to exit", || pool.workers_exited());
+    assert!(health.live(), "a drained pool is not a failed one");
+}
+
+#[test]
+fn a_panicking_worker_is_reported_lost_and_counted() {
+    let fake = Arc::new(Fake::default());
+    let pool = pool(&fake, 2, 8, 0);
+    let health = pool.health();
+    let mut job = FakeJob::quick("boom");
+    job.panic = true;
+    let mut t = pool.submit(job).unwrap();
+    assert_eq!(block_on(t.wait()).result.unwrap_err(), JobError::WorkerLost);
+    wait_until("the exit to be counted", || {
+        health.unexpected_exits.load(Ordering::SeqCst) == 1
+    });
+    // One of two workers lost: still live and ready; the other one serves.
+    assert!(health.live() && health.ready());
+    let mut t = pool.submit(FakeJob::quick("after")).unwrap();
+    assert_eq!(block_on(t.wait()).result.unwrap().0, "after");
+    // Losing the last worker too fails liveness.
+    let mut job = FakeJob::quick("boom again");
+    job.panic = true;
+    let mut t = pool.submit(job).unwrap();
+    assert_eq!(block_on(t.wait()).result.unwrap_err(), JobError::WorkerLost);
+    wait_until("liveness to fail", || !health.live());
+    assert!(!health.ready());
+}
+
+#[test]
+fn boot_failures_fail_the_job_or_the_start() {
+    let fake = Arc::new(Fake::default());
+    fake.fail_boots.store(true, Ordering::SeqCst);
+    let pool = pool(&fake, 1, 8, 0);
+    let mut t = pool.submit(FakeJob::quick("x")).unwrap();
+    assert_eq!(
+        block_on(t.wait()).result.unwrap_err(),
+        JobError::Boot("no sandbox today".into())
+    );
+    assert!(
+        pool.health().ready(),
+        "a failed boot does not kill the worker"
+    );
+
+    let error = Pool::start(
+        fake.clone(),
+        PoolConfig {
+            max_workers: 2,
+            queue_capacity: 8,
+            prewarmed_workers: 1,
+        },
+    )
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&error, PoolError::Prewarm { worker: 0, message } if message == "no sandbox today"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_worker_without_a_sandbox_leaves_the_call_to_an_idle_prewarmed_one() {
+    let fake = Arc::new(Fake::default());
+    let pool = pool(&fake, 2, 8, 1);
+    wait_until("the prewarmed worker to wait", || ready_idle(&pool));
+    for name in ["a", "b", "c"] {
+        let mut t = pool.submit(FakeJob::quick(name)).unwrap();
+        let (_, sandbox) = block_on(t.wait()).result.unwrap();
+        // Calls one at a time, each once the replacement is ready: each finds it, never an
+        // on-demand boot by the other worker (which would make the number of boots run ahead).
+        wait_until("the replacement", || ready_idle(&pool));
+        assert_eq!(fake.boots.load(Ordering::SeqCst), sandbox + 1);
+    }
+    assert_eq!(fake.boots.load(Ordering::SeqCst), 4);
+}

@@ -1,0 +1,184 @@
+//! The `sandbox` deno_core extension: every op the sandbox's JavaScript may call, and the per-isolate
+//! state they share. Ops are the only door from the isolate to Rust; each one does a single narrow
+//! thing. They come in pairs with the JavaScript that calls them:
+//! - [`web`] and `web.js`: the Web APIs Pyodide needs (encoding, URL, Base64, time, randomness, fetch);
+//! - [`call`] and `call.js` (with `runner.py`): one call's lifecycle;
+//! - [`pyodide`] and `pyodide.js`: booting Pyodide, the memory snapshot, the package layer.
+//!
+//! `runtime.js` is the extension's entry point: it imports the three modules and hands `boot` and
+//! `run` to Rust through `op_sandbox_register`.
+
+mod call;
+mod pyodide;
+mod web;
+
+use std::sync::Arc;
+use std::sync::mpsc::Sender;
+use std::time::Instant;
+
+use deno_core::{OpState, op2, v8};
+use deno_error::JsErrorBox;
+
+use super::engine::EngineShared;
+use super::layer::Captured;
+use super::memory_snapshot::SharedSnapshot;
+use super::output::{CappedBuffer, FileCollector};
+use super::watchdog::WatchMsg;
+use crate::config::limits::MAX_STREAM_BYTES;
+
+/// The Python half of an execution, evaluated once per sandbox (or into the memory snapshot).
+pub(crate) const RUNNER_PY: &str = include_str!("runner.py");
+
+/// The sandbox's JavaScript as compiled into the binary, for the memory snapshot's key.
+pub(crate) const JAVASCRIPT: [&str; 4] = [
+    include_str!("runtime.js"),
+    include_str!("web.js"),
+    include_str!("call.js"),
+    include_str!("pyodide.js"),
+];
+
+/// The JavaScript entry points registered by `runtime.js`.
+pub(crate) struct EntryPoints {
+    pub boot: v8::Global<v8::Function>,
+    pub run: v8::Global<v8::Function>,
+}
+
+/// What an isolate exists for, with what only that role produces or consumes.
+pub(crate) enum Role {
+    /// A sandbox that runs one request, restoring this memory snapshot (none: a full start-up).
+    Sandbox {
+        snapshot: Option<Arc<SharedSnapshot>>,
+    },
+    /// Boots once at start-up to take the memory snapshot, left here.
+    MemorySnapshotMaker { taken: Option<Vec<u8>> },
+    /// Boots once at start-up to install packages into the package layer; what it installed.
+    Installer { captured: Captured },
+    /// The realm evaluated into the V8 startup snapshot: Pyodide's modules load, nothing boots.
+    StartupSnapshot,
+}
+
+impl Role {
+    /// The name `pyodide.js` knows the role by.
+    fn name(&self) -> &'static str {
+        match self {
+            Role::Sandbox { .. } => "sandbox",
+            Role::MemorySnapshotMaker { .. } => "snapshot",
+            Role::Installer { .. } => "installer",
+            Role::StartupSnapshot => "startup-snapshot",
+        }
+    }
+}
+
+/// Per-sandbox state kept in the isolate's `OpState`.
+pub(crate) struct SandboxState {
+    pub shared: Arc<EngineShared>,
+    pub role: Role,
+    pub started: Instant,
+    pub stdout: CappedBuffer,
+    pub stderr: CappedBuffer,
+    pub entry: Option<EntryPoints>,
+    pub code: Option<String>,
+    pub input_files: Vec<(String, Option<Vec<u8>>)>,
+    pub files: FileCollector,
+    pub report: Option<String>,
+    pub watchdog: Option<Sender<WatchMsg>>,
+    /// Whether wheels and HTTPS downloads may still be fetched (false once runtime installation is
+    /// disabled and initialisation is over).
+    pub downloads_enabled: bool,
+    /// How many copy-on-write mappings it was given (see `cow.rs`); past `MAX_MAPPINGS` it gets copies.
+    pub mappings: u32,
+}
+
+impl SandboxState {
+    pub fn new(shared: Arc<EngineShared>, role: Role) -> Self {
+        Self {
+            shared,
+            role,
+            started: Instant::now(),
+            stdout: CappedBuffer::new(MAX_STREAM_BYTES),
+            stderr: CappedBuffer::new(MAX_STREAM_BYTES),
+            entry: None,
+            code: None,
+            input_files: Vec::new(),
+            files: FileCollector::default(),
+            report: None,
+            watchdog: None,
+            downloads_enabled: true,
+            mappings: 0,
+        }
+    }
+
+    /// The memory snapshot this sandbox restores, if it is a sandbox that restores one.
+    pub fn restore_from(&self) -> Option<&Arc<SharedSnapshot>> {
+        match &self.role {
+            Role::Sandbox { snapshot } => snapshot.as_ref(),
+            _ => None,
+        }
+    }
+}
+
+deno_core::extension!(
+    sandbox,
+    ops = [
+        op_sandbox_register,
+        call::op_sandbox_code,
+        call::op_sandbox_collect_file,
+        call::op_sandbox_input_file,
+        call::op_sandbox_input_file_count,
+        call::op_sandbox_offer_file,
+        call::op_sandbox_report,
+        call::op_sandbox_start_clock,
+        call::op_sandbox_write,
+        pyodide::op_sandbox_boot_config,
+        pyodide::op_sandbox_huge_pages,
+        pyodide::op_sandbox_layer_blob,
+        pyodide::op_sandbox_layer_capture,
+        pyodide::op_sandbox_layer_capture_loaded,
+        pyodide::op_sandbox_layer_index,
+        pyodide::op_sandbox_layer_loaded,
+        pyodide::op_sandbox_log,
+        pyodide::op_sandbox_read_asset,
+        pyodide::op_sandbox_read_asset_text,
+        pyodide::op_sandbox_restore_memory,
+        pyodide::op_sandbox_snapshot,
+        pyodide::op_sandbox_store_snapshot,
+        pyodide::op_sandbox_wasm_module,
+        pyodide::op_sandbox_wrapper_module,
+        web::op_sandbox_atob,
+        web::op_sandbox_btoa,
+        web::op_sandbox_decode,
+        web::op_sandbox_fetch,
+        web::op_sandbox_now,
+        web::op_sandbox_random_fill,
+        web::op_sandbox_url_parse,
+        web::op_sandbox_yield,
+    ],
+    esm_entry_point = "ext:sandbox/runtime.js",
+    esm = [dir "src/sandbox/ops", "runtime.js", "web.js", "call.js", "pyodide.js"],
+    options = { shared: Arc<EngineShared>, role: Role },
+    state = |state, options| {
+        state.put(SandboxState::new(options.shared, options.role));
+    },
+);
+
+fn state(op_state: &OpState) -> &SandboxState {
+    op_state.borrow::<SandboxState>()
+}
+
+fn state_mut(op_state: &mut OpState) -> &mut SandboxState {
+    op_state.borrow_mut::<SandboxState>()
+}
+
+#[op2]
+fn op_sandbox_register(
+    op_state: &mut OpState,
+    #[scoped] boot: v8::Global<v8::Function>,
+    #[scoped] run: v8::Global<v8::Function>,
+) -> Result<(), JsErrorBox> {
+    let s = state_mut(op_state);
+    if s.entry.is_some() {
+        return Err(JsErrorBox::generic("entry points are already registered"));
+    }
+    s.entry = Some(EntryPoints { boot, run });
+    Ok(())
+}

@@ -1,0 +1,389 @@
+// Pyodide plumbing (pyodide.rs): boots Pyodide in this isolate with what Rust hands over (the lock
+// file, the memory snapshot, Pyodide's compiled WebAssembly, the package layer), takes the memory
+// snapshot or builds the package layer when the isolate exists only for that, and locks the realm
+// down before any user code can run.
+
+import { core } from "ext:core/mod.js";
+import { setTimeOrigin } from "ext:sandbox/web.js";
+
+const {
+  op_sandbox_boot_config,
+  op_sandbox_huge_pages,
+  op_sandbox_layer_blob,
+  op_sandbox_layer_capture,
+  op_sandbox_layer_capture_loaded,
+  op_sandbox_layer_index,
+  op_sandbox_layer_loaded,
+  op_sandbox_log,
+  op_sandbox_read_asset,
+  op_sandbox_read_asset_text,
+  op_sandbox_restore_memory,
+  op_sandbox_snapshot,
+  op_sandbox_store_snapshot,
+  op_sandbox_wasm_module,
+  op_sandbox_wrapper_module,
+  op_sandbox_write,
+} = core.ops;
+
+// Globals that must never be reachable from user code (Python's `js` module or JS evaluated by it).
+const FORBIDDEN_GLOBALS = [
+  "Deno",
+  "__bootstrap",
+  "__infra",
+  "__timers",
+  "process",
+  "Bun",
+  "require",
+  "module",
+  "window",
+  "read",
+  "load",
+  "os",
+];
+
+// Virtual directory under which Pyodide asks for its runtime files; served by op_sandbox_read_asset.
+const INDEX_URL = "/pyodide/";
+
+/**
+ * Makes the module `_sandbox_runner` from runner.py (passed as `source`). Done before a snapshot is taken,
+ * so restored sandboxes find it imported. (Importing micropip there would leave JavaScript references
+ * that a memory snapshot cannot hold; the runner holds none.)
+ */
+const DEFINE_RUNNER = `import sys, types
+runner = types.ModuleType("_sandbox_runner")
+exec(compile(source, "<sandbox-runner>", "exec"), runner.__dict__)
+sys.modules["_sandbox_runner"] = runner
+del runner, source`;
+/**
+ * Run just before the memory snapshot is taken: every object alive then (the interpreter's modules,
+ * Pyodide's, the runner's) moves to the garbage collector's permanent generation, which its
+ * collections never scan again. Without it each sandbox's first collections walked (and wrote to)
+ * the whole restored heap: ~20,000 objects, 10 ms for a full collection.
+ */
+const FREEZE_HEAP = "import gc\ngc.collect()\ngc.freeze()";
+/** The message of every refusal when runtime package installation is disabled. */
+const DISABLED = "Runtime package installation is disabled";
+
+let pyodide = null;
+let runner = null;
+let autoLoad = false;
+
+/** What a booted sandbox's call needs: the Pyodide instance, the runner, whether imports auto-load. */
+export const sandbox = {
+  get pyodide() {
+    return pyodide;
+  },
+  get runner() {
+    return runner;
+  },
+  get autoLoad() {
+    return autoLoad;
+  },
+};
+
+/**
+ * Boots Pyodide inside this isolate with the configuration Rust hands over. Resolves once the
+ * interpreter is ready and every forbidden global is gone. The installer and the snapshot maker stop
+ * earlier: they never run user code.
+ */
+export async function boot() {
+  setTimeOrigin();
+  const cfg = op_sandbox_boot_config();
+  autoLoad = cfg.autoLoad;
+  delete globalThis.Deno;
+  defineShellGlobals();
+  // Already evaluated if the isolate started from the V8 startup snapshot (see preloadPyodide).
+  const { loadPyodide } = await import("asset:///pyodide.mjs");
+  const asm = await import("asset:///pyodide.asm.mjs");
+
+  // The snapshot's bytes are shared by every isolate: this ArrayBuffer is detached right after the
+  // restore, so nothing reachable later can read or write them.
+  const snapshot = cfg.loadSnapshot ? op_sandbox_snapshot() : null;
+  const snapshotOptions = cfg.kind === "snapshot"
+    ? { _makeSnapshot: true }
+    : snapshot
+      ? { _loadSnapshot: new Uint8Array(snapshot) }
+      : {};
+  pyodide = await loadPyodide({
+    ...snapshotOptions,
+    indexURL: INDEX_URL,
+    lockFileContents: cfg.lockFile,
+    packageBaseUrl: INDEX_URL,
+    env: cfg.env,
+    stdin: () => null,
+    // The installer's output (micropip's progress) goes to the server log.
+    stdout: cfg.kind === "installer"
+      ? (line) => op_sandbox_log(line)
+      : (line) => op_sandbox_write(1, core.encode(line + "\n")),
+    stderr: cfg.kind === "installer"
+      ? (line) => op_sandbox_log(line)
+      : (line) => op_sandbox_write(2, core.encode(line + "\n")),
+    // Emscripten picks its environment inside this call: as a "web" runtime it draws entropy from
+    // crypto.getRandomValues (our OS-randomness op) instead of the d8 shell's os.system().
+    // Pyodide instantiates its WebAssembly with WebAssembly.instantiate(bytes): for our sentinel
+    // bytes it gets the module compiled once per process instead (see op_sandbox_wasm_module).
+    createPyodideModule: async (settings) => {
+      define("window", globalThis);
+      const instantiate = WebAssembly.instantiate;
+      WebAssembly.instantiate = function (source, imports) {
+        if (ArrayBuffer.isView(source) && source.buffer === WASM_SENTINEL) {
+          const module = op_sandbox_wasm_module();
+          return instantiate.call(WebAssembly, module, imports).then((instance) => {
+            op_sandbox_huge_pages(new Uint8Array(instance.exports.memory.buffer));
+            return { instance, module };
+          });
+        }
+        return instantiate.call(WebAssembly, source, imports);
+      };
+      // Emscripten stores ~6,500 functions on the settings object (its `Module`): in dictionary mode
+      // from the start, each is one hash-table insertion rather than a new hidden class (map).
+      settings.sandboxDictionaryMode = true;
+      settings.sandboxDictionaryMode2 = true;
+      delete settings.sandboxDictionaryMode;
+      delete settings.sandboxDictionaryMode2;
+      // Called by function_table.js's sandboxWrapAll (see modules.rs) while Pyodide starts.
+      settings.sandboxWrapperModule = (signatures) => op_sandbox_wrapper_module(signatures);
+      if (snapshot) {
+        // Read by Pyodide's package-index set-up (see modules.rs): the snapshot holds its result.
+        settings.sandboxRestored = true;
+        // Called by Pyodide's restoreSnapshot (see modules.rs) with the snapshot's memory part.
+        settings.sandboxRestoreMemory = (memory) => {
+          op_sandbox_restore_memory(new Uint8Array(settings.HEAP8.buffer), memory.byteOffset);
+        };
+      }
+      try {
+        return await asm.default(settings);
+      } finally {
+        WebAssembly.instantiate = instantiate;
+        delete globalThis.window;
+      }
+    },
+  });
+
+  delete pyodide._module.sandboxWrapperModule;
+  if (snapshot) {
+    snapshot.transfer(0);
+    delete pyodide._module.sandboxRestoreMemory;
+    delete pyodide._module.sandboxRestored;
+  }
+
+  if (cfg.kind === "installer") {
+    await buildLayer(cfg.requirements, cfg.indexUrls);
+    return;
+  }
+  if (!cfg.loadSnapshot) defineRunner(cfg.runnerSource);
+  if (cfg.kind === "snapshot") {
+    // The runner and the modules it imports go into the snapshot; nothing else happens before it.
+    // The package layer is not in it: MEMFS is not part of a memory snapshot, so every sandbox
+    // copies the layer in after restoring.
+    pyodide.runPython(FREEZE_HEAP, { filename: "<sandbox-snapshot>" });
+    op_sandbox_store_snapshot(pyodide.makeMemorySnapshot());
+    return;
+  }
+  copyLayer();
+
+  // Raw byte streams: Python's own buffering decides when to write; Rust keeps the bytes.
+  pyodide.setStdout({ write: (buf) => op_sandbox_write(1, buf) });
+  pyodide.setStderr({ write: (buf) => op_sandbox_write(2, buf) });
+
+  const module = pyodide.pyimport("_sandbox_runner");
+  module.prepare();
+  runner = module.run.copy();
+  module.destroy();
+
+  if (!cfg.autoLoad) disablePackageLoading();
+  lockDown();
+}
+
+/**
+ * Pyodide's environment detection (done when pyodide.mjs is evaluated): without `Deno`, with
+ * `read`/`load` functions it takes its "shell" path, which reads its files synchronously through
+ * `readbuffer` (our asset op).
+ */
+function defineShellGlobals() {
+  define("read", (path) => op_sandbox_read_asset_text(String(path)));
+  define("readbuffer", readAsset);
+  define("load", () => {
+    throw new Error("load() is not available in the sandbox");
+  });
+}
+
+/**
+ * Evaluates Pyodide's two modules, as a sandbox's boot would, into the realm the V8 startup snapshot
+ * is made from; leaves the globals as it found them.
+ */
+export async function preloadPyodide() {
+  const deno = Object.getOwnPropertyDescriptor(globalThis, "Deno");
+  delete globalThis.Deno;
+  defineShellGlobals();
+  try {
+    await import("asset:///pyodide.mjs");
+    await import("asset:///pyodide.asm.mjs");
+  } finally {
+    for (const name of ["read", "readbuffer", "load"]) delete globalThis[name];
+    Object.defineProperty(globalThis, "Deno", deno);
+  }
+}
+
+/** Directories whose new files make up the package layer: site-packages and the shared-library dir. */
+function layerRoots() {
+  return [pyodide._api.sitepackages, pyodide._api.dsodir].filter((d) => d && exists(d));
+}
+
+function exists(path) {
+  try {
+    pyodide.FS.lstat(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The installer: loads micropip from the package source, installs the configured requirements with it
+ * and hands every file they added (and Pyodide's record of loaded packages) to Rust.
+ */
+async function buildLayer(requirements, indexUrls) {
+  const FS = pyodide.FS;
+  const before = new Set(layerRoots().flatMap((root) => listTree(FS, root)));
+  const loadedBefore = new Set(Object.keys(pyodide.loadedPackages));
+  const log = (msg) => op_sandbox_log(String(msg));
+  const failures = [];
+  await pyodide.loadPackage("micropip", {
+    messageCallback: log,
+    errorCallback: (msg) => failures.push(String(msg)),
+  });
+  if (!("micropip" in pyodide.loadedPackages)) {
+    throw new Error(`micropip could not be loaded: ${failures.join("; ") || "unknown error"}`);
+  }
+  if (requirements.length > 0) {
+    const micropip = pyodide.pyimport("micropip");
+    if (indexUrls.length > 0) micropip.set_index_urls(indexUrls);
+    await micropip.install.callKwargs(requirements, { verbose: true });
+    micropip.destroy();
+    const installed = pyodide.runPython(
+      "import micropip\n', '.join(sorted(f'{p.name} {p.version}' for p in micropip.list().values()))",
+    );
+    log(`installed: ${installed}`);
+  }
+  for (const root of layerRoots()) {
+    for (const path of listTree(FS, root)) {
+      if (!before.has(path)) op_sandbox_layer_capture(path, FS.readFile(path));
+    }
+  }
+  const loaded = Object.entries(pyodide.loadedPackages)
+    .filter(([name]) => !loadedBefore.has(name))
+    .map(([name, channel]) => [name, String(channel)]);
+  op_sandbox_layer_capture_loaded(loaded);
+}
+
+/** Defines the `_sandbox_runner` module from runner.py's source. */
+function defineRunner(source) {
+  const globals = pyodide.globals.get("dict")();
+  globals.set("source", source);
+  pyodide.runPython(DEFINE_RUNNER, { globals, filename: "<sandbox-runner-setup>" });
+  globals.destroy();
+}
+
+/** Puts the package layer's files into this sandbox's MEMFS, as slices of its own copy-on-write map. */
+function copyLayer() {
+  const index = op_sandbox_layer_index();
+  if (index.length === 0) return;
+  const FS = pyodide.FS;
+  const blob = new Uint8Array(op_sandbox_layer_blob());
+  const dirs = new Map();
+  for (const [path, offset, length] of index) {
+    const slash = path.lastIndexOf("/");
+    const dir = path.slice(0, slash);
+    let parent = dirs.get(dir);
+    if (parent === undefined) {
+      FS.mkdirTree(dir);
+      parent = FS.lookupPath(dir).node;
+      dirs.set(dir, parent);
+    }
+    const data = blob.subarray(offset, offset + length);
+    // What FS.writeFile(path, data, { canOwn: true }) makes (a MEMFS file that owns `data`), made
+    // in the directory node directly instead of resolving the whole path again for every file.
+    let node;
+    try {
+      node = parent.node_ops.mknod(parent, path.slice(slash + 1), FILE_MODE, 0);
+    } catch {
+      FS.writeFile(path, data, { canOwn: true });
+      continue;
+    }
+    node.contents = data;
+    node.usedBytes = length;
+  }
+  for (const [name, channel] of op_sandbox_layer_loaded()) {
+    pyodide.loadedPackages[name] = channel;
+  }
+  // The runner's prepare() makes Python's import system see the new files.
+}
+
+/** A regular file, rw-rw-rw- (what FS.writeFile creates). */
+const FILE_MODE = 0o100666;
+
+/** Runtime installation disabled: Pyodide's package-loading APIs refuse. */
+function disablePackageLoading() {
+  const refuse = () => {
+    throw new Error(DISABLED);
+  };
+  for (const api of ["loadPackage", "loadPackagesFromImports"]) {
+    Object.defineProperty(pyodide, api, { value: refuse, writable: false, configurable: false });
+  }
+  const internal = pyodide._api;
+  if (internal.packageManager) internal.packageManager.loadPackage = refuse;
+  internal.install = refuse;
+}
+
+/** Stands in for pyodide.asm.wasm's bytes; see createPyodideModule in boot(). */
+const WASM_SENTINEL = new ArrayBuffer(8);
+
+/**
+ * `readbuffer` for Pyodide's shell path: runtime files and verified lock-file wheels, each a new
+ * ArrayBuffer of this sandbox's own, which Pyodide's `new Uint8Array(...)` wraps without copying.
+ */
+function readAsset(path) {
+  path = String(path);
+  if (path.endsWith("/pyodide.asm.wasm")) return WASM_SENTINEL;
+  return op_sandbox_read_asset(path);
+}
+
+export function define(name, value) {
+  Object.defineProperty(globalThis, name, {
+    value,
+    writable: true,
+    configurable: true,
+    enumerable: false,
+  });
+}
+
+/** Removes every host-facing global and Pyodide's native file-system mounts. */
+function lockDown() {
+  for (const name of FORBIDDEN_GLOBALS) {
+    delete globalThis[name];
+  }
+  for (const api of ["mountNodeFS", "mountNativeFS"]) {
+    delete pyodide[api];
+  }
+  const filesystems = pyodide.FS.filesystems;
+  for (const fs of Object.keys(filesystems)) {
+    if (fs !== "MEMFS") delete filesystems[fs];
+  }
+}
+
+/** Every regular file below `root` (absolute paths, sorted). Symlinks are skipped. */
+export function listTree(FS, root) {
+  const out = [];
+  const walk = (dir) => {
+    for (const name of FS.readdir(dir)) {
+      if (name === "." || name === "..") continue;
+      const full = `${dir}/${name}`;
+      const st = FS.lstat(full);
+      if (FS.isDir(st.mode)) walk(full);
+      else if (FS.isFile(st.mode)) out.push(full);
+    }
+  };
+  walk(root);
+  return out.sort();
+}

@@ -1,0 +1,25 @@
+// The sandbox's JavaScript realm, the ESM entry point of the `sandbox` extension (mod.rs): it runs
+// before anything else and is, with the modules it imports, the only code that ever sees `Deno.core`.
+// - web.js installs the few Web APIs Pyodide needs on `globalThis`;
+// - pyodide.js boots Pyodide (and takes the memory snapshot, or builds the package layer);
+// - call.js runs one request.
+//
+// Nothing here is reachable by user code except the Web APIs installed on `globalThis`; `boot` and `run`
+// are handed to Rust through `op_sandbox_register` and never stored on a global.
+
+import { core } from "ext:core/mod.js";
+import "ext:sandbox/web.js";
+import { boot, define, preloadPyodide } from "ext:sandbox/pyodide.js";
+import { run } from "ext:sandbox/call.js";
+
+const { op_sandbox_register } = core.ops;
+
+// Rust calls __sandboxEntry() once in each isolate to receive the entry points, and
+// __sandboxPreload() only in the isolate the V8 startup snapshot is made from. Both are gone before
+// any user code runs.
+define("__sandboxEntry", () => {
+  delete globalThis.__sandboxEntry;
+  delete globalThis.__sandboxPreload;
+  op_sandbox_register(boot, run);
+});
+define("__sandboxPreload", preloadPyodide);

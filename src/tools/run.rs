@@ -1,0 +1,308 @@
+//! `run_python_code`: its arguments, its structured result (an execution's result, or a refusal
+//! before one, with the error kinds the tool adds), validation, queueing on the worker pool, progress
+//! notices while queued and running, and the package sentences of its description.
+
+use std::time::Duration;
+
+use rmcp::RoleServer;
+use rmcp::model::{ProgressNotificationParam, ProgressToken};
+use rmcp::service::{Peer, RequestContext};
+
+use super::validation::{FileInput, InputLimits, validate};
+use crate::config::limits::{DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS};
+use crate::pool::{Completed, ExecPool, JobError, SubmitError, Ticket};
+use crate::sandbox::{self, ExecError, ExecRequest, ExecResult};
+use crate::telemetry::{self, Rejection, ToolOutcome};
+
+fn default_timeout_ms() -> u64 {
+    DEFAULT_TIMEOUT_MS
+}
+
+/// Arguments of `run_python_code`.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct RunPythonCodeArgs {
+    /// Python source to run. Top-level `await` is allowed; the value of a final expression is returned
+    /// as `result`.
+    pub code: String,
+    /// Files to place under /workspace (the working directory) before the code runs.
+    #[serde(default)]
+    pub files: Vec<FileInput>,
+    /// Time limit for the code in milliseconds (start-up and package loading are not counted).
+    #[serde(default = "default_timeout_ms")]
+    #[schemars(range(min = 1, max = MAX_TIMEOUT_MS))]
+    pub timeout_ms: u64,
+}
+
+/// The kind of a failed call: an execution's kinds, and the tool's own refusals.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+#[schemars(rename = "ErrorKind")]
+pub enum CallErrorKind {
+    /// The Python code raised.
+    Python,
+    /// `timeout_ms` ran out.
+    Timeout,
+    /// The sandbox or the server failed (boot, heap budget, engine error, shutdown).
+    Runtime,
+    /// The request was rejected before execution.
+    Validation,
+    /// The queue was full.
+    Overload,
+}
+
+impl From<sandbox::ErrorKind> for CallErrorKind {
+    fn from(kind: sandbox::ErrorKind) -> Self {
+        match kind {
+            sandbox::ErrorKind::Python => CallErrorKind::Python,
+            sandbox::ErrorKind::Timeout => CallErrorKind::Timeout,
+            sandbox::ErrorKind::Runtime => CallErrorKind::Runtime,
+        }
+    }
+}
+
+/// `run_python_code`'s structured result.
+pub type CallResult = ExecResult<CallErrorKind>;
+
+/// How a call ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// It ran in a sandbox.
+    Executed(ExecResult),
+    /// It did not run.
+    Refused(Refusal),
+}
+
+/// Why a call did not run.
+#[derive(Debug)]
+pub enum Refusal {
+    Invalid(String),
+    Queue(SubmitError),
+    Job(JobError),
+    Cancelled,
+}
+
+impl Outcome {
+    /// The tool-call metric's outcome: the one mapping from a call to its label.
+    pub fn metric(&self) -> ToolOutcome {
+        match self {
+            Outcome::Executed(result) => result.outcome().into(),
+            Outcome::Refused(Refusal::Invalid(_)) => ToolOutcome::ValidationError,
+            Outcome::Refused(Refusal::Queue(SubmitError::Overloaded { .. })) => {
+                ToolOutcome::Overload
+            }
+            Outcome::Refused(Refusal::Cancelled) => ToolOutcome::Cancelled,
+            Outcome::Refused(Refusal::Queue(_) | Refusal::Job(_)) => ToolOutcome::RuntimeFailure,
+        }
+    }
+
+    /// The structured result the client gets.
+    pub fn into_result(self) -> CallResult {
+        let refusal = match self {
+            Outcome::Executed(result) => return result.map_kind(CallErrorKind::from),
+            Outcome::Refused(refusal) => refusal,
+        };
+        let (kind, error_type, message) = match refusal {
+            Refusal::Invalid(message) => (CallErrorKind::Validation, "ValidationError", message),
+            Refusal::Queue(e @ SubmitError::Overloaded { .. }) => {
+                (CallErrorKind::Overload, "Overloaded", e.to_string())
+            }
+            Refusal::Queue(e @ SubmitError::ShuttingDown) => {
+                (CallErrorKind::Runtime, "ServerShuttingDown", e.to_string())
+            }
+            Refusal::Queue(e @ SubmitError::Unavailable) => {
+                (CallErrorKind::Runtime, "Unavailable", e.to_string())
+            }
+            Refusal::Job(e @ JobError::Boot(_)) => {
+                (CallErrorKind::Runtime, "SandboxStartupError", e.to_string())
+            }
+            Refusal::Job(e @ JobError::ShuttingDown) => {
+                (CallErrorKind::Runtime, "ServerShuttingDown", e.to_string())
+            }
+            Refusal::Job(e @ JobError::WorkerLost) => {
+                (CallErrorKind::Runtime, "WorkerLost", e.to_string())
+            }
+            Refusal::Cancelled => (
+                CallErrorKind::Runtime,
+                "Cancelled",
+                "the client cancelled this call".to_string(),
+            ),
+        };
+        ExecResult::failure_of(ExecError::new(kind, error_type, message), false)
+    }
+}
+
+/// First queue-position notice after this long in the queue.
+const FIRST_QUEUE_NOTICE: Duration = Duration::from_secs(1);
+/// Then a notice (queued: position; running: elapsed time) this often.
+const NOTICE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Where progress notifications for one call go.
+struct Progress {
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+    sent: u32,
+}
+
+impl Progress {
+    /// Sends one notice; `progress` counts notices so that it only increases, as MCP requires.
+    async fn notify(&mut self, message: String) {
+        self.sent += 1;
+        let param = ProgressNotificationParam::new(self.token.clone(), f64::from(self.sent))
+            .with_message(message);
+        if let Err(e) = self.peer.notify_progress(param).await {
+            tracing::debug!(error = %e, "progress notification not delivered");
+        }
+    }
+}
+
+/// A call's outcome and where its time went.
+pub struct Ended {
+    pub outcome: Outcome,
+    pub queue_wait: Duration,
+    pub execution: Duration,
+}
+
+impl Ended {
+    fn refused(refusal: Refusal) -> Self {
+        Self {
+            outcome: Outcome::Refused(refusal),
+            queue_wait: Duration::ZERO,
+            execution: Duration::ZERO,
+        }
+    }
+}
+
+/// Validates the arguments, queues the execution and waits for it (with progress notices when the
+/// client sent a progress token). Cancellation by the client drops the ticket: a queued job leaves
+/// the queue, a running one finishes and its result is discarded.
+pub async fn validate_and_execute(
+    pool: &ExecPool,
+    limits: InputLimits,
+    args: RunPythonCodeArgs,
+    context: Option<RequestContext<RoleServer>>,
+) -> Ended {
+    if !(1..=MAX_TIMEOUT_MS).contains(&args.timeout_ms) {
+        return invalid(format!(
+            "timeout_ms must be between 1 and {MAX_TIMEOUT_MS}, got {}",
+            args.timeout_ms
+        ));
+    }
+    let files = match validate(&args.code, &args.files, limits) {
+        Ok(files) => files,
+        Err(message) => return invalid(message),
+    };
+    let ticket = match pool.submit(ExecRequest {
+        code: args.code,
+        files,
+        timeout: Duration::from_millis(args.timeout_ms),
+    }) {
+        Ok(ticket) => ticket,
+        Err(error) => return Ended::refused(Refusal::Queue(error)),
+    };
+    let progress = context.as_ref().and_then(|c| {
+        c.meta.get_progress_token().map(|token| Progress {
+            peer: c.peer.clone(),
+            token,
+            sent: 0,
+        })
+    });
+    let cancelled = context.map(|c| c.ct).unwrap_or_default();
+    tokio::select! {
+        completed = wait_with_progress(ticket, progress) => Ended {
+            outcome: match completed.result {
+                Ok(result) => Outcome::Executed(result),
+                Err(error) => Outcome::Refused(Refusal::Job(error)),
+            },
+            queue_wait: completed.queue_wait,
+            execution: completed.execution,
+        },
+        _ = cancelled.cancelled() => Ended::refused(Refusal::Cancelled),
+    }
+}
+
+fn invalid(message: String) -> Ended {
+    telemetry::rejection(Rejection::Validation);
+    Ended::refused(Refusal::Invalid(message))
+}
+
+/// Waits for `ticket`, sending the queue position after one second of waiting and every five seconds
+/// while still queued, then a heartbeat with the elapsed time every five seconds while running.
+async fn wait_with_progress(
+    mut ticket: Ticket<ExecRequest, ExecResult>,
+    progress: Option<Progress>,
+) -> Completed<ExecResult> {
+    let Some(mut progress) = progress else {
+        return ticket.wait().await;
+    };
+    let submitted = tokio::time::Instant::now();
+    let mut running_since: Option<tokio::time::Instant> = None;
+    let mut next_notice = submitted + FIRST_QUEUE_NOTICE;
+    loop {
+        {
+            let wait = ticket.wait();
+            tokio::pin!(wait);
+            tokio::select! {
+                completed = &mut wait => return completed,
+                _ = tokio::time::sleep_until(next_notice) => {}
+            }
+        }
+        match (ticket.started(), running_since) {
+            (false, _) => {
+                if let Some(position) = ticket.position() {
+                    progress
+                        .notify(format!(
+                            "queued: position {position} in the execution queue"
+                        ))
+                        .await;
+                }
+                next_notice += NOTICE_INTERVAL;
+            }
+            (true, None) => {
+                // Just started: the first heartbeat comes five seconds from now.
+                let now = tokio::time::Instant::now();
+                running_since = Some(now);
+                next_notice = now + NOTICE_INTERVAL;
+            }
+            (true, Some(since)) => {
+                let secs = since.elapsed().as_secs();
+                progress.notify(format!("running for {secs} s")).await;
+                next_notice += NOTICE_INTERVAL;
+            }
+        }
+    }
+}
+
+/// The package sentences of run_python_code's description.
+pub fn package_description(preinstall_packages: &[String], runtime_installation: bool) -> String {
+    let mut names: Vec<String> = Vec::new();
+    for requirement in preinstall_packages {
+        let name = crate::packages::requirement_name(requirement);
+        if !name.is_empty() && !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    let mut text = String::new();
+    if !names.is_empty() {
+        text.push_str(&format!(" Preinstalled packages: {}.", names.join(", ")));
+    }
+    if runtime_installation {
+        text.push_str(
+            " Packages of the Pyodide distribution (numpy, pandas, matplotlib, scipy, ...) load \
+automatically on import; other pure-Python packages can be installed from the code with \
+`import micropip` and `await micropip.install(\"name\")`.",
+        );
+    } else if names.is_empty() {
+        text.push_str(
+            " Package installation is disabled on this server: only the Python standard library \
+can be imported.",
+        );
+    } else {
+        text.push_str(
+            " Package installation is disabled on this server: only the Python standard library \
+and the preinstalled packages (with their dependencies) can be imported.",
+        );
+    }
+    text
+}

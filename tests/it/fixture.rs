@@ -1,0 +1,287 @@
+//! The server as a real process and MCP over real HTTP: starting the binary and reading its
+//! announcement, the local package mirror, and JSON-RPC requests of both protocol eras. Shared by the
+//! integration tests (tests/it) and the load benchmark (benches/load.rs includes this file).
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+
+/// Where the local Pyodide package mirror should be: `CODE_INTERPRETER_MCP_TEST_PACKAGES`, else
+/// `../shared/pyodide-packages`.
+fn mirror_dir() -> PathBuf {
+    std::env::var_os("CODE_INTERPRETER_MCP_TEST_PACKAGES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/pyodide-packages")
+        })
+}
+
+/// The local Pyodide package mirror (asserted to be there).
+pub fn package_mirror() -> PathBuf {
+    let dir = mirror_dir();
+    assert!(
+        dir.join("numpy-2.4.3-cp314-cp314-pyemscripten_2026_0_wasm32.whl")
+            .is_file(),
+        "the Pyodide package mirror is missing at {} (set CODE_INTERPRETER_MCP_TEST_PACKAGES)",
+        dir.display()
+    );
+    dir
+}
+
+/// The package layer directory shared by the tests (and benchmarks) that keep the default package
+/// configuration.
+pub fn package_cache() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("package-cache")
+}
+
+/// The server binary with the package mirror and package layer directory set, on a free port.
+pub fn server_command() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_code-interpreter-mcp"));
+    command
+        .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
+        .env("CODE_INTERPRETER_MCP_PACKAGE_BASE_URL", mirror_dir())
+        .env("CODE_INTERPRETER_MCP_PACKAGE_CACHE_DIR", package_cache());
+    command
+}
+
+/// Where MCP requests go: a server, or the URL of one.
+pub trait Endpoint {
+    fn url(&self) -> &str;
+}
+
+impl Endpoint for str {
+    fn url(&self) -> &str {
+        self
+    }
+}
+
+impl Endpoint for String {
+    fn url(&self) -> &str {
+        self
+    }
+}
+
+/// A running server process, killed on drop.
+pub struct Server {
+    pub child: Child,
+    pub url: String,
+    /// Its stderr lines, when started with `spawn(.., true)`.
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Endpoint for Server {
+    fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl Server {
+    /// The server with the tests' defaults (warnings only, no sandbox booted before the first call;
+    /// tests of prewarming set it) and `envs` on top.
+    pub fn start(envs: &[(&str, &str)]) -> Self {
+        Self::start_with_args(&[], envs)
+    }
+
+    pub fn start_with_args(args: &[&str], envs: &[(&str, &str)]) -> Self {
+        let mut command = server_command();
+        command
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .env("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "0")
+            .envs(envs.iter().copied());
+        Self::spawn(&mut command, false)
+    }
+
+    /// Starts `command` and waits for its announcement; with `capture`, its stderr lines are kept
+    /// in `log` (else stderr is inherited).
+    pub fn spawn(command: &mut Command, capture: bool) -> Self {
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(if capture {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            })
+            .spawn()
+            .expect("server starts");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        if let Some(stderr) = child.stderr.take() {
+            let sink = log.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    sink.lock().unwrap().push(line);
+                }
+            });
+        }
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("announcement");
+        // code-interpreter-mcp listening on port PORT at http://ADDR:PORT/mcp
+        let prefix = "code-interpreter-mcp listening on port ";
+        assert!(line.starts_with(prefix), "unexpected announcement {line:?}");
+        let rest = line[prefix.len()..].trim();
+        let (port, url) = rest.split_once(" at ").expect("port and URL");
+        let port: u16 = port.parse().expect("numeric port");
+        assert_ne!(port, 0);
+        assert_eq!(url, format!("http://127.0.0.1:{port}/mcp"));
+        Self {
+            child,
+            url: url.to_string(),
+            log,
+        }
+    }
+
+    /// A server process started elsewhere, killed when this is dropped.
+    pub fn adopt(child: Child, url: String) -> Self {
+        Self {
+            child,
+            url,
+            log: Arc::default(),
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn base(&self) -> String {
+        self.url.trim_end_matches("/mcp").to_string()
+    }
+}
+
+pub fn client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(std::time::Duration::from_secs(120))
+        .build()
+        .unwrap()
+}
+
+/// The JSON-RPC message in a response that is either JSON or an SSE stream.
+pub fn message(response: reqwest::blocking::Response) -> Value {
+    let is_sse = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    let body = response.text().unwrap();
+    if !is_sse {
+        return serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    }
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find(|m| m.get("id").is_some())
+        .unwrap_or_else(|| panic!("no response in stream: {body}"))
+}
+
+pub fn call_stateless(server: &(impl Endpoint + ?Sized), arguments: Value) -> Value {
+    call_tool_stateless(server, "run_python_code", arguments)
+}
+
+/// tools/list in the 2026-07-28 era; the tools sorted by name.
+pub fn list_tools_stateless(server: &(impl Endpoint + ?Sized)) -> Vec<Value> {
+    let body = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/list", "params": {"_meta": stateless_meta()}});
+    let reply =
+        message(send_stateless(&client(), server.url(), "tools/list", None, &body).unwrap());
+    let mut tools = reply["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{reply}"))
+        .clone();
+    tools.sort_by_key(|t| t["name"].as_str().unwrap_or("").to_string());
+    tools
+}
+
+pub fn call_tool_stateless(
+    server: &(impl Endpoint + ?Sized),
+    tool: &str,
+    arguments: Value,
+) -> Value {
+    call_tool_with(&client(), server, tool, arguments)
+}
+
+/// A 2026-07-28 tools/call with `http`; the reply (asserted to be HTTP 200).
+pub fn call_tool_with(
+    http: &reqwest::blocking::Client,
+    server: &(impl Endpoint + ?Sized),
+    tool: &str,
+    arguments: Value,
+) -> Value {
+    let body = tool_call_body(tool, arguments, None);
+    let response = send_stateless(http, server.url(), "tools/call", Some(tool), &body).unwrap();
+    assert_eq!(response.status(), 200);
+    message(response)
+}
+
+/// The `_meta` a 2026-07-28 request carries instead of an initialize handshake.
+pub fn stateless_meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "it", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}
+    })
+}
+
+/// A 2026-07-28 tools/call request, with a progress token when given.
+pub fn tool_call_body(tool: &str, arguments: Value, progress_token: Option<&str>) -> Value {
+    let mut meta = stateless_meta();
+    if let Some(token) = progress_token {
+        meta["progressToken"] = json!(token);
+    }
+    json!({
+        "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments, "_meta": meta}
+    })
+}
+
+/// POSTs a request of the session era; with a session id, the session and version headers too.
+pub fn post_legacy(
+    http: &reqwest::blocking::Client,
+    url: &str,
+    session: Option<&str>,
+    version: &str,
+    body: Value,
+) -> reqwest::blocking::Response {
+    let mut req = http
+        .post(url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream");
+    if let Some(id) = session {
+        req = req
+            .header("Mcp-Session-Id", id)
+            .header("MCP-Protocol-Version", version);
+    }
+    req.body(body.to_string()).send().unwrap()
+}
+
+/// POSTs a 2026-07-28 request with the headers that era requires.
+pub fn send_stateless(
+    http: &reqwest::blocking::Client,
+    url: &str,
+    method: &str,
+    name: Option<&str>,
+    body: &Value,
+) -> reqwest::Result<reqwest::blocking::Response> {
+    let mut request = http
+        .post(url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", method);
+    if let Some(name) = name {
+        request = request.header("Mcp-Name", name);
+    }
+    request.body(body.to_string()).send()
+}
