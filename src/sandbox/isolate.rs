@@ -3,21 +3,20 @@
 //! and the outcome read back. A sandbox is not `Send`: boot and execute it on one dedicated thread,
 //! never on an async runtime.
 
-use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use deno_core::{JsRuntime, RuntimeOptions, v8};
+use deno_core::JsRuntime;
 use serde::Deserialize;
 
-use super::engine::{EngineError, EngineShared};
 use super::memory_snapshot::SharedSnapshot;
-use super::ops::{self, Role, SandboxState};
+use super::ops::{Role, SandboxState};
 use super::output;
+use super::shared::{EngineError, EngineShared};
+use super::startup;
 use super::types::{ErrorKind, ExecError, ExecRequest, ExecResult};
 use super::watchdog::{self, Watchdog};
-use super::{modules, startup};
 use crate::config::limits::MAX_STREAM_BYTES;
 
 /// Makes `runtime.js` register its entry points with Rust (see `__sandboxEntry` there).
@@ -26,9 +25,6 @@ const ENTRY: &str = "__sandboxEntry()";
 /// The longest a sandbox (or the snapshot maker) may take to start.
 const BOOT_DEADLINE: Duration = Duration::from_secs(120);
 
-/// 1 MB in the configuration's sense.
-const MB: u64 = 1024 * 1024;
-
 /// A booted, never-used sandbox.
 pub struct Sandbox {
     runtime: JsRuntime,
@@ -36,27 +32,6 @@ pub struct Sandbox {
     heap_exhausted: Arc<AtomicBool>,
     boot_time: Duration,
     used: bool,
-}
-
-/// A new isolate for `role`, from the engine's V8 startup snapshot, made in `tokio`'s context (V8
-/// posts delayed tasks to the runtime that is current when the isolate is created).
-pub(crate) fn new_runtime(
-    shared: &Arc<EngineShared>,
-    role: Role,
-    tokio: &tokio::runtime::Runtime,
-) -> Result<JsRuntime, EngineError> {
-    let heap_bytes =
-        usize::try_from(shared.config.memory_limit_mb.saturating_mul(MB)).unwrap_or(usize::MAX);
-    let _context = tokio.enter();
-    startup::isolate_starting();
-    JsRuntime::try_new(RuntimeOptions {
-        extensions: vec![ops::sandbox::init(shared.clone(), role)],
-        module_loader: Some(Rc::new(modules::AssetModuleLoader(shared.modules.clone()))),
-        create_params: Some(v8::CreateParams::default().heap_limits(0, heap_bytes)),
-        startup_snapshot: shared.startup_snapshot.get().copied(),
-        ..Default::default()
-    })
-    .map_err(|e| EngineError::Boot(e.to_string()))
 }
 
 impl Sandbox {
@@ -81,7 +56,7 @@ impl Sandbox {
         let tokio = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let mut runtime = new_runtime(&shared, role, &tokio)?;
+        let mut runtime = startup::new_runtime(&shared, role, &tokio)?;
         // runtime.js hands over its entry points (it may have run long ago, for the startup snapshot).
         runtime
             .execute_script("<sandbox>", ENTRY)

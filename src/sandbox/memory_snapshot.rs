@@ -178,20 +178,18 @@ fn is_zero(bytes: &[u8]) -> bool {
 /// The digest naming the snapshot file: this build's glue and the exact Pyodide files in use, with
 /// Pyodide's JavaScript as sandboxes are served it (`modules`, with the lazy GOT). Computed once per
 /// engine.
-pub fn key(assets: &Assets, modules: &Modules) -> String {
+pub fn key(assets: &Assets, modules: &Modules, glue: &[&str]) -> String {
     let mut hash = Sha256::new();
-    let glue = super::ops::JAVASCRIPT.map(str::as_bytes);
-    let parts: [&[u8]; 8] = [
+    let parts: [&[u8]; 7] = [
         crate::assets::PYODIDE_VERSION.as_bytes(),
         env!("CARGO_PKG_VERSION").as_bytes(),
-        super::ops::RUNNER_PY.as_bytes(),
         &assets.wasm,
         &assets.stdlib,
         modules.source("pyodide.mjs").as_bytes(),
         modules.source("pyodide.asm.mjs").as_bytes(),
         assets.lock_json.as_bytes(),
     ];
-    for part in glue.iter().chain(&parts) {
+    for part in glue.iter().map(|g| g.as_bytes()).chain(parts) {
         hash.update((part.len() as u64).to_le_bytes());
         hash.update(part);
     }

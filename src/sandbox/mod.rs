@@ -3,9 +3,10 @@
 //! whose `/workspace` is the working directory. Nothing survives a call.
 //!
 //! - [`types`]: the request and the result;
-//! - [`engine`]: what every sandbox of the process shares, made once ([`Engine`]);
+//! - `shared`: what every sandbox of the process shares, and the engine's settings;
+//! - [`engine`]: makes the shared parts once, then sandboxes ([`Engine`]);
 //! - [`isolate`]: one sandbox's isolate, booted and run once ([`Sandbox`]);
-//! - `startup`: V8's process flags, the V8 startup snapshot and its keeper isolate;
+//! - `startup`: V8's process flags, each isolate's creation, the V8 startup snapshot and its keeper;
 //! - `memory_snapshot`: the Pyodide memory snapshot sandboxes restore, kept on disk;
 //! - `ops` (Rust) with `runtime.js`, `web.js`, `call.js`, `pyodide.js` (JavaScript) and `runner.py`:
 //!   the sandbox's realm and the only doors from it to Rust;
@@ -23,12 +24,14 @@ mod memory_snapshot;
 mod modules;
 mod ops;
 mod output;
+mod shared;
 mod startup;
 mod types;
 mod watchdog;
 
-pub use engine::{BootMode, Engine, EngineConfig, EngineError};
+pub use engine::Engine;
 pub use isolate::Sandbox;
+pub use shared::{BootMode, EngineConfig, EngineError};
 pub use types::{ErrorKind, ExecError, ExecRequest, ExecResult, InputFile, OutputFile};
 
 pub use crate::config::limits::{

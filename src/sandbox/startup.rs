@@ -20,10 +20,10 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex, Once};
 use std::time::Instant;
 
-use deno_core::{JsRuntime, JsRuntimeForSnapshot, RuntimeOptions};
+use deno_core::{JsRuntime, JsRuntimeForSnapshot, RuntimeOptions, v8};
 
-use super::engine::{EngineError, EngineShared};
 use super::ops::Role;
+use super::shared::{EngineError, EngineShared};
 use super::{modules, ops};
 
 /// 1 MB in the configuration's sense.
@@ -78,6 +78,27 @@ pub(crate) fn init_v8(wasm_memory_limit_mb: u64) {
     });
 }
 
+/// A new isolate for `role`, from the engine's V8 startup snapshot, made in `tokio`'s context (V8
+/// posts delayed tasks to the runtime that is current when the isolate is created).
+pub(crate) fn new_runtime(
+    shared: &Arc<EngineShared>,
+    role: Role,
+    tokio: &tokio::runtime::Runtime,
+) -> Result<JsRuntime, EngineError> {
+    let heap_bytes =
+        usize::try_from(shared.config.memory_limit_mb.saturating_mul(MB)).unwrap_or(usize::MAX);
+    let _context = tokio.enter();
+    isolate_starting();
+    JsRuntime::try_new(RuntimeOptions {
+        extensions: vec![ops::sandbox::init(shared.clone(), role)],
+        module_loader: Some(Rc::new(modules::AssetModuleLoader(shared.modules.clone()))),
+        create_params: Some(v8::CreateParams::default().heap_limits(0, heap_bytes)),
+        startup_snapshot: shared.startup_snapshot.get().copied(),
+        ..Default::default()
+    })
+    .map_err(|e| EngineError::Boot(e.to_string()))
+}
+
 /// Evaluates Pyodide's modules into the realm (see `preloadPyodide` in `runtime.js`).
 const PRELOAD: &str = "__sandboxPreload()";
 
@@ -101,7 +122,7 @@ fn made() -> std::sync::MutexGuard<'static, Made> {
 
 /// Called before every sandbox isolate is created: waits while a snapshot is being made, and keeps
 /// any from being made later.
-pub(crate) fn isolate_starting() {
+fn isolate_starting() {
     made().isolates_started = true;
 }
 
@@ -166,11 +187,7 @@ impl Keeper {
                     let tokio = tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()?;
-                    let runtime = super::isolate::new_runtime(
-                        &shared,
-                        Role::Sandbox { snapshot: None },
-                        &tokio,
-                    )?;
+                    let runtime = new_runtime(&shared, Role::Sandbox { snapshot: None }, &tokio)?;
                     // Dropped in this order: the isolate, then the runtime it was made in.
                     Ok((runtime, tokio))
                 })();

@@ -19,23 +19,27 @@ use std::time::Instant;
 use deno_core::{OpState, op2, v8};
 use deno_error::JsErrorBox;
 
-use super::engine::EngineShared;
 use super::layer::Captured;
 use super::memory_snapshot::SharedSnapshot;
 use super::output::{CappedBuffer, FileCollector};
+use super::shared::EngineShared;
 use super::watchdog::WatchMsg;
 use crate::config::limits::MAX_STREAM_BYTES;
 
 /// The Python half of an execution, evaluated once per sandbox (or into the memory snapshot).
 pub(crate) const RUNNER_PY: &str = include_str!("runner.py");
 
-/// The sandbox's JavaScript as compiled into the binary, for the memory snapshot's key.
-pub(crate) const JAVASCRIPT: [&str; 4] = [
-    include_str!("runtime.js"),
-    include_str!("web.js"),
-    include_str!("call.js"),
-    include_str!("pyodide.js"),
-];
+/// The sandbox's JavaScript and Python glue as compiled into the binary (for the memory snapshot's
+/// key: the snapshot is taken by this code).
+pub(crate) fn glue() -> [&'static str; 5] {
+    [
+        include_str!("runtime.js"),
+        include_str!("web.js"),
+        include_str!("call.js"),
+        include_str!("pyodide.js"),
+        RUNNER_PY,
+    ]
+}
 
 /// The JavaScript entry points registered by `runtime.js`.
 pub(crate) struct EntryPoints {

@@ -1,0 +1,139 @@
+//! What every sandbox of the process shares, and the settings it is made from: the checked Pyodide
+//! files, the HTTPS fetcher and the wheel cache, the package layer, the Pyodide memory snapshot,
+//! Pyodide's JavaScript as served and its WebAssembly compiled once, the V8 startup snapshot. The
+//! engine (`engine.rs`) fills it in once; sandboxes only read it.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use deno_core::v8;
+
+use super::memory_snapshot::SharedSnapshot;
+use super::{cow, layer, modules};
+use crate::assets::{AssetError, Assets};
+use crate::fetch::{self, Fetcher};
+use crate::packages::{PackageSource, Packages};
+
+/// Engine settings; the application fills them from its configuration (see `app::engine_config`).
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Directory with the pinned Pyodide npm package files.
+    pub asset_dir: PathBuf,
+    /// HTTPS hosts sandboxes may fetch from (subdomains included).
+    pub allowed_hosts: Vec<String>,
+    /// V8 heap budget per isolate, in MiB.
+    pub memory_limit_mb: u64,
+    /// Cap on one WebAssembly linear memory, in MiB (applies process-wide; see [`Engine::new`]).
+    pub wasm_memory_limit_mb: u64,
+    /// Where lock-file wheels come from.
+    pub package_source: PackageSource,
+    /// Load packages for recognised imports before the code runs and allow `micropip.install`.
+    pub runtime_package_installation: bool,
+    /// micropip requirements installed at start-up into the package layer.
+    pub preinstall_packages: Vec<String>,
+    /// Where the durable package layer is kept.
+    pub package_cache_dir: PathBuf,
+    /// micropip index URLs (empty: micropip's default, the Python Package Index).
+    pub package_index_urls: Vec<String>,
+    /// PEM files trusted for HTTPS in addition to the system and built-in roots.
+    pub extra_ca_certs: Vec<PathBuf>,
+    /// How sandboxes start.
+    pub boot: BootMode,
+}
+
+/// How a sandbox's interpreter comes to life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BootMode {
+    /// Restore the Pyodide memory snapshot the engine took at start-up.
+    Snapshot,
+    /// Run CPython's whole start-up in every sandbox.
+    Full,
+}
+
+/// Why the engine could not be created or a sandbox could not boot.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Assets(#[from] AssetError),
+    #[error("cannot create the engine's I/O runtime: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Http(#[from] fetch::ClientError),
+    #[error("sandbox start-up failed: {0}")]
+    Boot(String),
+    #[error("preparing the package layer failed: {0}")]
+    Packages(String),
+}
+
+/// What every sandbox shares.
+pub(crate) struct EngineShared {
+    pub config: EngineConfig,
+    pub assets: Arc<Assets>,
+    pub fetcher: Fetcher,
+    pub packages: Packages,
+    /// The Pyodide memory snapshot sandboxes restore (snapshot boot mode).
+    pub snapshot: OnceLock<Arc<SharedSnapshot>>,
+    /// The package layer copied into every sandbox (micropip and the preinstalled packages).
+    pub layer: OnceLock<Arc<layer::PackageLayer>>,
+    /// The package layer's file contents, as every sandbox maps them (copy-on-write).
+    pub layer_bytes: OnceLock<cow::CowBytes>,
+    /// Pyodide's standard library zip, as every sandbox maps it (copy-on-write).
+    pub stdlib: cow::CowBytes,
+    /// Pyodide's WebAssembly module as V8 compiled it once; every isolate instantiates this.
+    pub compiled_wasm: OnceLock<v8::CompiledWasmModule>,
+    /// The modules that wrap JavaScript functions for the function table (see `modules::wrappers`),
+    /// by list of signatures: in practice one, the start-up's.
+    pub wrapper_modules: Mutex<Vec<(String, v8::CompiledWasmModule)>>,
+    /// Pyodide's JavaScript modules as served, and their V8 code caches.
+    pub modules: Arc<modules::Modules>,
+    /// The V8 startup snapshot every isolate starts from.
+    pub startup_snapshot: OnceLock<&'static [u8]>,
+    _io: IoRuntime,
+}
+
+/// The multi-thread runtime that performs sandbox network I/O; shut down without blocking.
+struct IoRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for IoRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl EngineShared {
+    /// What sandboxes share before any snapshot or layer exists.
+    pub fn new(config: EngineConfig, assets: Arc<Assets>) -> Result<Self, EngineError> {
+        let io = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("sandbox-io")
+            .enable_all()
+            .build()?;
+        let fetcher = Fetcher::new(
+            config.allowed_hosts.clone(),
+            &config.extra_ca_certs,
+            io.handle().clone(),
+        )?;
+        let packages = Packages::new(
+            config.package_source.clone(),
+            assets.clone(),
+            fetcher.clone(),
+        );
+        Ok(Self {
+            config,
+            modules: Arc::new(modules::Modules::new(&assets)),
+            stdlib: cow::CowBytes::new(&assets.stdlib),
+            assets,
+            fetcher,
+            packages,
+            snapshot: OnceLock::new(),
+            layer: OnceLock::new(),
+            compiled_wasm: OnceLock::new(),
+            wrapper_modules: Mutex::new(Vec::new()),
+            layer_bytes: OnceLock::new(),
+            startup_snapshot: OnceLock::new(),
+            _io: IoRuntime(Some(io)),
+        })
+    }
+}
