@@ -82,7 +82,7 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
             std::thread::sleep(idle);
         }
         let started = Instant::now();
-        let result = sandbox.run(request());
+        let result = sandbox.run(request(), None);
         runs.push(started.elapsed());
         let started = Instant::now();
         drop(sandbox);

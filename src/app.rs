@@ -39,6 +39,8 @@ pub fn engine_config(config: &AppConfig) -> EngineConfig {
             config::BootMode::Snapshot => BootMode::Snapshot,
             config::BootMode::Full => BootMode::Full,
         },
+        sandbox_memory_limit_mb: config.workers.sandbox_memory_limit_mb,
+        setup_timeout: std::time::Duration::from_secs(config.workers.setup_timeout_s),
     }
 }
 

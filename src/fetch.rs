@@ -1,18 +1,60 @@
 //! The sandboxes' only network door: HTTPS requests to allowlisted hosts, performed in Rust on the
-//! engine's I/O runtime, with redirects re-checked against the allowlist, a cap on response size,
-//! optional extra trusted CA certificates, and an in-memory cache of downloaded package artifacts.
+//! engine's I/O runtime. Redirects are re-checked against the allowlist; methods and request headers
+//! that a browser would not let a page set are refused before anything goes out; every request has a
+//! connect, read and total timeout and never outlives its call's deadline; a call has a bounded number
+//! of requests in flight and of response bytes, and its requests are aborted when it ends. Header-less
+//! GETs of package artifacts are cached (keyed by the normalised URL, evicted least recently used
+//! first); the engine's own wheel downloads ([`Fetcher::download`]) bypass that cache, since their
+//! verified bytes are cached by `packages`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
 use url::Url;
 
 pub use crate::config::limits::MAX_RESPONSE_BYTES;
+use crate::config::limits::{
+    FETCH_CONNECT_TIMEOUT_S, FETCH_READ_TIMEOUT_S, FETCH_TOTAL_TIMEOUT_S, MAX_FETCH_BYTES_PER_CALL,
+    MAX_FETCH_CACHE_BYTES, MAX_FETCHES_IN_FLIGHT, shown,
+};
+
 const MAX_REDIRECTS: usize = 10;
-/// The artifact cache stops taking new entries beyond this many bytes (1 GiB).
-const MAX_CACHE_BYTES: usize = 1024 * 1024 * 1024;
+
+/// Methods a sandbox may use.
+const METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"];
+
+/// Request headers a sandbox may not set: the Fetch standard's forbidden request headers (the
+/// transport's to manage, or a browser's alone to send), and `Range`, which partial downloads would
+/// need and nothing in the sandbox does.
+const FORBIDDEN_HEADERS: [&str; 22] = [
+    "accept-charset",
+    "accept-encoding",
+    "access-control-request-headers",
+    "access-control-request-method",
+    "connection",
+    "content-length",
+    "cookie",
+    "cookie2",
+    "date",
+    "dnt",
+    "expect",
+    "host",
+    "keep-alive",
+    "origin",
+    "referer",
+    "set-cookie",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "via",
+    "range",
+];
 
 /// Which hosts sandboxes may reach, and the client and runtime that reach them.
 #[derive(Clone)]
@@ -23,12 +65,87 @@ pub struct Fetcher {
     cache: Arc<Mutex<ArtifactCache>>,
 }
 
-/// Successful GET responses for package artifacts (wheels and source archives), by URL, for the life
-/// of the server.
+/// Successful header-less GET responses for package artifacts (wheels and source archives), by
+/// normalised URL, most recently used last.
 #[derive(Default)]
 struct ArtifactCache {
-    entries: HashMap<String, Arc<FetchResponse>>,
+    entries: Vec<(String, Arc<FetchResponse>)>,
     bytes: usize,
+}
+
+impl ArtifactCache {
+    fn get(&mut self, key: &str) -> Option<Arc<FetchResponse>> {
+        let at = self.entries.iter().position(|(k, _)| k == key)?;
+        let entry = self.entries.remove(at);
+        let hit = entry.1.clone();
+        self.entries.push(entry);
+        Some(hit)
+    }
+
+    fn insert(&mut self, key: String, response: Arc<FetchResponse>) {
+        let len = response.body.len();
+        if len > MAX_FETCH_CACHE_BYTES || self.entries.iter().any(|(k, _)| *k == key) {
+            return;
+        }
+        while self.bytes + len > MAX_FETCH_CACHE_BYTES && !self.entries.is_empty() {
+            let (_, evicted) = self.entries.remove(0);
+            self.bytes -= evicted.body.len();
+        }
+        self.bytes += len;
+        self.entries.push((key, response));
+    }
+}
+
+/// One call's outbound requests: how many are in flight, how many response bytes it received, and
+/// the token that aborts them all when the call ends (also when this is dropped).
+#[derive(Default)]
+pub struct CallFetches {
+    cancel: CancellationToken,
+    in_flight: Arc<AtomicUsize>,
+    received: Arc<AtomicU64>,
+    /// Response bodies not yet handed to JavaScript, by id.
+    bodies: Mutex<HashMap<u32, Vec<u8>>>,
+    next_body: AtomicUsize,
+}
+
+impl CallFetches {
+    /// Aborts every request of the call.
+    pub fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    /// Keeps a response body until JavaScript takes it; its id.
+    pub fn keep_body(&self, body: Vec<u8>) -> u32 {
+        let id = self.next_body.fetch_add(1, Ordering::SeqCst) as u32;
+        self.bodies
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, body);
+        id
+    }
+
+    /// The response body kept as `id`, once.
+    pub fn take_body(&self, id: u32) -> Option<Vec<u8>> {
+        self.bodies
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id)
+    }
+}
+
+impl Drop for CallFetches {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+/// Counts one request in flight for a call until dropped.
+struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Why the HTTPS client could not be set up.
@@ -59,7 +176,7 @@ pub struct FetchResponse {
 /// Why a request was refused or failed; the message reaches Python as the exception text.
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
-    #[error("invalid URL {0:?}")]
+    #[error("invalid URL {0}")]
     InvalidUrl(String),
     #[error("only https:// URLs may be fetched from the sandbox, not {0}")]
     NotHttps(String),
@@ -67,8 +184,22 @@ pub enum FetchError {
     HostNotAllowed(String),
     #[error("Runtime package installation is disabled: sandbox HTTPS downloads are refused")]
     Disabled,
+    #[error(
+        "the method {0} is not allowed from the sandbox (GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS are)"
+    )]
+    Method(String),
+    #[error("the request header {0} may not be set from the sandbox")]
+    Header(String),
+    #[error("too many requests in flight (at most {MAX_FETCHES_IN_FLIGHT} at once per call)")]
+    TooMany,
     #[error("response from {0} exceeds the 100 MiB limit")]
     TooLarge(String),
+    #[error("this call has received its {MAX_FETCH_BYTES_PER_CALL} response bytes")]
+    CallBudget,
+    #[error("download timed out ({0})")]
+    TimedOut(String),
+    #[error("the request was aborted: its call ended")]
+    Aborted,
     #[error("download failed ({0})")]
     Failed(String),
     #[error("download failed (HTTP {status}) for {url}")]
@@ -114,6 +245,9 @@ impl Fetcher {
         }
         let client = builder
             .https_only(true)
+            .connect_timeout(Duration::from_secs(FETCH_CONNECT_TIMEOUT_S))
+            .read_timeout(Duration::from_secs(FETCH_READ_TIMEOUT_S))
+            .timeout(Duration::from_secs(FETCH_TOTAL_TIMEOUT_S))
             .user_agent(concat!("code-interpreter-mcp/", env!("CARGO_PKG_VERSION")))
             .redirect(reqwest::redirect::Policy::custom(move |attempt| {
                 if attempt.previous().len() >= MAX_REDIRECTS {
@@ -135,102 +269,193 @@ impl Fetcher {
 
     /// Whether `url` may be fetched under the allowlist.
     pub fn check(&self, url: &str) -> Result<Url, FetchError> {
-        let parsed = Url::parse(url).map_err(|_| FetchError::InvalidUrl(url.to_string()))?;
+        let parsed = Url::parse(url).map_err(|_| FetchError::InvalidUrl(shown(url)))?;
         check_url(&self.allowed_hosts, &parsed)?;
         Ok(parsed)
     }
 
-    /// Performs one request on the I/O runtime; the returned future may be awaited anywhere.
+    /// One request of a sandbox's call, within its budget and before `deadline`; the returned future
+    /// may be awaited anywhere.
     pub async fn fetch(
         &self,
-        url: String,
-        method: String,
-        headers: Vec<(String, String)>,
-        body: Option<Vec<u8>>,
+        call: &CallFetches,
+        request: SandboxRequest,
+        deadline: Option<Instant>,
     ) -> Result<FetchResponse, FetchError> {
-        let parsed = self.check(&url)?;
-        let cacheable = method.eq_ignore_ascii_case("GET") && is_artifact(&parsed);
-        if cacheable
-            && let Some(hit) = self
-                .cache
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .entries
-                .get(&url)
-        {
-            return Ok((**hit).clone());
+        let parsed = self.check(&request.url)?;
+        let method = request.method.to_ascii_uppercase();
+        if !METHODS.contains(&method.as_str()) {
+            return Err(FetchError::Method(shown(&request.method)));
         }
-        let response = self
-            .fetch_uncached(url.clone(), parsed, method, headers, body)
-            .await?;
-        if cacheable && response.status == 200 {
-            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-            if cache.bytes + response.body.len() <= MAX_CACHE_BYTES {
-                cache.bytes += response.body.len();
-                cache.entries.insert(url, Arc::new(response.clone()));
+        for (name, _) in &request.headers {
+            let lower = name.to_ascii_lowercase();
+            if FORBIDDEN_HEADERS.contains(&lower.as_str())
+                || lower.starts_with("proxy-")
+                || lower.starts_with("sec-")
+            {
+                return Err(FetchError::Header(shown(name)));
             }
+        }
+        if call.in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_FETCHES_IN_FLIGHT {
+            call.in_flight.fetch_sub(1, Ordering::SeqCst);
+            return Err(FetchError::TooMany);
+        }
+        let _in_flight = InFlight(call.in_flight.clone());
+        let mut normalised = parsed.clone();
+        normalised.set_fragment(None);
+        let key = normalised.to_string();
+        let cacheable = method == "GET"
+            && request.headers.is_empty()
+            && request.body.is_none()
+            && is_artifact(&parsed);
+        let hit = cacheable
+            .then(|| {
+                self.cache
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&key)
+            })
+            .flatten();
+        let response = match hit {
+            Some(hit) => (*hit).clone(),
+            None => {
+                let response = self
+                    .send(
+                        parsed,
+                        method,
+                        request.headers,
+                        request.body,
+                        deadline,
+                        Some(call.cancel.clone()),
+                    )
+                    .await?;
+                if cacheable && response.status == 200 && cacheable_response(&response) {
+                    self.cache
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(key, Arc::new(response.clone()));
+                }
+                response
+            }
+        };
+        let len = response.body.len() as u64;
+        let received = call.received.fetch_add(len, Ordering::SeqCst) + len;
+        if received > MAX_FETCH_BYTES_PER_CALL {
+            return Err(FetchError::CallBudget);
         }
         Ok(response)
     }
 
-    async fn fetch_uncached(
+    /// A GET of `url` for the engine itself (a lock-file wheel), uncached, before `deadline`.
+    pub async fn download(
         &self,
-        url: String,
-        parsed: Url,
+        url: &str,
+        deadline: Option<Instant>,
+    ) -> Result<FetchResponse, FetchError> {
+        let parsed = self.check(url)?;
+        self.send(parsed, "GET".into(), Vec::new(), None, deadline, None)
+            .await
+    }
+
+    /// Performs one request on the I/O runtime, aborted at `deadline` or when `cancel` fires.
+    async fn send(
+        &self,
+        url: Url,
         method: String,
         headers: Vec<(String, String)>,
         body: Option<Vec<u8>>,
+        deadline: Option<Instant>,
+        cancel: Option<CancellationToken>,
     ) -> Result<FetchResponse, FetchError> {
         let client = self.client.clone();
+        let requested = url.to_string();
+        let deadline = deadline.map(tokio::time::Instant::from_std);
         let task = self.io.spawn(async move {
-            let method = reqwest::Method::from_bytes(method.as_bytes())
-                .map_err(|_| FetchError::Failed(format!("invalid method {method}")))?;
-            let mut request = client.request(method, parsed);
-            for (k, v) in headers {
-                request = request.header(k, v);
-            }
-            if let Some(body) = body {
-                request = request.body(body);
-            }
-            let response = request.send().await.map_err(describe)?;
-            if let Some(len) = response.content_length()
-                && len as usize > MAX_RESPONSE_BYTES
-            {
-                return Err(FetchError::TooLarge(response.url().to_string()));
-            }
-            let status = response.status();
-            let final_url = response.url().to_string();
-            let headers = response
-                .headers()
-                .iter()
-                .map(|(k, v)| {
-                    (
-                        k.as_str().to_string(),
-                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                    )
-                })
-                .collect();
-            let mut body = Vec::new();
-            let mut stream = response.bytes_stream();
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(describe)?;
-                if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
-                    return Err(FetchError::TooLarge(final_url));
+            let work = request(client, url, requested, method, headers, body);
+            let cancelled = async {
+                match &cancel {
+                    Some(token) => token.cancelled().await,
+                    None => std::future::pending().await,
                 }
-                body.extend_from_slice(&chunk);
+            };
+            let timed = async {
+                match deadline {
+                    Some(at) => tokio::time::timeout_at(at, work).await.unwrap_or_else(|_| {
+                        Err(FetchError::TimedOut("the call's deadline passed".into()))
+                    }),
+                    None => work.await,
+                }
+            };
+            tokio::select! {
+                r = timed => r,
+                _ = cancelled => Err(FetchError::Aborted),
             }
-            Ok(FetchResponse {
-                status: status.as_u16(),
-                status_text: status.canonical_reason().unwrap_or("").to_string(),
-                redirected: final_url != url,
-                url: final_url,
-                headers,
-                body,
-            })
         });
         task.await
             .map_err(|e| FetchError::Failed(format!("request task failed: {e}")))?
     }
+}
+
+/// What a sandbox asks for.
+pub struct SandboxRequest {
+    pub url: String,
+    pub method: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Option<Vec<u8>>,
+}
+
+async fn request(
+    client: reqwest::Client,
+    url: Url,
+    requested: String,
+    method: String,
+    headers: Vec<(String, String)>,
+    body: Option<Vec<u8>>,
+) -> Result<FetchResponse, FetchError> {
+    let method = reqwest::Method::from_bytes(method.as_bytes())
+        .map_err(|_| FetchError::Method(shown(&method)))?;
+    let mut request = client.request(method, url);
+    for (k, v) in headers {
+        request = request.header(k, v);
+    }
+    if let Some(body) = body {
+        request = request.body(body);
+    }
+    let response = request.send().await.map_err(describe)?;
+    if let Some(len) = response.content_length()
+        && len > MAX_RESPONSE_BYTES as u64
+    {
+        return Err(FetchError::TooLarge(short(response.url().as_str())));
+    }
+    let status = response.status();
+    let final_url = response.url().to_string();
+    let headers = response
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(describe)?;
+        if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+            return Err(FetchError::TooLarge(short(&final_url)));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(FetchResponse {
+        status: status.as_u16(),
+        status_text: status.canonical_reason().unwrap_or("").to_string(),
+        redirected: final_url != requested,
+        url: final_url,
+        headers,
+        body,
+    })
 }
 
 /// Package artifacts (immutable by convention) are cached; index pages and API answers are not.
@@ -239,6 +464,16 @@ fn is_artifact(url: &Url) -> bool {
     [".whl", ".tar.gz", ".zip", ".tar.bz2"]
         .iter()
         .any(|ext| path.ends_with(ext))
+}
+
+/// A response that says it must not be stored, or that is personal, is not cached.
+fn cacheable_response(response: &FetchResponse) -> bool {
+    !response.headers.iter().any(|(name, value)| {
+        let value = value.to_ascii_lowercase();
+        name.eq_ignore_ascii_case("set-cookie")
+            || (name.eq_ignore_ascii_case("cache-control")
+                && (value.contains("no-store") || value.contains("private")))
+    })
 }
 
 fn describe(e: reqwest::Error) -> FetchError {
@@ -254,6 +489,7 @@ fn describe(e: reqwest::Error) -> FetchError {
         }
         source = err.source();
     }
+    let timed_out = e.is_timeout();
     let mut text = e.to_string();
     let mut source = std::error::Error::source(&e);
     while let Some(err) = source {
@@ -261,23 +497,36 @@ fn describe(e: reqwest::Error) -> FetchError {
         text.push_str(&err.to_string());
         source = err.source();
     }
-    FetchError::Failed(text)
+    if timed_out {
+        FetchError::TimedOut(text)
+    } else {
+        FetchError::Failed(text)
+    }
 }
 
 fn check_url(allowed: &[String], url: &Url) -> Result<(), FetchError> {
     if url.scheme() != "https" {
-        return Err(FetchError::NotHttps(url.to_string()));
+        return Err(FetchError::NotHttps(short(url.as_str())));
     }
     let host = url
         .host_str()
-        .ok_or_else(|| FetchError::InvalidUrl(url.to_string()))?
+        .ok_or_else(|| FetchError::InvalidUrl(shown(url.as_str())))?
         .trim_end_matches('.')
         .to_ascii_lowercase();
     if host_allowed(allowed, &host) {
         Ok(())
     } else {
-        Err(FetchError::HostNotAllowed(host))
+        Err(FetchError::HostNotAllowed(short(&host)))
     }
+}
+
+/// At most 200 characters of `text` (a URL or host in a message).
+fn short(text: &str) -> String {
+    let mut out: String = text.chars().take(200).collect();
+    if text.chars().nth(200).is_some() {
+        out.push('…');
+    }
+    out
 }
 
 /// `host` equals an allowlisted host or is a subdomain of one.
@@ -316,5 +565,42 @@ mod tests {
             check_url(&allowed, &other),
             Err(FetchError::HostNotAllowed(_))
         ));
+    }
+
+    fn response(len: usize) -> Arc<FetchResponse> {
+        Arc::new(FetchResponse {
+            status: 200,
+            status_text: "OK".into(),
+            url: String::new(),
+            redirected: false,
+            headers: Vec::new(),
+            body: vec![0; len],
+        })
+    }
+
+    #[test]
+    fn the_artifact_cache_evicts_the_least_recently_used_first() {
+        let mut cache = ArtifactCache::default();
+        let third = MAX_FETCH_CACHE_BYTES / 3;
+        cache.insert("a".into(), response(third));
+        cache.insert("b".into(), response(third));
+        cache.insert("c".into(), response(third));
+        assert!(cache.get("a").is_some(), "a is now the most recent");
+        cache.insert("d".into(), response(third));
+        assert!(cache.get("b").is_none(), "b was the least recently used");
+        assert!(cache.get("a").is_some() && cache.get("c").is_some() && cache.get("d").is_some());
+        assert!(cache.bytes <= MAX_FETCH_CACHE_BYTES);
+        cache.insert("huge".into(), response(MAX_FETCH_CACHE_BYTES + 1));
+        assert!(cache.get("huge").is_none());
+    }
+
+    #[test]
+    fn personal_or_unstorable_responses_are_not_cached() {
+        let mut r = (*response(1)).clone();
+        assert!(cacheable_response(&r));
+        r.headers = vec![("Cache-Control".into(), "private, max-age=60".into())];
+        assert!(!cacheable_response(&r));
+        r.headers = vec![("set-cookie".into(), "a=b".into())];
+        assert!(!cacheable_response(&r));
     }
 }

@@ -2,13 +2,13 @@
 //! verification against the sha256 recorded in `pyodide-lock.json`, the in-memory cache that keeps
 //! every verified wheel for the life of the server, and the names of micropip requirements.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use sha2::{Digest, Sha256};
 
 use crate::assets::Assets;
+use crate::config::limits::MAX_WHEEL_CACHE_BYTES;
 use crate::fetch::Fetcher;
 
 /// The configured package source.
@@ -82,7 +82,37 @@ pub struct Packages {
     source: PackageSource,
     assets: Arc<Assets>,
     fetcher: Fetcher,
-    cache: Mutex<HashMap<String, Arc<[u8]>>>,
+    cache: Mutex<WheelCache>,
+}
+
+/// Verified wheels by file name, most recently used last, at most `MAX_WHEEL_CACHE_BYTES` in all.
+#[derive(Default)]
+struct WheelCache {
+    entries: Vec<(String, Arc<[u8]>)>,
+    bytes: usize,
+}
+
+impl WheelCache {
+    fn get(&mut self, file_name: &str) -> Option<Arc<[u8]>> {
+        let at = self.entries.iter().position(|(k, _)| k == file_name)?;
+        let entry = self.entries.remove(at);
+        let hit = entry.1.clone();
+        self.entries.push(entry);
+        Some(hit)
+    }
+
+    fn insert(&mut self, file_name: String, bytes: Arc<[u8]>) {
+        if bytes.len() > MAX_WHEEL_CACHE_BYTES || self.entries.iter().any(|(k, _)| *k == file_name)
+        {
+            return;
+        }
+        while self.bytes + bytes.len() > MAX_WHEEL_CACHE_BYTES && !self.entries.is_empty() {
+            let (_, evicted) = self.entries.remove(0);
+            self.bytes -= evicted.len();
+        }
+        self.bytes += bytes.len();
+        self.entries.push((file_name, bytes));
+    }
 }
 
 impl Packages {
@@ -91,19 +121,24 @@ impl Packages {
             source,
             assets,
             fetcher,
-            cache: Mutex::new(HashMap::new()),
+            cache: Mutex::default(),
         }
     }
 
-    /// The verified bytes of the lock-file wheel `file_name`.
-    pub fn wheel(&self, file_name: &str) -> Result<Arc<[u8]>, PackageError> {
+    /// The verified bytes of the lock-file wheel `file_name`, downloaded (when not cached) before
+    /// `deadline`: this runs on a sandbox's thread, where the watchdog cannot interrupt Rust code.
+    pub fn wheel(
+        &self,
+        file_name: &str,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<Arc<[u8]>, PackageError> {
         if let Some(hit) = self
             .cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(file_name)
         {
-            return Ok(hit.clone());
+            return Ok(hit);
         }
         let entry = self
             .assets
@@ -120,13 +155,8 @@ impl Packages {
             }
             PackageSource::Url(base) => {
                 let url = format!("{base}{file_name}");
-                let response = futures::executor::block_on(self.fetcher.fetch(
-                    url.clone(),
-                    "GET".into(),
-                    Vec::new(),
-                    None,
-                ))
-                .map_err(|e| PackageError::Download(e.to_string()))?;
+                let response = futures::executor::block_on(self.fetcher.download(&url, deadline))
+                    .map_err(|e| PackageError::Download(e.to_string()))?;
                 if response.status != 200 {
                     return Err(PackageError::Download(format!(
                         "download failed (HTTP {}) for {url}",

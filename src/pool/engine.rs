@@ -1,6 +1,8 @@
 //! The real engine as the pool's [`Backend`]: a job is an [`ExecRequest`], its output an
 //! [`ExecResult`]; Python execution time is recorded here, where it is measured.
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use super::Backend;
@@ -21,10 +23,15 @@ impl Backend for Engine {
         sandbox.collect_garbage();
     }
 
-    fn run(&self, sandbox: &mut Sandbox, job: ExecRequest) -> ExecResult {
+    fn run(
+        &self,
+        sandbox: &mut Sandbox,
+        job: ExecRequest,
+        cancelled: Arc<AtomicBool>,
+    ) -> ExecResult {
         test_fault(&job);
         let executing = Instant::now();
-        let result = sandbox.run(job);
+        let result = sandbox.run(job, Some(cancelled));
         telemetry::python_execution(result.outcome(), executing.elapsed());
         result
     }

@@ -34,8 +34,14 @@ pub trait Backend: Send + Sync + 'static {
     /// Settles a sandbox booted ahead of its call (skipped when a job is already waiting for it).
     fn settle(&self, _sandbox: &mut Self::Sandbox) {}
 
-    /// Runs `job`. The pool drops the used sandbox after the reply has been sent.
-    fn run(&self, sandbox: &mut Self::Sandbox, job: Self::Job) -> Self::Output;
+    /// Runs `job`; `cancelled` is set when its caller goes away meanwhile (the run may stop early).
+    /// The pool drops the used sandbox after the reply has been sent.
+    fn run(
+        &self,
+        sandbox: &mut Self::Sandbox,
+        job: Self::Job,
+        cancelled: Arc<AtomicBool>,
+    ) -> Self::Output;
 }
 
 /// Pool sizing.
@@ -120,6 +126,7 @@ struct Job<J, O> {
     job: J,
     enqueued: Instant,
     started: Arc<AtomicBool>,
+    cancelled: Arc<AtomicBool>,
     reply: oneshot::Sender<Completed<O>>,
 }
 
@@ -255,11 +262,13 @@ impl<B: Backend> Pool<B> {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (reply, receiver) = oneshot::channel();
         let started = Arc::new(AtomicBool::new(false));
+        let cancelled = Arc::new(AtomicBool::new(false));
         queue.jobs.push_back(Job {
             id,
             job,
             enqueued: Instant::now(),
             started: started.clone(),
+            cancelled: cancelled.clone(),
             reply,
         });
         telemetry::queue_depth(queue.jobs.len());
@@ -269,6 +278,7 @@ impl<B: Backend> Pool<B> {
         Ok(Ticket {
             id,
             started,
+            cancelled,
             receiver: Some(receiver),
             shared: self.shared.clone(),
         })
@@ -304,11 +314,12 @@ impl<B: Backend> Pool<B> {
     }
 }
 
-/// A queued or running job. Dropping it while still queued removes the job from the queue
-/// (cancellation); a running job finishes and its result is discarded.
+/// A queued or running job. Dropping it before its outcome arrived cancels it: a queued job leaves
+/// the queue, a running one is told to stop (and its result is discarded).
 pub struct Ticket<J, O> {
     id: u64,
     started: Arc<AtomicBool>,
+    cancelled: Arc<AtomicBool>,
     receiver: Option<oneshot::Receiver<Completed<O>>>,
     shared: Arc<Shared<J, O>>,
 }
@@ -344,7 +355,11 @@ impl<J, O> Ticket<J, O> {
 
 impl<J, O> Drop for Ticket<J, O> {
     fn drop(&mut self) {
-        if self.receiver.is_none() || self.started() {
+        if self.receiver.is_none() {
+            return;
+        }
+        if self.started() {
+            self.cancelled.store(true, Ordering::SeqCst);
             return;
         }
         if let Some(mut queue) = self.shared.lock()
@@ -431,7 +446,7 @@ impl<B: Backend> Worker<B> {
             let (result, used) = match sandbox {
                 Ok(mut sandbox) => {
                     guard.set(WorkerState::Executing);
-                    let output = self.backend.run(&mut sandbox, job.job);
+                    let output = self.backend.run(&mut sandbox, job.job, job.cancelled);
                     (Ok(output), Some(sandbox))
                 }
                 Err(e) => (Err(JobError::Boot(e)), None),

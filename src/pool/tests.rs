@@ -18,6 +18,8 @@ struct Fake {
     /// (job name, sandbox number) in the order jobs started.
     ran: Mutex<Vec<(&'static str, usize)>>,
     settled: AtomicUsize,
+    /// The cancellation flag of the last job run.
+    cancelled: Mutex<Option<Arc<AtomicBool>>>,
 }
 
 struct FakeJob {
@@ -69,7 +71,13 @@ impl Backend for Fake {
         self.settled.fetch_add(1, Ordering::SeqCst);
     }
 
-    fn run(&self, sandbox: &mut usize, job: FakeJob) -> (&'static str, usize) {
+    fn run(
+        &self,
+        sandbox: &mut usize,
+        job: FakeJob,
+        cancelled: Arc<AtomicBool>,
+    ) -> (&'static str, usize) {
+        *self.cancelled.lock().unwrap() = Some(cancelled);
         self.ran.lock().unwrap().push((job.name, *sandbox));
         if let Some(started) = job.started {
             let _ = started.send(());
@@ -192,6 +200,26 @@ fn a_prewarmed_sandbox_takes_the_call_and_is_replaced_after_it() {
     assert_eq!(fake.settled.load(Ordering::SeqCst), 2);
     let mut t = pool.submit(FakeJob::quick("next")).unwrap();
     assert_eq!(block_on(t.wait()).result.unwrap(), ("next", 2));
+}
+
+#[test]
+fn dropping_the_ticket_of_a_running_job_tells_it_to_stop() {
+    let fake = Arc::new(Fake::default());
+    let pool = pool(&fake, 1, 8, 0);
+    let (running, started, release) = FakeJob::held("running");
+    let ticket = pool.submit(running).unwrap();
+    started.recv().unwrap();
+    let flag = fake.cancelled.lock().unwrap().clone().unwrap();
+    assert!(!flag.load(Ordering::SeqCst));
+    drop(ticket);
+    assert!(
+        flag.load(Ordering::SeqCst),
+        "the running job was told to stop"
+    );
+    release.send(()).unwrap();
+    // The worker is free again.
+    let mut next = pool.submit(FakeJob::quick("next")).unwrap();
+    assert_eq!(block_on(next.wait()).result.unwrap().0, "next");
 }
 
 #[test]

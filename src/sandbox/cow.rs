@@ -6,7 +6,11 @@
 //! to one, and then the kernel copies that page for it alone. Nothing a sandbox does can reach another
 //! sandbox or the engine's copy. Elsewhere, or where the kernel refuses, each sandbox gets a copy.
 
+use std::sync::Arc;
+
 use deno_core::v8;
+
+use super::memory::MemoryBudget;
 
 pub(crate) struct CowBytes {
     source: Source,
@@ -42,12 +46,13 @@ impl CowBytes {
     }
 
     /// A new ArrayBuffer of the calling isolate holding these bytes, which the isolate may write to:
-    /// a mapping if `map` and the system allows, else a copy.
+    /// a mapping if `map` and the system allows, else a copy charged to `budget`.
     pub fn array_buffer<'s>(
         &self,
         scope: &v8::PinScope<'s, '_>,
         map: bool,
-    ) -> std::io::Result<v8::Local<'s, v8::ArrayBuffer>> {
+        budget: &Arc<MemoryBudget>,
+    ) -> Result<v8::Local<'s, v8::ArrayBuffer>, deno_error::JsErrorBox> {
         let copy = match &self.source {
             #[cfg(target_os = "linux")]
             Source::Sealed(file) => {
@@ -57,12 +62,13 @@ impl CowBytes {
                         &store.make_shared(),
                     ));
                 }
-                file.read_all()?
+                file.read_all().map_err(|e| {
+                    deno_error::JsErrorBox::generic(format!("reading shared bytes: {e}"))
+                })?
             }
             Source::Owned(bytes) => bytes.to_vec(),
         };
-        let store = v8::ArrayBuffer::new_backing_store_from_vec(copy).make_shared();
-        Ok(v8::ArrayBuffer::with_backing_store(scope, &store))
+        budget.array_buffer(scope, copy)
     }
 }
 

@@ -1,22 +1,23 @@
 //! One sandbox's isolate lifecycle: a new `deno_core::JsRuntime` (its own V8 isolate, from the
 //! engine's V8 startup snapshot), Pyodide booted in it for a role (see `ops::Role`), one request run,
-//! and the outcome read back. A sandbox is not `Send`: boot and execute it on one dedicated thread,
-//! never on an async runtime.
+//! and the outcome read back and classified by who caused it. A sandbox is not `Send`: boot and
+//! execute it on one dedicated thread, never on an async runtime.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use deno_core::JsRuntime;
-use serde::Deserialize;
 
+use super::memory::MemoryBudget;
 use super::memory_snapshot::SharedSnapshot;
-use super::ops::{Role, SandboxState};
-use super::output;
+use super::ops::{Phase as OpPhase, Role, SandboxState};
+use super::output::{self, Report};
 use super::shared::{EngineError, EngineShared};
 use super::startup;
 use super::types::{ErrorKind, ExecError, ExecRequest, ExecResult};
-use super::watchdog::{self, Watchdog};
+use super::wasm::CodegenAllowed;
+use super::watchdog::{Phase, Stop, Watchdog};
 use crate::config::limits::MAX_STREAM_BYTES;
 
 /// Makes `runtime.js` register its entry points with Rust (see `__sandboxEntry` there).
@@ -25,11 +26,15 @@ const ENTRY: &str = "__sandboxEntry()";
 /// The longest a sandbox (or the snapshot maker) may take to start.
 const BOOT_DEADLINE: Duration = Duration::from_secs(120);
 
+/// 1 MB in the configuration's sense.
+const MB: u64 = 1024 * 1024;
+
 /// A booted, never-used sandbox.
 pub struct Sandbox {
     runtime: JsRuntime,
     tokio: tokio::runtime::Runtime,
     heap_exhausted: Arc<AtomicBool>,
+    budget: Arc<MemoryBudget>,
     boot_time: Duration,
     used: bool,
 }
@@ -45,9 +50,13 @@ impl Sandbox {
 
     /// What `f` takes out of the sandbox's role (what a snapshot maker or an installer produced).
     pub(crate) fn take_role<T>(&self, f: impl FnOnce(&mut Role) -> T) -> T {
+        self.with_state(|s| f(&mut s.role))
+    }
+
+    fn with_state<T>(&self, f: impl FnOnce(&mut SandboxState) -> T) -> T {
         let state = self.runtime.op_state();
         let mut state = state.borrow_mut();
-        f(&mut state.borrow_mut::<SandboxState>().role)
+        f(state.borrow_mut::<SandboxState>())
     }
 
     pub(crate) fn boot_as(shared: Arc<EngineShared>, role: Role) -> Result<Self, EngineError> {
@@ -56,7 +65,14 @@ impl Sandbox {
         let tokio = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let mut runtime = startup::new_runtime(&shared, role, &tokio)?;
+        let budget_bytes =
+            usize::try_from(shared.config.sandbox_memory_limit_mb.saturating_mul(MB))
+                .unwrap_or(usize::MAX);
+        let budget = MemoryBudget::new(budget_bytes);
+        let mut runtime = startup::new_runtime(&shared, role, budget.clone(), &tokio)?;
+        // While Pyodide starts it compiles small WebAssembly modules of its own; afterwards only
+        // `op_sandbox_compile_wasm` may (see `wasm.rs`).
+        let codegen = CodegenAllowed::new();
         // runtime.js hands over its entry points (it may have run long ago, for the startup snapshot).
         runtime
             .execute_script("<sandbox>", ENTRY)
@@ -84,76 +100,85 @@ impl Sandbox {
         };
         // A sandbox that has not started within BOOT_DEADLINE never will (e.g. a Pyodide that cannot
         // read its standard library); the installer may take as long as its downloads need.
-        let watchdog = (!installer).then(|| {
-            let w = Watchdog::start(runtime.v8_isolate().thread_safe_handle(), BOOT_DEADLINE);
-            let _ = w.sender().send(watchdog::WatchMsg::Arm(Instant::now()));
-            w
-        });
-        let wake = watchdog.as_ref().map(|w| w.wake.clone());
+        let watchdog = if installer {
+            None
+        } else {
+            let w = Watchdog::start(
+                runtime.v8_isolate().thread_safe_handle(),
+                Some(budget.clone()),
+                None,
+            )?;
+            w.arming().arm(Phase::Boot, BOOT_DEADLINE);
+            Some(w)
+        };
         let call = runtime.call(&boot);
         let booted = tokio.block_on(async {
             tokio::select! {
                 r = runtime.with_event_loop_promise(call, Default::default()) => Some(r),
                 _ = async {
-                    match &wake {
-                        Some(wake) => wake.notified().await,
+                    match &watchdog {
+                        Some(w) => w.fired().await,
                         None => std::future::pending().await,
                     }
                 } => None,
             }
         });
-        if watchdog.as_ref().is_some_and(|w| w.fired()) || booted.is_none() {
+        let stopped = watchdog.as_ref().and_then(Watchdog::stopped);
+        drop(watchdog);
+        drop(codegen);
+        if stopped == Some(Stop::Deadline(Phase::Boot)) || booted.is_none() {
             return Err(EngineError::Boot(format!(
                 "Pyodide did not finish starting within {} s",
                 BOOT_DEADLINE.as_secs()
             )));
         }
-        drop(watchdog);
-        booted
-            .expect("checked above")
-            .map_err(|e| {
-                if heap_exhausted.load(Ordering::SeqCst) {
-                    EngineError::Boot(format!(
-                        "the V8 heap budget (workers.memory_limit_mb = {} MiB) is too small to start Pyodide",
-                        shared.config.memory_limit_mb
-                    ))
+        booted.expect("checked above").map_err(|e| {
+            if heap_exhausted.load(Ordering::SeqCst) {
+                EngineError::Boot(format!(
+                    "the V8 heap budget (workers.memory_limit_mb = {} MiB) is too small to start Pyodide",
+                    shared.config.memory_limit_mb
+                ))
+            } else if budget.exceeded() {
+                EngineError::Boot(format!(
+                    "the sandbox memory budget (workers.sandbox_memory_limit_mb = {} MiB) is too small to start Pyodide",
+                    shared.config.sandbox_memory_limit_mb
+                ))
+            } else {
+                // What Python or Emscripten printed usually says more than the JS exception.
+                let state = runtime.op_state();
+                let state = state.borrow();
+                let s = state.borrow::<SandboxState>();
+                let printed = format!("{}{}", s.stdout.text(), s.stderr.text());
+                let printed = printed.trim();
+                let tail = &printed[printed.floor_char_boundary(printed.len().saturating_sub(1000))..];
+                if tail.is_empty() {
+                    EngineError::Boot(e.to_string())
                 } else {
-                    // What Python or Emscripten printed usually says more than the JS exception.
-                    let state = runtime.op_state();
-                    let state = state.borrow();
-                    let s = state.borrow::<SandboxState>();
-                    let printed = format!("{}{}", s.stdout.text(), s.stderr.text());
-                    let printed = printed.trim();
-                    let tail = &printed[printed.floor_char_boundary(printed.len().saturating_sub(1000))..];
-                    if tail.is_empty() {
-                        EngineError::Boot(e.to_string())
-                    } else {
-                        EngineError::Boot(format!("{e}; output: {tail}"))
-                    }
+                    EngineError::Boot(format!("{e}; output: {tail}"))
                 }
-            })?;
-        if !shared.config.runtime_package_installation {
-            runtime
-                .op_state()
-                .borrow_mut()
-                .borrow_mut::<SandboxState>()
-                .downloads_enabled = false;
-        }
-        // Output printed while booting is not the user's.
-        {
-            let state = runtime.op_state();
-            let mut state = state.borrow_mut();
-            let s = state.borrow_mut::<SandboxState>();
-            s.stdout = output::CappedBuffer::new(MAX_STREAM_BYTES);
-            s.stderr = output::CappedBuffer::new(MAX_STREAM_BYTES);
-        }
-        Ok(Self {
+            }
+        })?;
+        let sandbox = Self {
             runtime,
             tokio,
             heap_exhausted,
+            budget,
             boot_time: started.elapsed(),
             used: false,
-        })
+        };
+        let mut sandbox = sandbox;
+        super::callbacks::after_boot(sandbox.runtime.v8_isolate());
+        sandbox.with_state(|s| {
+            // From here on, the start-up ops refuse (their JavaScript callers stay reachable).
+            s.phase = OpPhase::Booted;
+            if !s.shared.config.runtime_package_installation {
+                s.downloads_enabled = false;
+            }
+            // Output printed while booting is not the user's.
+            s.stdout = output::CappedBuffer::new(MAX_STREAM_BYTES);
+            s.stderr = output::CappedBuffer::new(MAX_STREAM_BYTES);
+        });
+        Ok(sandbox)
     }
 
     /// Finishes the garbage collection that booting started, for a sandbox prepared ahead of a call:
@@ -170,13 +195,13 @@ impl Sandbox {
 
     /// Runs one request. The sandbox is consumed: its isolate is discarded afterwards.
     pub fn execute(mut self, request: ExecRequest) -> ExecResult {
-        self.run(request)
+        self.run(request, None)
     }
 
     /// Runs one request and leaves the used sandbox to the caller, who drops it (tearing down the
     /// isolate takes a while) after the result has been handed on. A sandbox runs one request only;
-    /// a second call returns a runtime error.
-    pub fn run(&mut self, request: ExecRequest) -> ExecResult {
+    /// a second call returns a runtime error. With `cancel`, setting the flag stops the run.
+    pub fn run(&mut self, request: ExecRequest, cancel: Option<Arc<AtomicBool>>) -> ExecResult {
         if std::mem::replace(&mut self.used, true) {
             return ExecResult::failure(ExecError::new(
                 ErrorKind::Runtime,
@@ -185,24 +210,35 @@ impl Sandbox {
             ));
         }
         let timeout_ms = request.timeout.as_millis();
-        let watchdog = Watchdog::start(
+        let watchdog = match Watchdog::start(
             self.runtime.v8_isolate().thread_safe_handle(),
-            request.timeout,
-        );
-        let (run, memory_limit_mb) = {
-            let state = self.runtime.op_state();
-            let mut state = state.borrow_mut();
-            let s = state.borrow_mut::<SandboxState>();
+            Some(self.budget.clone()),
+            cancel,
+        ) {
+            Ok(w) => w,
+            Err(e) => {
+                return ExecResult::failure(ExecError::new(
+                    ErrorKind::Runtime,
+                    "SandboxError",
+                    format!("cannot start the sandbox's watchdog: {e}"),
+                ));
+            }
+        };
+        let arming = watchdog.arming();
+        let (run, config) = self.with_state(|s| {
             s.code = Some(request.code);
             s.input_files = request
                 .files
                 .into_iter()
                 .map(|f| (f.path, Some(f.content)))
                 .collect();
-            s.watchdog = Some(watchdog.sender());
-            let run = s.entry.as_ref().map(|e| e.run.clone());
-            (run, s.shared.config.memory_limit_mb)
-        };
+            s.user_timeout = request.timeout;
+            s.watchdog = Some(arming.clone());
+            (
+                s.entry.as_ref().map(|e| e.run.clone()),
+                s.shared.config.clone(),
+            )
+        });
         let Some(run) = run else {
             return ExecResult::failure(ExecError::new(
                 ErrorKind::Runtime,
@@ -210,79 +246,143 @@ impl Sandbox {
                 "the sandbox has no run entry point",
             ));
         };
+        arming.arm(Phase::Setup, config.setup_timeout);
 
-        let wake = watchdog.wake.clone();
         let runtime = &mut self.runtime;
         let outcome = self.tokio.block_on(async {
             let call = runtime.call(&run);
             tokio::select! {
-                r = runtime.with_event_loop_promise(call, Default::default()) => Some(r),
-                _ = wake.notified() => None,
+                r = runtime.with_event_loop_promise(call, Default::default()) => Some(r.map_err(|e| e.to_string())),
+                _ = watchdog.fired() => None,
             }
         });
-        let timed_out = watchdog.fired();
+        let stopped = watchdog.stopped();
         drop(watchdog);
 
-        let state = self.runtime.op_state();
-        let mut state = state.borrow_mut();
-        let s = state.borrow_mut::<SandboxState>();
-        let report: Option<Report> = s.report.take().and_then(|j| serde_json::from_str(&j).ok());
-        let files = std::mem::take(&mut s.files);
-        let mut result = ExecResult {
-            success: false,
-            stdout: s.stdout.text(),
-            stderr: s.stderr.text(),
-            result: None,
-            output_truncated: s.stdout.truncated() || s.stderr.truncated() || files.truncated(),
-            files: files.into_files(),
-            error: None,
-            timed_out,
-        };
+        let heap_exhausted = self.heap_exhausted.load(Ordering::SeqCst);
+        // An exception `run()` ended in counts as its failure (it never reached deno_core).
+        let budget_exceeded = self.budget.exceeded();
+        let (mut result, report, user_started, glue_error) = self.with_state(|s| {
+            s.fetches.cancel();
+            s.watchdog = None;
+            let files = std::mem::take(&mut s.files);
+            let result = ExecResult {
+                success: false,
+                stdout: s.stdout.text(),
+                stderr: s.stderr.text(),
+                result: None,
+                output_truncated: s.stdout.truncated() || s.stderr.truncated() || files.truncated(),
+                files: files.into_files(),
+                error: None,
+                timed_out: false,
+            };
+            (result, s.report.take(), s.user_started, s.glue_error.take())
+        });
 
-        if timed_out {
-            result.error = Some(ExecError::new(
-                ErrorKind::Timeout,
-                "TimeoutError",
-                format!("execution exceeded timeout_ms = {timeout_ms} ms and was stopped"),
-            ));
-        } else if self.heap_exhausted.load(Ordering::SeqCst) {
-            result.error = Some(ExecError::new(
-                ErrorKind::Runtime,
+        let outcome = match (outcome, glue_error) {
+            (Some(Ok(_)), Some(text)) => Some(Err(text)),
+            (outcome, _) => outcome,
+        };
+        result.error = match (stopped, outcome, report) {
+            (Some(Stop::Deadline(phase)), ..) => {
+                result.timed_out = true;
+                Some(if phase == Phase::User {
+                    ExecError::new(
+                        ErrorKind::Timeout,
+                        "TimeoutError",
+                        format!("execution exceeded timeout_ms = {timeout_ms} ms and was stopped"),
+                    )
+                } else {
+                    ExecError::new(
+                        ErrorKind::Timeout,
+                        "SetupTimeout",
+                        format!(
+                            "setting up the call (writing its input files, loading the packages its imports \
+need) exceeded workers.setup_timeout_s = {} s and was stopped",
+                            config.setup_timeout.as_secs()
+                        ),
+                    )
+                })
+            }
+            _ if budget_exceeded || stopped == Some(Stop::MemoryBudget) => Some(ExecError::new(
+                ErrorKind::Python,
                 "MemoryLimitExceeded",
                 format!(
-                    "the sandbox exhausted its V8 heap budget (workers.memory_limit_mb = {memory_limit_mb} MiB)"
+                    "the sandbox exceeded its memory budget (workers.sandbox_memory_limit_mb = {} MiB: \
+ArrayBuffers, in-memory files, network responses and Python's WebAssembly memory together)",
+                    config.sandbox_memory_limit_mb
                 ),
-            ));
-        } else {
-            match (outcome, report) {
-                (Some(Ok(_)), Some(report)) => {
-                    result.success = report.success;
-                    result.result = report.result;
-                    result.output_truncated |= report.result_truncated;
-                    result.error = report.error.map(|e| ExecError {
-                        kind: ErrorKind::Python,
-                        error_type: e.error_type,
-                        message: e.message,
-                        traceback: Some(e.traceback),
-                    });
-                }
-                (Some(Err(e)), _) => {
-                    result.error = Some(ExecError::new(
-                        ErrorKind::Runtime,
-                        "SandboxError",
-                        stalled_or(e.to_string()),
+            )),
+            _ if heap_exhausted => Some(ExecError::new(
+                ErrorKind::Python,
+                "MemoryLimitExceeded",
+                format!(
+                    "the sandbox exhausted its V8 heap budget (workers.memory_limit_mb = {} MiB)",
+                    config.memory_limit_mb
+                ),
+            )),
+            (Some(Stop::Cancelled), ..) => Some(ExecError::new(
+                ErrorKind::Timeout,
+                "Cancelled",
+                "the client cancelled the call; its execution was stopped",
+            )),
+            (_, outcome, Some(report)) => {
+                apply_report(&mut result, report);
+                // The code finished, then the sandbox's JavaScript failed collecting its files (the
+                // code changed the JavaScript environment): its result stands, without those files.
+                if let Some(Err(e)) = outcome {
+                    result.output_truncated = true;
+                    result.stderr.push_str(&format!(
+                        "\nThe sandbox could not collect the files the code wrote (did the code change the \
+JavaScript environment?): {}\n",
+                        stalled_or(e)
                     ));
                 }
-                _ => {
-                    result.error = Some(ExecError::new(
-                        ErrorKind::Runtime,
-                        "SandboxError",
-                        "the sandbox ended without a result",
-                    ));
-                }
+                result.error.take()
             }
-        }
+            // The sandbox's own JavaScript failed after the user's code started: something the code
+            // did (it can change any JavaScript object it reaches) made it fail.
+            (_, Some(Err(e)), None) if user_started => Some(ExecError::new(
+                ErrorKind::Python,
+                "SandboxError",
+                format!(
+                    "the sandbox's JavaScript failed after the code started (did the code change the \
+JavaScript environment?): {}",
+                    stalled_or(e)
+                ),
+            )),
+            (_, Some(Err(e)), None) => Some(ExecError::new(
+                ErrorKind::Runtime,
+                "SandboxError",
+                stalled_or(e),
+            )),
+            (_, _, None) if user_started => Some(ExecError::new(
+                ErrorKind::Python,
+                "SandboxError",
+                "the code ended without a result (did it change the sandbox's runner?)",
+            )),
+            (_, _, None) => Some(ExecError::new(
+                ErrorKind::Runtime,
+                "SandboxError",
+                "the sandbox ended without a result",
+            )),
+        };
         result
+    }
+}
+
+/// The runner's (capped) report as the result's outcome.
+fn apply_report(result: &mut ExecResult, report: Report) {
+    result.success = report.success;
+    result.result = report.result;
+    result.output_truncated |= report.result_truncated;
+    if !report.success {
+        result.error = Some(ExecError {
+            kind: ErrorKind::Python,
+            error_type: report.error_type.unwrap_or_else(|| "Exception".into()),
+            message: report.message.unwrap_or_default(),
+            traceback: Some(report.traceback.unwrap_or_default()),
+        });
     }
 }
 
@@ -292,24 +392,4 @@ fn stalled_or(message: String) -> String {
     } else {
         message
     }
-}
-
-/// What `runtime.js` reports after running the Python runner.
-#[derive(Deserialize)]
-struct Report {
-    success: bool,
-    #[serde(default)]
-    result: Option<String>,
-    #[serde(default)]
-    result_truncated: bool,
-    #[serde(default)]
-    error: Option<PyError>,
-}
-
-#[derive(Deserialize)]
-struct PyError {
-    #[serde(rename = "type")]
-    error_type: String,
-    message: String,
-    traceback: String,
 }

@@ -12,14 +12,18 @@
 //!   the sandbox's realm and the only doors from it to Rust;
 //! - `modules`: Pyodide's JavaScript as sandboxes are served it (with its patches) and its code cache;
 //! - [`layer`]: the package layer every sandbox gets; `cow`: bytes shared copy-on-write;
-//! - `output`: the capped output buffers; `watchdog`: the timeout.
+//! - `output`: what comes back, capped in Rust; `watchdog`: deadlines, memory, cancellation;
+//! - `memory`: the per-sandbox memory budget and its ArrayBuffer allocator; `wasm`: WebAssembly
+//!   compiled only through Rust, once per process; `callbacks`: V8 callbacks that cannot panic.
 //!
 //! A sandbox is not `Send`: boot and execute it on one dedicated thread, never on an async runtime.
 
+mod callbacks;
 mod cow;
 mod engine;
 mod isolate;
 pub mod layer;
+mod memory;
 mod memory_snapshot;
 mod modules;
 mod ops;
@@ -27,6 +31,7 @@ mod output;
 mod shared;
 mod startup;
 mod types;
+mod wasm;
 mod watchdog;
 
 pub use engine::Engine;

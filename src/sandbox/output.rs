@@ -1,11 +1,16 @@
-//! What an execution hands back, bounded: captured stdout/stderr and the new files under /workspace,
-//! each with the per-request limits of the specification.
+//! What an execution hands back, bounded in Rust whatever the sandbox's JavaScript and Python claim:
+//! captured stdout/stderr, the runner's report (the final expression, the error's type, message and
+//! traceback) and the new files under /workspace (paths checked by the input-path rules, sizes by the
+//! bytes actually handed over), each with the per-request limits.
+
+use std::collections::HashSet;
 
 use base64::Engine as _;
 
 use super::types::OutputFile;
 use crate::config::limits::{
-    MAX_RETURNED_FILE_BYTES, MAX_RETURNED_FILES, MAX_RETURNED_TOTAL_BYTES,
+    MAX_ERROR_MESSAGE_BYTES, MAX_ERROR_TYPE_BYTES, MAX_RESULT_BYTES, MAX_RETURNED_FILE_BYTES,
+    MAX_RETURNED_FILES, MAX_RETURNED_TOTAL_BYTES, MAX_TRACEBACK_BYTES,
 };
 
 /// A byte stream captured up to a limit.
@@ -49,32 +54,95 @@ impl CappedBuffer {
     }
 }
 
+/// What the Python runner reports about the user's code, as `call.js` hands it over.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub success: bool,
+    #[serde(default)]
+    pub result: Option<String>,
+    #[serde(default)]
+    pub result_truncated: bool,
+    #[serde(default)]
+    pub error_type: Option<String>,
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub traceback: Option<String>,
+}
+
+impl Report {
+    /// The report within the limits; `result_truncated` also says whether an error field was cut.
+    pub fn capped(mut self) -> Self {
+        let mut cut = false;
+        let mut cap = |text: Option<String>, limit: usize, keep_end: bool| {
+            text.map(|t| {
+                let (t, was_cut) = cap_text(t, limit, keep_end);
+                cut |= was_cut;
+                t
+            })
+        };
+        self.result = cap(self.result, MAX_RESULT_BYTES, false);
+        self.error_type = cap(self.error_type, MAX_ERROR_TYPE_BYTES, false);
+        self.message = cap(self.message, MAX_ERROR_MESSAGE_BYTES, false);
+        self.traceback = cap(self.traceback, MAX_TRACEBACK_BYTES, true);
+        self.result_truncated |= cut;
+        self
+    }
+}
+
+/// `text` within `limit` bytes (cut at a character boundary); with `keep_end`, its start and end
+/// with a marker between. Whether it was cut.
+pub fn cap_text(text: String, limit: usize, keep_end: bool) -> (String, bool) {
+    if text.len() <= limit {
+        return (text, false);
+    }
+    if !keep_end {
+        return (text[..text.floor_char_boundary(limit)].to_string(), true);
+    }
+    let marker = format!("\n… ({} bytes omitted) …\n", text.len() - limit);
+    let half = limit.saturating_sub(marker.len()) / 2;
+    let head = &text[..text.floor_char_boundary(half)];
+    let tail = &text[text.ceil_char_boundary(text.len() - half)..];
+    (format!("{head}{marker}{tail}"), true)
+}
+
 /// Decides which new files fit the limits and keeps them.
 #[derive(Debug, Default)]
 pub struct FileCollector {
     files: Vec<OutputFile>,
-    accepted: usize,
+    paths: HashSet<String>,
     total: u64,
     truncated: bool,
 }
 
 impl FileCollector {
-    /// Called for each new file in path order: whether it fits the remaining allowance. A file that
-    /// does not fit is omitted whole and marks the output truncated; later, smaller files may still fit.
+    /// Whether a file of `size` bytes would still fit (so that the sandbox reads only files that
+    /// may be returned). A file that does not fit is omitted whole and marks the output truncated;
+    /// later, smaller files may still fit. Only `collect` decides.
     pub fn offer(&mut self, size: u64) -> bool {
-        if self.accepted >= MAX_RETURNED_FILES
-            || size > MAX_RETURNED_FILE_BYTES
-            || self.total + size > MAX_RETURNED_TOTAL_BYTES
-        {
-            self.truncated = true;
-            return false;
-        }
-        self.accepted += 1;
-        self.total += size;
-        true
+        let fits = self.fits(size);
+        self.truncated |= !fits;
+        fits
     }
 
+    fn fits(&self, size: u64) -> bool {
+        self.files.len() < MAX_RETURNED_FILES
+            && size <= MAX_RETURNED_FILE_BYTES
+            && self.total.saturating_add(size) <= MAX_RETURNED_TOTAL_BYTES
+    }
+
+    /// Keeps the file at `path` (relative to /workspace) if the path follows the input-path rules in
+    /// canonical form, is new, and `data` fits the limits; otherwise it is omitted and the output
+    /// marked truncated.
     pub fn collect(&mut self, path: String, data: &[u8]) {
+        let canonical = crate::config::request::normalize_path(&path).is_ok_and(|p| p == path);
+        if !canonical || self.paths.contains(&path) || !self.fits(data.len() as u64) {
+            self.truncated = true;
+            return;
+        }
+        self.total += data.len() as u64;
+        self.paths.insert(path.clone());
         let mime_type = mime_guess::from_path(&path)
             .first_raw()
             .unwrap_or("application/octet-stream")
@@ -110,20 +178,83 @@ mod tests {
 
     #[test]
     fn files_beyond_any_limit_are_omitted_whole() {
+        let ten_mib = vec![0u8; MAX_RETURNED_FILE_BYTES as usize];
         let mut c = FileCollector::default();
         assert!(c.offer(MAX_RETURNED_FILE_BYTES));
+        c.collect("f0".into(), &ten_mib);
         assert!(!c.offer(MAX_RETURNED_FILE_BYTES + 1));
         assert!(c.truncated());
-        for _ in 0..4 {
+        for i in 1..5 {
             assert!(c.offer(MAX_RETURNED_FILE_BYTES));
+            c.collect(format!("f{i}"), &ten_mib);
         }
         assert!(!c.offer(1), "50 MiB total reached");
+        c.collect("late".into(), b"x");
+        assert_eq!(c.into_files().len(), 5);
 
         let mut c = FileCollector::default();
-        for _ in 0..MAX_RETURNED_FILES {
+        for i in 0..MAX_RETURNED_FILES {
             assert!(c.offer(1));
+            c.collect(format!("f{i}"), b"x");
         }
         assert!(!c.offer(1), "65th file");
+    }
+
+    #[test]
+    fn only_the_bytes_handed_over_count_and_paths_must_be_canonical_and_new() {
+        let mut c = FileCollector::default();
+        // The size offered is not trusted: the data is what counts.
+        assert!(c.offer(1));
+        c.collect(
+            "big".into(),
+            &vec![0u8; MAX_RETURNED_FILE_BYTES as usize + 1],
+        );
+        assert!(c.truncated());
+        let mut c = FileCollector::default();
+        for bad in [
+            "../tmp/evil.sh",
+            "/etc/passwd",
+            "a//b",
+            "./a",
+            "a\\b",
+            "a\nb",
+            "",
+        ] {
+            c.collect(bad.into(), b"x");
+        }
+        c.collect("ok.txt".into(), b"x");
+        c.collect("ok.txt".into(), b"again");
+        assert!(c.truncated());
+        let files = c.into_files();
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].path, "ok.txt");
+        assert_eq!(files[0].content_base64, "eA==");
+    }
+
+    #[test]
+    fn reports_are_capped() {
+        let report = Report {
+            success: false,
+            result: Some("r".repeat(MAX_RESULT_BYTES + 10)),
+            error_type: Some("T".repeat(1000)),
+            message: Some("é".repeat(MAX_ERROR_MESSAGE_BYTES)),
+            traceback: Some(format!("start{}end", "x".repeat(MAX_TRACEBACK_BYTES * 4))),
+            ..Report::default()
+        }
+        .capped();
+        assert!(report.result_truncated);
+        assert_eq!(report.result.unwrap().len(), MAX_RESULT_BYTES);
+        assert_eq!(report.error_type.unwrap().len(), MAX_ERROR_TYPE_BYTES);
+        assert!(report.message.unwrap().len() <= MAX_ERROR_MESSAGE_BYTES);
+        let tb = report.traceback.unwrap();
+        assert!(tb.len() <= MAX_TRACEBACK_BYTES);
+        assert!(tb.starts_with("start") && tb.ends_with("end") && tb.contains("bytes omitted"));
+        let small = Report {
+            success: true,
+            result: Some("6".into()),
+            ..Report::default()
+        };
+        assert_eq!(small.clone().capped(), small);
     }
 
     #[test]

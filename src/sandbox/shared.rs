@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use deno_core::v8;
 
 use super::memory_snapshot::SharedSnapshot;
+use super::wasm::WasmModules;
 use super::{cow, layer, modules};
 use crate::assets::{AssetError, Assets};
 use crate::fetch::{self, Fetcher};
@@ -39,6 +40,10 @@ pub struct EngineConfig {
     pub extra_ca_certs: Vec<PathBuf>,
     /// How sandboxes start.
     pub boot: BootMode,
+    /// Memory budget per sandbox outside the V8 heap (see `memory.rs`), in MiB.
+    pub sandbox_memory_limit_mb: u64,
+    /// Time a call's set-up (input files, package loading) may take before its user code starts.
+    pub setup_timeout: std::time::Duration,
 }
 
 /// How a sandbox's interpreter comes to life.
@@ -84,6 +89,8 @@ pub(crate) struct EngineShared {
     /// The modules that wrap JavaScript functions for the function table (see `modules::wrappers`),
     /// by list of signatures: in practice one, the start-up's.
     pub wrapper_modules: Mutex<Vec<(String, v8::CompiledWasmModule)>>,
+    /// Every other WebAssembly module sandboxes compile (packages' extension modules), by content.
+    pub wasm_modules: WasmModules,
     /// Pyodide's JavaScript modules as served, and their V8 code caches.
     pub modules: Arc<modules::Modules>,
     /// The V8 startup snapshot every isolate starts from.
@@ -131,6 +138,7 @@ impl EngineShared {
             layer: OnceLock::new(),
             compiled_wasm: OnceLock::new(),
             wrapper_modules: Mutex::new(Vec::new()),
+            wasm_modules: WasmModules::default(),
             layer_bytes: OnceLock::new(),
             startup_snapshot: OnceLock::new(),
             _io: IoRuntime(Some(io)),

@@ -22,9 +22,10 @@ use std::time::Instant;
 
 use deno_core::{JsRuntime, JsRuntimeForSnapshot, RuntimeOptions, v8};
 
+use super::memory::{self, MemoryBudget};
 use super::ops::Role;
 use super::shared::{EngineError, EngineShared};
-use super::{modules, ops};
+use super::{callbacks, modules, ops};
 
 /// 1 MB in the configuration's sense.
 const MB: u64 = 1024 * 1024;
@@ -62,6 +63,10 @@ pub(crate) fn init_v8(wasm_memory_limit_mb: u64) {
             // share, but V8 counts tier-up per instance; a smaller budget optimises the start-up's
             // functions during the first sandboxes, once for the process.
             "--wasm-tiering-budget=1000000".into(),
+            // ArrayBuffers are budgeted by the sandbox's own allocator (memory.rs), not by the V8
+            // heap limit: V8 otherwise counts them towards it, and a sandbox's files and buffers
+            // would end its call at the heap's 512 MiB instead of failing a write with ENOSPC.
+            "--no-external-memory-accounted-in-global-limit".into(),
         ];
         // For profiling and diagnosis only (e.g. "--perf-basic-prof"); not a configuration key.
         if let Ok(extra) = std::env::var("CODE_INTERPRETER_MCP_V8_FLAGS") {
@@ -79,24 +84,39 @@ pub(crate) fn init_v8(wasm_memory_limit_mb: u64) {
 }
 
 /// A new isolate for `role`, from the engine's V8 startup snapshot, made in `tokio`'s context (V8
-/// posts delayed tasks to the runtime that is current when the isolate is created).
+/// posts delayed tasks to the runtime that is current when the isolate is created): its heap limited
+/// to `memory_limit_mb`, its ArrayBuffers allocated against `budget`, and the sandbox's own V8
+/// callbacks installed (see `callbacks.rs`).
 pub(crate) fn new_runtime(
     shared: &Arc<EngineShared>,
     role: Role,
+    budget: Arc<MemoryBudget>,
     tokio: &tokio::runtime::Runtime,
 ) -> Result<JsRuntime, EngineError> {
     let heap_bytes =
         usize::try_from(shared.config.memory_limit_mb.saturating_mul(MB)).unwrap_or(usize::MAX);
     let _context = tokio.enter();
     isolate_starting();
-    JsRuntime::try_new(RuntimeOptions {
-        extensions: vec![ops::sandbox::init(shared.clone(), role)],
+    let params = v8::CreateParams::default()
+        .heap_limits(0, heap_bytes)
+        .array_buffer_allocator(memory::allocator(&budget));
+    let mut runtime = JsRuntime::try_new(RuntimeOptions {
+        extensions: vec![ops::sandbox::init(shared.clone(), role, budget.clone())],
         module_loader: Some(Rc::new(modules::AssetModuleLoader(shared.modules.clone()))),
-        create_params: Some(v8::CreateParams::default().heap_limits(0, heap_bytes)),
+        create_params: Some(params),
         startup_snapshot: shared.startup_snapshot.get().copied(),
         ..Default::default()
     })
-    .map_err(|e| EngineError::Boot(e.to_string()))
+    .map_err(|e| EngineError::Boot(e.to_string()))?;
+    let isolate = runtime.v8_isolate();
+    callbacks::install(isolate);
+    budget.watch(isolate.thread_safe_handle());
+    Ok(runtime)
+}
+
+/// The memory budget of an isolate that runs no user code (the keeper, the startup snapshot's).
+fn unlimited() -> Arc<MemoryBudget> {
+    MemoryBudget::new(usize::MAX)
 }
 
 /// Evaluates Pyodide's modules into the realm (see `preloadPyodide` in `runtime.js`).
@@ -187,7 +207,12 @@ impl Keeper {
                     let tokio = tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()?;
-                    let runtime = new_runtime(&shared, Role::Sandbox { snapshot: None }, &tokio)?;
+                    let runtime = new_runtime(
+                        &shared,
+                        Role::Sandbox { snapshot: None },
+                        unlimited(),
+                        &tokio,
+                    )?;
                     // Dropped in this order: the isolate, then the runtime it was made in.
                     Ok((runtime, tokio))
                 })();
@@ -235,7 +260,11 @@ fn make(shared: Arc<EngineShared>) -> Result<Box<[u8]>, EngineError> {
     let _context = tokio.enter();
     let loader = modules::AssetModuleLoader(shared.modules.clone());
     let mut runtime = JsRuntimeForSnapshot::try_new(RuntimeOptions {
-        extensions: vec![ops::sandbox::init(shared, Role::StartupSnapshot)],
+        extensions: vec![ops::sandbox::init(
+            shared,
+            Role::StartupSnapshot,
+            unlimited(),
+        )],
         module_loader: Some(Rc::new(loader)),
         ..Default::default()
     })

@@ -1,56 +1,156 @@
-//! The execution timeout: a thread that waits for user code to start, then for it to finish, and
-//! terminates the isolate through V8's thread-safe handle when `timeout_ms` runs out first.
+//! The watchdog of one sandbox's boot or call: a thread that terminates the isolate through V8's
+//! thread-safe handle when a deadline passes (the boot's, the call's set-up budget, then `timeout_ms`
+//! from the start of the user's code), when the sandbox's memory budget is exceeded (polled every few
+//! milliseconds: Python's WebAssembly memory grows without telling anyone), or when the caller
+//! cancels. Whatever it stops, it says why ([`Stop`]) and wakes the thread that waits for the isolate.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use deno_core::v8;
 
-/// Messages from the sandbox thread to its watchdog.
+use super::memory::MemoryBudget;
+
+/// How often the memory budget and the cancellation flag are checked.
+const POLL: Duration = Duration::from_millis(10);
+
+/// What a deadline bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// The sandbox starting.
+    Boot,
+    /// A call's set-up: input files, package loading.
+    Setup,
+    /// The user's code.
+    User,
+}
+
+/// Why the watchdog stopped the isolate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    Deadline(Phase),
+    MemoryBudget,
+    Cancelled,
+}
+
+impl Stop {
+    fn encode(self) -> u8 {
+        match self {
+            Stop::Deadline(Phase::Boot) => 1,
+            Stop::Deadline(Phase::Setup) => 2,
+            Stop::Deadline(Phase::User) => 3,
+            Stop::MemoryBudget => 4,
+            Stop::Cancelled => 5,
+        }
+    }
+
+    fn decode(value: u8) -> Option<Self> {
+        Some(match value {
+            1 => Stop::Deadline(Phase::Boot),
+            2 => Stop::Deadline(Phase::Setup),
+            3 => Stop::Deadline(Phase::User),
+            4 => Stop::MemoryBudget,
+            5 => Stop::Cancelled,
+            _ => return None,
+        })
+    }
+}
+
+/// Messages to a watchdog.
 pub(crate) enum WatchMsg {
-    /// User code started at this instant: the timeout runs from here.
-    Arm(Instant),
+    /// `phase` runs until `deadline`.
+    Arm(Phase, Instant),
     /// The execution is over (or abandoned): stop watching.
     Done,
 }
 
-/// A running watchdog for one execution.
+/// What the watchdog and the sandbox thread share.
+struct Shared {
+    stop: AtomicU8,
+    wake: tokio::sync::Notify,
+    /// The deadline in force, for the ops that must bound their own blocking work.
+    deadline: Mutex<Option<Instant>>,
+}
+
+/// A running watchdog.
 pub(crate) struct Watchdog {
     tx: Sender<WatchMsg>,
-    pub fired: Arc<AtomicBool>,
-    pub wake: Arc<tokio::sync::Notify>,
+    shared: Arc<Shared>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
+/// A handle for arming the watchdog and reading its deadline, kept by the sandbox's ops.
+#[derive(Clone)]
+pub(crate) struct Arming {
+    tx: Sender<WatchMsg>,
+    shared: Arc<Shared>,
+}
+
+impl Arming {
+    /// `phase` starts now and may run for `limit`.
+    pub fn arm(&self, phase: Phase, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        *self
+            .shared
+            .deadline
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(deadline);
+        let _ = self.tx.send(WatchMsg::Arm(phase, deadline));
+    }
+
+    /// The deadline in force, if any.
+    pub fn deadline(&self) -> Option<Instant> {
+        *self
+            .shared
+            .deadline
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 impl Watchdog {
-    pub fn start(isolate: v8::IsolateHandle, timeout: Duration) -> Self {
+    /// Starts watching `isolate`; with `budget`, its memory too; with `cancel`, the caller's flag.
+    pub fn start(
+        isolate: v8::IsolateHandle,
+        budget: Option<Arc<MemoryBudget>>,
+        cancel: Option<Arc<AtomicBool>>,
+    ) -> std::io::Result<Self> {
         let (tx, rx) = channel();
-        let fired = Arc::new(AtomicBool::new(false));
-        let wake = Arc::new(tokio::sync::Notify::new());
+        let shared = Arc::new(Shared {
+            stop: AtomicU8::new(0),
+            wake: tokio::sync::Notify::new(),
+            deadline: Mutex::new(None),
+        });
         let thread = {
-            let fired = fired.clone();
-            let wake = wake.clone();
+            let shared = shared.clone();
             std::thread::Builder::new()
                 .name("sandbox-watchdog".into())
-                .spawn(move || watch(rx, isolate, timeout, &fired, &wake))
-                .expect("spawning the watchdog thread")
+                .spawn(move || watch(rx, isolate, budget, cancel, &shared))?
         };
-        Self {
+        Ok(Self {
             tx,
-            fired,
-            wake,
+            shared,
             thread: Some(thread),
+        })
+    }
+
+    pub fn arming(&self) -> Arming {
+        Arming {
+            tx: self.tx.clone(),
+            shared: self.shared.clone(),
         }
     }
 
-    pub fn sender(&self) -> Sender<WatchMsg> {
-        self.tx.clone()
+    /// Why the isolate was stopped, if it was.
+    pub fn stopped(&self) -> Option<Stop> {
+        Stop::decode(self.shared.stop.load(Ordering::SeqCst))
     }
 
-    pub fn fired(&self) -> bool {
-        self.fired.load(Ordering::SeqCst)
+    /// Resolves when the watchdog stops the isolate.
+    pub async fn fired(&self) {
+        self.shared.wake.notified().await
     }
 }
 
@@ -66,27 +166,52 @@ impl Drop for Watchdog {
 fn watch(
     rx: Receiver<WatchMsg>,
     isolate: v8::IsolateHandle,
-    timeout: Duration,
-    fired: &AtomicBool,
-    wake: &tokio::sync::Notify,
+    budget: Option<Arc<MemoryBudget>>,
+    cancel: Option<Arc<AtomicBool>>,
+    shared: &Shared,
 ) {
-    let started = match rx.recv() {
-        Ok(WatchMsg::Arm(at)) => at,
-        _ => return,
-    };
-    let deadline = started + timeout;
-    loop {
+    let polling = budget.is_some() || cancel.is_some();
+    let mut armed: Option<(Phase, Instant)> = None;
+    let stop = loop {
         let now = Instant::now();
-        if now >= deadline {
-            break;
+        if let Some((phase, deadline)) = armed
+            && now >= deadline
+        {
+            break Stop::Deadline(phase);
         }
-        match rx.recv_timeout(deadline - now) {
-            Ok(WatchMsg::Arm(_)) => continue,
+        if let Some(budget) = &budget
+            && (budget.exceeded() || budget.used() > budget.limit())
+        {
+            budget.exceed();
+            break Stop::MemoryBudget;
+        }
+        if cancel.as_ref().is_some_and(|c| c.load(Ordering::SeqCst)) {
+            break Stop::Cancelled;
+        }
+        let until_deadline = armed.map(|(_, deadline)| deadline.saturating_duration_since(now));
+        let message = match (until_deadline, polling) {
+            (Some(wait), true) => rx.recv_timeout(wait.min(POLL)),
+            (Some(wait), false) => rx.recv_timeout(wait),
+            (None, true) => rx.recv_timeout(POLL),
+            (None, false) => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        match message {
+            Ok(WatchMsg::Arm(phase, deadline)) => armed = Some((phase, deadline)),
             Ok(WatchMsg::Done) | Err(RecvTimeoutError::Disconnected) => return,
-            Err(RecvTimeoutError::Timeout) => break,
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+    };
+    shared.stop.store(stop.encode(), Ordering::SeqCst);
+    isolate.terminate_execution();
+    shared.wake.notify_one();
+    // deno_core cancels a termination to turn it into an error (and may run user code meanwhile,
+    // an error's getters): keep terminating until the sandbox thread is done with the isolate.
+    loop {
+        match rx.recv_timeout(POLL) {
+            Ok(WatchMsg::Done) | Err(RecvTimeoutError::Disconnected) => return,
+            Ok(WatchMsg::Arm(..)) | Err(RecvTimeoutError::Timeout) => {
+                isolate.terminate_execution();
+            }
         }
     }
-    fired.store(true, Ordering::SeqCst);
-    isolate.terminate_execution();
-    wake.notify_one();
 }

@@ -65,13 +65,15 @@ fn timeout_is_measured_from_the_start_of_user_code() {
 }
 
 #[test]
-fn v8_heap_exhaustion_ends_the_call_with_a_runtime_error() {
+fn v8_heap_exhaustion_ends_the_call_with_a_memory_limit_error() {
+    // The code caused it: a `python` error (not `runtime`, which is the engine's own failures).
     let r = run(
         "import js\njs.eval(\"globalThis.keep = []; for (;;) keep.push(new Array(100000).fill('x' + Math.random()))\")",
     );
     assert!(!r.success);
     let e = r.error.expect("an error");
-    assert_eq!(e.kind, ErrorKind::Runtime);
+    assert_eq!(e.kind, ErrorKind::Python);
+    assert_eq!(e.error_type, "MemoryLimitExceeded");
     assert!(
         e.message.contains("workers.memory_limit_mb = 512"),
         "{}",

@@ -1,6 +1,7 @@
 //! Integration tests against the real engine (deno_core + Pyodide), offline. One test binary, so V8 is
 //! linked once; each concern is a module.
 
+mod adversarial;
 mod common;
 mod config;
 mod engine;

@@ -9,6 +9,7 @@
 //! Nothing here knows the engine: the application turns this type into the running parts.
 
 pub mod limits;
+pub mod request;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -104,6 +105,16 @@ pub struct WorkersConfig {
     /// (fast), "full" boots Pyodide from scratch every time (slow; the fallback).
     /// Environment: CODE_INTERPRETER_MCP_BOOT
     pub boot: BootMode,
+    /// Memory budget per sandbox outside the V8 heap, in MB: ArrayBuffers and typed arrays, in-memory
+    /// file data, network responses and Python's WebAssembly memory, together. Exceeding it ends the
+    /// call with MemoryLimitExceeded (a file write past it fails with ENOSPC first). A sandbox uses at
+    /// most this plus memory_limit_mb (64 to 1048576).
+    /// Environment: CODE_INTERPRETER_MCP_SANDBOX_MEMORY_LIMIT_MB
+    pub sandbox_memory_limit_mb: u64,
+    /// Time allowed per call for its set-up, in seconds: writing the input files and loading the
+    /// packages its imports need, before timeout_ms starts (1 to 3600).
+    /// Environment: CODE_INTERPRETER_MCP_SETUP_TIMEOUT_S
+    pub setup_timeout_s: u64,
 }
 
 /// `workers.boot`: how sandboxes start.
@@ -270,6 +281,8 @@ impl Default for WorkersConfig {
             memory_limit_mb: 512,
             wasm_memory_limit_mb: 2048,
             boot: BootMode::Snapshot,
+            sandbox_memory_limit_mb: 2560,
+            setup_timeout_s: 60,
         }
     }
 }
@@ -731,6 +744,13 @@ pub fn validate(c: &AppConfig, sources: &BTreeMap<String, Source>) -> Result<(),
         16..=4096,
         " MB",
     )?;
+    in_range(
+        "workers.sandbox_memory_limit_mb",
+        w.sandbox_memory_limit_mb,
+        64..=1_048_576,
+        " MB",
+    )?;
+    in_range("workers.setup_timeout_s", w.setup_timeout_s, 1..=3600, " s")?;
     in_range("workers.max_workers", w.max_workers, 1..=1024, "")?;
     in_range(
         "workers.queue_capacity",

@@ -21,6 +21,47 @@ pub const MAX_RETURNED_FILE_BYTES: u64 = 10 * 1024 * 1024;
 pub const MAX_RETURNED_TOTAL_BYTES: u64 = 50 * 1024 * 1024;
 /// Largest response body a sandbox may receive over HTTPS (100 MiB).
 pub const MAX_RESPONSE_BYTES: usize = 100 * 1024 * 1024;
+/// A path (input or returned) is at most this long, in bytes.
+pub const MAX_PATH_BYTES: usize = 4096;
+/// A path has at most this many components.
+pub const MAX_PATH_COMPONENTS: usize = 32;
+/// One path component is at most this long, in bytes.
+pub const MAX_PATH_COMPONENT_BYTES: usize = 255;
+/// An error's type name is cut at this many bytes.
+pub const MAX_ERROR_TYPE_BYTES: usize = 256;
+/// An error's message is cut at this many bytes.
+pub const MAX_ERROR_MESSAGE_BYTES: usize = 16 * 1024;
+/// A traceback keeps at most this many bytes (its start and its end).
+pub const MAX_TRACEBACK_BYTES: usize = 64 * 1024;
+/// An outbound connection must be made within this many seconds.
+pub const FETCH_CONNECT_TIMEOUT_S: u64 = 10;
+/// A response must start arriving (and keep arriving) within this many seconds.
+pub const FETCH_READ_TIMEOUT_S: u64 = 30;
+/// One request may take at most this many seconds in all (and never beyond its call's deadline).
+pub const FETCH_TOTAL_TIMEOUT_S: u64 = 120;
+/// Requests one call may have in flight at once.
+pub const MAX_FETCHES_IN_FLIGHT: usize = 8;
+/// Response bytes one call may receive in all.
+pub const MAX_FETCH_BYTES_PER_CALL: u64 = 512 * 1024 * 1024;
+/// The shared cache of downloaded artifacts (header-less GETs) keeps at most this many bytes.
+pub const MAX_FETCH_CACHE_BYTES: usize = 256 * 1024 * 1024;
+/// The cache of verified lock-file wheels keeps at most this many bytes.
+pub const MAX_WHEEL_CACHE_BYTES: usize = 1024 * 1024 * 1024;
+
+/// Text from a request or a sandbox as an error message quotes it: at most 200 characters, escaped.
+pub fn shown(text: &str) -> String {
+    const MAX: usize = 200;
+    let mut quoted: String = text
+        .chars()
+        .take(MAX)
+        .collect::<String>()
+        .escape_debug()
+        .to_string();
+    if text.chars().nth(MAX).is_some() {
+        quoted.push('…');
+    }
+    format!("\"{quoted}\"")
+}
 
 /// One fixed limit as the reference lists it.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -94,6 +135,84 @@ pub fn all() -> Vec<LimitInfo> {
             MAX_RESPONSE_BYTES as u64,
             "bytes",
             "one HTTPS response to a sandbox",
+        ),
+        limit(
+            "path",
+            MAX_PATH_BYTES as u64,
+            "bytes",
+            "an input or returned file path",
+        ),
+        limit(
+            "path_components",
+            MAX_PATH_COMPONENTS as u64,
+            "components",
+            "of one path",
+        ),
+        limit(
+            "path_component",
+            MAX_PATH_COMPONENT_BYTES as u64,
+            "bytes",
+            "one path component",
+        ),
+        limit(
+            "error_type",
+            MAX_ERROR_TYPE_BYTES as u64,
+            "bytes",
+            "an error's type name",
+        ),
+        limit(
+            "error_message",
+            MAX_ERROR_MESSAGE_BYTES as u64,
+            "bytes",
+            "an error's message",
+        ),
+        limit(
+            "traceback",
+            MAX_TRACEBACK_BYTES as u64,
+            "bytes",
+            "a traceback (its start and end kept)",
+        ),
+        limit(
+            "fetch_connect",
+            FETCH_CONNECT_TIMEOUT_S,
+            "s",
+            "to connect to a host",
+        ),
+        limit(
+            "fetch_read",
+            FETCH_READ_TIMEOUT_S,
+            "s",
+            "between response bytes, the first included",
+        ),
+        limit(
+            "fetch_total",
+            FETCH_TOTAL_TIMEOUT_S,
+            "s",
+            "one request in all",
+        ),
+        limit(
+            "fetches_in_flight",
+            MAX_FETCHES_IN_FLIGHT as u64,
+            "requests",
+            "at once per call",
+        ),
+        limit(
+            "fetch_bytes",
+            MAX_FETCH_BYTES_PER_CALL,
+            "bytes",
+            "response bytes per call",
+        ),
+        limit(
+            "fetch_cache",
+            MAX_FETCH_CACHE_BYTES as u64,
+            "bytes",
+            "the shared cache of downloaded artifacts",
+        ),
+        limit(
+            "wheel_cache",
+            MAX_WHEEL_CACHE_BYTES as u64,
+            "bytes",
+            "the cache of verified wheels",
         ),
     ]
 }

@@ -188,6 +188,8 @@ fn every_environment_override_applies_after_files() {
         ("CODE_INTERPRETER_MCP_MEMORY_LIMIT_MB", "256"),
         ("CODE_INTERPRETER_MCP_WASM_MEMORY_LIMIT_MB", "1024"),
         ("CODE_INTERPRETER_MCP_BOOT", "full"),
+        ("CODE_INTERPRETER_MCP_SANDBOX_MEMORY_LIMIT_MB", "1500"),
+        ("CODE_INTERPRETER_MCP_SETUP_TIMEOUT_S", "20"),
         (
             "CODE_INTERPRETER_MCP_HTTP_ALLOWED_HOSTS",
             " mcp.example.com ,, proxy.example.com:8443 ",
@@ -234,6 +236,8 @@ fn every_environment_override_applies_after_files() {
     assert_eq!(c.http_allowed_origins, ["https://app.example.com"]);
     assert!(c.skip_host_header_verification);
     assert_eq!(c.log_format, LogFormat::Json);
+    assert_eq!(c.workers.sandbox_memory_limit_mb, 1500);
+    assert_eq!(c.workers.setup_timeout_s, 20);
     assert_eq!(c.input_limits.max_file_kb, 2048);
     assert_eq!(c.input_limits.max_total_file_kb, 4096);
     assert!(c.integrations.prometheus.enabled);
@@ -310,6 +314,14 @@ fn validation_rules_name_the_key_the_source_and_what_is_allowed() {
         (
             "[workers]\nwasm_memory_limit_mb = 8\n",
             &["workers.wasm_memory_limit_mb", "16..=4096"],
+        ),
+        (
+            "[workers]\nsandbox_memory_limit_mb = 32\n",
+            &["workers.sandbox_memory_limit_mb", "64..=1048576"],
+        ),
+        (
+            "[workers]\nsetup_timeout_s = 0\n",
+            &["workers.setup_timeout_s", "1..=3600"],
         ),
         (
             "bind_addr = \"localhost\"\n",

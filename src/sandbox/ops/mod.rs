@@ -13,18 +13,19 @@ mod pyodide;
 mod web;
 
 use std::sync::Arc;
-use std::sync::mpsc::Sender;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use deno_core::{OpState, op2, v8};
 use deno_error::JsErrorBox;
 
 use super::layer::Captured;
+use super::memory::MemoryBudget;
 use super::memory_snapshot::SharedSnapshot;
-use super::output::{CappedBuffer, FileCollector};
+use super::output::{CappedBuffer, FileCollector, Report};
 use super::shared::EngineShared;
-use super::watchdog::WatchMsg;
+use super::watchdog::Arming;
 use crate::config::limits::MAX_STREAM_BYTES;
+use crate::fetch::CallFetches;
 
 /// The Python half of an execution, evaluated once per sandbox (or into the memory snapshot).
 pub(crate) const RUNNER_PY: &str = include_str!("runner.py");
@@ -73,10 +74,21 @@ impl Role {
     }
 }
 
+/// Where a sandbox is in its life; ops that only booting needs refuse afterwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Pyodide is starting: no user code exists yet.
+    Booting,
+    /// Booted, waiting for its call (or running it).
+    Booted,
+}
+
 /// Per-sandbox state kept in the isolate's `OpState`.
 pub(crate) struct SandboxState {
     pub shared: Arc<EngineShared>,
     pub role: Role,
+    pub phase: Phase,
+    pub budget: Arc<MemoryBudget>,
     pub started: Instant,
     pub stdout: CappedBuffer,
     pub stderr: CappedBuffer,
@@ -84,8 +96,17 @@ pub(crate) struct SandboxState {
     pub code: Option<String>,
     pub input_files: Vec<(String, Option<Vec<u8>>)>,
     pub files: FileCollector,
-    pub report: Option<String>,
-    pub watchdog: Option<Sender<WatchMsg>>,
+    pub report: Option<Report>,
+    /// The exception `run()` ended in, if it did (see `runtime.js`).
+    pub glue_error: Option<String>,
+    /// Arms the watchdog of the running call (and tells its deadline).
+    pub watchdog: Option<Arming>,
+    /// `timeout_ms` of the running call, armed when its user code starts.
+    pub user_timeout: Duration,
+    /// Whether the call's user code has started.
+    pub user_started: bool,
+    /// The call's outbound requests (cancelled when the sandbox goes).
+    pub fetches: Arc<CallFetches>,
     /// Whether wheels and HTTPS downloads may still be fetched (false once runtime installation is
     /// disabled and initialisation is over).
     pub downloads_enabled: bool,
@@ -94,10 +115,12 @@ pub(crate) struct SandboxState {
 }
 
 impl SandboxState {
-    pub fn new(shared: Arc<EngineShared>, role: Role) -> Self {
+    pub fn new(shared: Arc<EngineShared>, role: Role, budget: Arc<MemoryBudget>) -> Self {
         Self {
             shared,
             role,
+            phase: Phase::Booting,
+            budget,
             started: Instant::now(),
             stdout: CappedBuffer::new(MAX_STREAM_BYTES),
             stderr: CappedBuffer::new(MAX_STREAM_BYTES),
@@ -106,9 +129,24 @@ impl SandboxState {
             input_files: Vec::new(),
             files: FileCollector::default(),
             report: None,
+            glue_error: None,
             watchdog: None,
+            user_timeout: Duration::ZERO,
+            user_started: false,
+            fetches: Arc::default(),
             downloads_enabled: true,
             mappings: 0,
+        }
+    }
+
+    /// An error unless the sandbox is still booting: for ops that only Pyodide's start-up needs,
+    /// whose JavaScript callers stay reachable from user code afterwards.
+    pub fn booting(&self, op: &str) -> Result<(), JsErrorBox> {
+        match self.phase {
+            Phase::Booting => Ok(()),
+            Phase::Booted => Err(JsErrorBox::generic(format!(
+                "{op} is only available while the sandbox starts"
+            ))),
         }
     }
 
@@ -127,6 +165,7 @@ deno_core::extension!(
         op_sandbox_register,
         call::op_sandbox_code,
         call::op_sandbox_collect_file,
+        call::op_sandbox_glue_error,
         call::op_sandbox_input_file,
         call::op_sandbox_input_file_count,
         call::op_sandbox_offer_file,
@@ -134,7 +173,9 @@ deno_core::extension!(
         call::op_sandbox_start_clock,
         call::op_sandbox_write,
         pyodide::op_sandbox_boot_config,
-        pyodide::op_sandbox_huge_pages,
+        pyodide::op_sandbox_compile_wasm,
+        pyodide::op_sandbox_main_memory,
+        pyodide::op_sandbox_memory_room,
         pyodide::op_sandbox_layer_blob,
         pyodide::op_sandbox_layer_capture,
         pyodide::op_sandbox_layer_capture_loaded,
@@ -152,6 +193,7 @@ deno_core::extension!(
         web::op_sandbox_btoa,
         web::op_sandbox_decode,
         web::op_sandbox_fetch,
+        web::op_sandbox_fetch_body,
         web::op_sandbox_now,
         web::op_sandbox_random_fill,
         web::op_sandbox_url_parse,
@@ -159,9 +201,9 @@ deno_core::extension!(
     ],
     esm_entry_point = "ext:sandbox/runtime.js",
     esm = [dir "src/sandbox/ops", "runtime.js", "web.js", "call.js", "pyodide.js"],
-    options = { shared: Arc<EngineShared>, role: Role },
+    options = { shared: Arc<EngineShared>, role: Role, budget: Arc<MemoryBudget> },
     state = |state, options| {
-        state.put(SandboxState::new(options.shared, options.role));
+        state.put(SandboxState::new(options.shared, options.role, options.budget));
     },
 );
 
@@ -180,6 +222,7 @@ fn op_sandbox_register(
     #[scoped] run: v8::Global<v8::Function>,
 ) -> Result<(), JsErrorBox> {
     let s = state_mut(op_state);
+    s.booting("op_sandbox_register")?;
     if s.entry.is_some() {
         return Err(JsErrorBox::generic("entry points are already registered"));
     }

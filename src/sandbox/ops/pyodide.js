@@ -8,7 +8,9 @@ import { setTimeOrigin } from "ext:sandbox/web.js";
 
 const {
   op_sandbox_boot_config,
-  op_sandbox_huge_pages,
+  op_sandbox_compile_wasm,
+  op_sandbox_main_memory,
+  op_sandbox_memory_room,
   op_sandbox_layer_blob,
   op_sandbox_layer_capture,
   op_sandbox_layer_capture_loaded,
@@ -67,6 +69,7 @@ const DISABLED = "Runtime package installation is disabled";
 let pyodide = null;
 let runner = null;
 let autoLoad = false;
+let fs = null;
 
 /** What a booted sandbox's call needs: the Pyodide instance, the runner, whether imports auto-load. */
 export const sandbox = {
@@ -78,6 +81,9 @@ export const sandbox = {
   },
   get autoLoad() {
     return autoLoad;
+  },
+  get fs() {
+    return fs;
   },
 };
 
@@ -129,7 +135,7 @@ export async function boot() {
         if (ArrayBuffer.isView(source) && source.buffer === WASM_SENTINEL) {
           const module = op_sandbox_wasm_module();
           return instantiate.call(WebAssembly, module, imports).then((instance) => {
-            op_sandbox_huge_pages(new Uint8Array(instance.exports.memory.buffer));
+            op_sandbox_main_memory(instance.exports.memory.buffer);
             return { instance, module };
           });
         }
@@ -190,9 +196,39 @@ export async function boot() {
   module.prepare();
   runner = module.run.copy();
   module.destroy();
+  fs = captureFs(pyodide.FS);
 
   if (!cfg.autoLoad) disablePackageLoading();
+  // The options loadPyodide was given stay reachable (pyodide._api.config): drop the loader closure,
+  // which holds the start-up's ops (they refuse after boot anyway), and the snapshot view.
+  const config = pyodide._api.config;
+  if (config) {
+    delete config.createPyodideModule;
+    delete config._loadSnapshot;
+  }
   lockDown();
+}
+
+/**
+ * The file-system functions a call uses, captured before any user code exists: code that replaces
+ * `FS.readdir` or `FS.lstat` later does not change what these are (what Rust accepts as returned
+ * files is checked in Rust anyway).
+ */
+function captureFs(FS) {
+  const bound = (name) => {
+    const f = FS[name];
+    return (...args) => f.apply(FS, args);
+  };
+  return Object.freeze({
+    chdir: bound("chdir"),
+    isDir: FS.isDir,
+    isFile: FS.isFile,
+    lstat: bound("lstat"),
+    mkdirTree: bound("mkdirTree"),
+    readFile: bound("readFile"),
+    readdir: bound("readdir"),
+    writeFile: bound("writeFile"),
+  });
 }
 
 /**
@@ -358,8 +394,18 @@ export function define(name, value) {
   });
 }
 
-/** Removes every host-facing global and Pyodide's native file-system mounts. */
+/**
+ * Removes every host-facing global and Pyodide's native file-system mounts, routes WebAssembly
+ * compilation through Rust, and makes MEMFS fail writes past the memory budget with ENOSPC.
+ */
 function lockDown() {
+  guardWebAssembly();
+  limitFileStorage(pyodide.FS);
+  // No new properties on the two prototypes every array and object inherits from: deno_core builds
+  // arrays with index writes that would run a setter defined there (an index accessor on
+  // Array.prototype re-entering a promise-rejection callback aborts the process).
+  Object.preventExtensions(Array.prototype);
+  Object.preventExtensions(Object.prototype);
   for (const name of FORBIDDEN_GLOBALS) {
     delete globalThis[name];
   }
@@ -367,13 +413,13 @@ function lockDown() {
     delete pyodide[api];
   }
   const filesystems = pyodide.FS.filesystems;
-  for (const fs of Object.keys(filesystems)) {
-    if (fs !== "MEMFS") delete filesystems[fs];
+  for (const name of Object.keys(filesystems)) {
+    if (name !== "MEMFS") delete filesystems[name];
   }
 }
 
 /** Every regular file below `root` (absolute paths, sorted). Symlinks are skipped. */
-export function listTree(FS, root) {
+function listTree(FS, root) {
   const out = [];
   const walk = (dir) => {
     for (const name of FS.readdir(dir)) {
@@ -386,4 +432,92 @@ export function listTree(FS, root) {
   };
   walk(root);
   return out.sort();
+}
+
+/**
+ * After boot V8 compiles WebAssembly only inside `op_sandbox_compile_wasm` (Rust refuses every other
+ * compilation; see wasm.rs): `WebAssembly.Module`, `compile` and `instantiate` go there, so that
+ * Pyodide's dynamic linker (a package's .so files) and user code keep working with modules that
+ * import the interpreter's memory, and a module that defines a memory of its own is refused. The
+ * `WebAssembly.Memory` constructor goes away: the sandbox has exactly one memory, Python's, which its
+ * memory budget counts.
+ */
+function guardWebAssembly() {
+  const WA = WebAssembly;
+  const OriginalModule = WA.Module;
+  const CompileError = WA.CompileError;
+  const instantiate = WA.instantiate;
+  const bytesOf = (source) =>
+    ArrayBuffer.isView(source)
+      ? new Uint8Array(source.buffer, source.byteOffset, source.byteLength)
+      : new Uint8Array(source);
+  const compile = (source) => {
+    const bytes = bytesOf(source);
+    try {
+      return op_sandbox_compile_wasm(bytes);
+    } catch (error) {
+      throw new CompileError(String(error?.message ?? error));
+    }
+  };
+  function Module(source) {
+    if (new.target === undefined) {
+      throw new TypeError("WebAssembly.Module must be invoked with 'new'");
+    }
+    return compile(source);
+  }
+  Module.prototype = OriginalModule.prototype;
+  for (const name of ["exports", "imports", "customSections"]) {
+    Module[name] = OriginalModule[name];
+  }
+  Object.defineProperty(OriginalModule.prototype, "constructor", {
+    value: Module,
+    writable: true,
+    configurable: true,
+    enumerable: false,
+  });
+  WA.Module = Module;
+  WA.compile = async (source) => compile(source);
+  WA.instantiate = async (source, imports) => {
+    if (source instanceof OriginalModule) return instantiate(source, imports);
+    const module = compile(source);
+    return { module, instance: await instantiate(module, imports) };
+  };
+  const memoryPrototype = WA.Memory.prototype;
+  delete WA.Memory;
+  delete memoryPrototype.constructor;
+}
+
+/** ENOSPC in Emscripten's (WASI's) errno numbering. */
+const ENOSPC = 51;
+
+/**
+ * A MEMFS file grows only while the sandbox's memory budget has room; past it the write fails with
+ * ENOSPC (Python: OSError [Errno 28]). The budget itself is enforced by Rust's allocator whatever
+ * happens here; this turns its end into an error the code can handle.
+ */
+function limitFileStorage(FS) {
+  const MEMFS = FS.filesystems.MEMFS;
+  const room = (node, end) => {
+    const have = node.contents ? node.contents.length : 0;
+    return end <= have || op_sandbox_memory_room(end - have);
+  };
+  for (const name of ["expandFileStorage", "resizeFileStorage"]) {
+    const grow = MEMFS[name];
+    if (typeof grow !== "function") continue;
+    MEMFS[name] = function (node, size) {
+      if (!room(node, size)) throw new FS.ErrnoError(ENOSPC);
+      return grow.call(this, node, size);
+    };
+  }
+  // A first write to an empty file copies the data without growing storage: checked here.
+  const streamOps = new Set([MEMFS.stream_ops, MEMFS.ops_table?.file?.stream].filter(Boolean));
+  for (const ops of streamOps) {
+    const write = ops.write;
+    ops.write = function (stream, buffer, offset, length, position, canOwn) {
+      if (!canOwn && length > 0 && !room(stream.node, position + length)) {
+        throw new FS.ErrnoError(ENOSPC);
+      }
+      return write.call(this, stream, buffer, offset, length, position, canOwn);
+    };
+  }
 }

@@ -7,6 +7,8 @@ use deno_core::{OpState, op2, v8};
 use deno_error::JsErrorBox;
 
 use super::{Role, state, state_mut};
+use crate::config::limits::shown;
+use crate::sandbox::wasm::CodegenAllowed;
 
 /// Boot parameters for `loadPyodide`.
 #[derive(serde::Serialize)]
@@ -29,9 +31,10 @@ struct BootConfig {
 
 #[op2]
 #[serde]
-pub(super) fn op_sandbox_boot_config(op_state: &mut OpState) -> BootConfig {
+pub(super) fn op_sandbox_boot_config(op_state: &mut OpState) -> Result<BootConfig, JsErrorBox> {
     let s = state(op_state);
-    BootConfig {
+    s.booting("op_sandbox_boot_config")?;
+    Ok(BootConfig {
         lock_file: s.shared.assets.lock_json.to_string(),
         runner_source: super::RUNNER_PY,
         auto_load: s.shared.config.runtime_package_installation,
@@ -50,7 +53,7 @@ pub(super) fn op_sandbox_boot_config(op_state: &mut OpState) -> BootConfig {
         ]
         .into_iter()
         .collect(),
-    }
+    })
 }
 
 /// The engine's memory snapshot for `loadPyodide({_loadSnapshot})`: an ArrayBuffer over the bytes
@@ -60,7 +63,9 @@ pub(super) fn op_sandbox_snapshot<'s, 'i>(
     scope: &mut v8::PinScope<'s, 'i>,
     op_state: &mut OpState,
 ) -> Result<v8::Local<'s, v8::Value>, JsErrorBox> {
-    let snapshot = state(op_state)
+    let s = state(op_state);
+    s.booting("op_sandbox_snapshot")?;
+    let snapshot = s
         .restore_from()
         .ok_or_else(|| JsErrorBox::generic("no memory snapshot"))?;
     Ok(snapshot.array_buffer(scope).into())
@@ -75,7 +80,9 @@ pub(super) fn op_sandbox_restore_memory(
     #[buffer] heap: &mut [u8],
     memory_offset: u32,
 ) -> Result<(), JsErrorBox> {
-    let snapshot = state(op_state)
+    let s = state(op_state);
+    s.booting("op_sandbox_restore_memory")?;
+    let snapshot = s
         .restore_from()
         .ok_or_else(|| JsErrorBox::generic("no memory snapshot"))?;
     snapshot
@@ -88,7 +95,9 @@ pub(super) fn op_sandbox_store_snapshot(
     op_state: &mut OpState,
     #[buffer] data: &[u8],
 ) -> Result<(), JsErrorBox> {
-    match &mut state_mut(op_state).role {
+    let s = state_mut(op_state);
+    s.booting("op_sandbox_store_snapshot")?;
+    match &mut s.role {
         Role::MemorySnapshotMaker { taken } => {
             *taken = Some(data.to_vec());
             Ok(())
@@ -105,7 +114,9 @@ pub(super) fn op_sandbox_wasm_module<'s, 'i>(
     scope: &mut v8::PinScope<'s, 'i>,
     op_state: &mut OpState,
 ) -> Result<v8::Local<'s, v8::Value>, JsErrorBox> {
-    let shared = state(op_state).shared.clone();
+    let s = state(op_state);
+    s.booting("op_sandbox_wasm_module")?;
+    let shared = s.shared.clone();
     if let Some(compiled) = shared.compiled_wasm.get()
         && let Some(module) = v8::WasmModuleObject::from_compiled_module(scope, compiled)
     {
@@ -119,67 +130,126 @@ pub(super) fn op_sandbox_wasm_module<'s, 'i>(
 
 /// How many lists of signatures get a compiled wrapper module kept: the start-up's, with room to spare.
 const MAX_WRAPPER_MODULES: usize = 4;
+/// The longest list of signatures a wrapper module is made for (the start-up's has ~260).
+const MAX_WRAPPER_SIGNATURES: usize = 4096;
 
 /// The module that wraps JavaScript functions with these signatures (comma-separated) for the
-/// function table (see `wrappers.rs`), compiled once per engine and list.
+/// function table (see `modules/wrappers.rs`), compiled once per engine and list. Start-up only; the
+/// cache's lock is not held while a module is built or compiled.
 #[op2]
 pub(super) fn op_sandbox_wrapper_module<'s, 'i>(
     scope: &mut v8::PinScope<'s, 'i>,
     op_state: &mut OpState,
     #[string] signatures: &str,
 ) -> Result<v8::Local<'s, v8::Value>, JsErrorBox> {
-    let shared = state(op_state).shared.clone();
+    let s = state(op_state);
+    s.booting("op_sandbox_wrapper_module")?;
+    let shared = s.shared.clone();
+    let cached = {
+        let cache = shared
+            .wrapper_modules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        cache
+            .iter()
+            .find(|(key, _)| key == signatures)
+            .and_then(|(_, compiled)| v8::WasmModuleObject::from_compiled_module(scope, compiled))
+    };
+    if let Some(module) = cached {
+        return Ok(module.into());
+    }
+    let list: Vec<&str> = signatures.split(',').collect();
+    if list.len() > MAX_WRAPPER_SIGNATURES {
+        return Err(JsErrorBox::range_error("too many signatures"));
+    }
+    let bytes = crate::sandbox::modules::wrappers::module_bytes(&list)
+        .ok_or_else(|| JsErrorBox::type_error("not a list of Emscripten signatures"))?;
+    let module = {
+        let _allowed = CodegenAllowed::new();
+        v8::WasmModuleObject::compile(scope, &bytes)
+    }
+    .ok_or_else(|| JsErrorBox::generic("the wrapper module does not compile"))?;
     let mut cache = shared
         .wrapper_modules
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    if let Some((_, compiled)) = cache.iter().find(|(key, _)| key == signatures)
-        && let Some(module) = v8::WasmModuleObject::from_compiled_module(scope, compiled)
-    {
-        return Ok(module.into());
-    }
-    let list: Vec<&str> = signatures.split(',').collect();
-    let bytes = crate::sandbox::modules::wrappers::module_bytes(&list)
-        .ok_or_else(|| JsErrorBox::type_error("not a list of Emscripten signatures"))?;
-    let module = v8::WasmModuleObject::compile(scope, &bytes)
-        .ok_or_else(|| JsErrorBox::generic("the wrapper module does not compile"))?;
-    if cache.len() < MAX_WRAPPER_MODULES {
+    if cache.len() < MAX_WRAPPER_MODULES && !cache.iter().any(|(key, _)| key == signatures) {
         cache.push((signatures.to_string(), module.get_compiled_module()));
     }
     Ok(module.into())
 }
 
-/// Asks Linux to back a WebAssembly memory with transparent huge pages: restoring the snapshot writes
-/// its whole linear memory at once, and 2 MiB pages turn thousands of page faults (and as many frees
-/// when the isolate goes) into a few. Advice only: where the kernel has no huge pages, nothing changes.
+/// A WebAssembly module compiled from `bytes` for this sandbox: the only way to compile WebAssembly
+/// once the sandbox has booted (`pyodide.js` routes `WebAssembly.Module`, `compile` and
+/// `instantiate` here). Refuses modules that define a memory of their own; compiled once per
+/// process (see `wasm.rs`).
+#[op2]
+pub(super) fn op_sandbox_compile_wasm<'s, 'i>(
+    scope: &mut v8::PinScope<'s, 'i>,
+    op_state: &mut OpState,
+    #[anybuffer] bytes: &[u8],
+) -> Result<v8::Local<'s, v8::Value>, JsErrorBox> {
+    let shared = state(op_state).shared.clone();
+    shared
+        .wasm_modules
+        .compile(scope, bytes)
+        .map(Into::into)
+        .map_err(|e| JsErrorBox::type_error(e.to_string()))
+}
+
+/// Registers Python's WebAssembly memory (its buffer) with the sandbox's memory budget, and asks
+/// Linux to back it with transparent huge pages: restoring the snapshot writes its whole linear
+/// memory at once, and 2 MiB pages turn thousands of page faults (and as many frees when the isolate
+/// goes) into a few. Start-up only; the first memory registered is the one that counts.
 #[op2(fast)]
-pub(super) fn op_sandbox_huge_pages(#[buffer] memory: &mut [u8]) {
+pub(super) fn op_sandbox_main_memory(
+    op_state: &mut OpState,
+    memory: v8::Local<v8::Value>,
+) -> Result<(), JsErrorBox> {
+    let s = state(op_state);
+    s.booting("op_sandbox_main_memory")?;
+    let buffer = v8::Local::<v8::ArrayBuffer>::try_from(memory)
+        .map_err(|_| JsErrorBox::type_error("not the memory's buffer"))?;
+    let store = buffer.get_backing_store();
     #[cfg(target_os = "linux")]
-    if !memory.is_empty() {
-        // SAFETY: the range is exactly the memory's accessible bytes, which V8 keeps mapped while the
-        // buffer is alive; MADV_HUGEPAGE changes no contents and no protection.
+    if let Some(data) = store.data()
+        && store.byte_length() > 0
+    {
+        // SAFETY: the range is exactly the memory's accessible bytes, which stay mapped while the
+        // backing store (held here) lives; MADV_HUGEPAGE changes no contents and no protection.
         unsafe {
-            libc::madvise(
-                memory.as_mut_ptr().cast(),
-                memory.len(),
-                libc::MADV_HUGEPAGE,
-            );
+            libc::madvise(data.as_ptr(), store.byte_length(), libc::MADV_HUGEPAGE);
         }
     }
-    #[cfg(not(target_os = "linux"))]
-    let _ = memory;
+    s.budget.set_wasm_memory(store);
+    Ok(())
+}
+
+/// Whether `bytes` more still fit the sandbox's memory budget (MEMFS asks before it grows a file,
+/// and fails the write with ENOSPC if not; the allocator enforces the budget in any case).
+#[op2(fast)]
+pub(super) fn op_sandbox_memory_room(op_state: &mut OpState, bytes: f64) -> bool {
+    let bytes = if bytes.is_finite() && bytes >= 0.0 {
+        bytes as usize
+    } else {
+        usize::MAX
+    };
+    state(op_state).budget.has_room(bytes)
 }
 
 /// The package layer's file index: (absolute path, offset in the blob, length).
 #[op2]
 #[serde]
-pub(super) fn op_sandbox_layer_index(op_state: &mut OpState) -> Vec<(String, u32, u32)> {
-    state(op_state)
-        .shared
+pub(super) fn op_sandbox_layer_index(
+    op_state: &mut OpState,
+) -> Result<Vec<(String, u32, u32)>, JsErrorBox> {
+    let s = state(op_state);
+    s.booting("op_sandbox_layer_index")?;
+    Ok(s.shared
         .layer
         .get()
         .map(|l| l.index.clone())
-        .unwrap_or_default()
+        .unwrap_or_default())
 }
 
 /// The package layer's file contents, back to back, as a new ArrayBuffer that the sandbox owns
@@ -189,15 +259,15 @@ pub(super) fn op_sandbox_layer_blob<'s, 'i>(
     scope: &mut v8::PinScope<'s, 'i>,
     op_state: &mut OpState,
 ) -> Result<v8::Local<'s, v8::Value>, JsErrorBox> {
+    state(op_state).booting("op_sandbox_layer_blob")?;
     let map = may_map(op_state);
-    let shared = &state(op_state).shared;
+    let s = state(op_state);
+    let shared = &s.shared;
     let blob = shared.layer_bytes.get_or_init(|| {
         let blob = shared.layer.get().map(|l| l.blob.as_slice());
         crate::sandbox::cow::CowBytes::new(blob.unwrap_or_default())
     });
-    blob.array_buffer(scope, map)
-        .map(Into::into)
-        .map_err(|e| JsErrorBox::generic(format!("reading the package layer: {e}")))
+    blob.array_buffer(scope, map, &s.budget).map(Into::into)
 }
 
 /// How many copy-on-write mappings one sandbox gets (its boot needs two): user code can ask for the
@@ -215,18 +285,23 @@ fn may_map(op_state: &mut OpState) -> bool {
 /// Pyodide `loadedPackages` entries of the package layer.
 #[op2]
 #[serde]
-pub(super) fn op_sandbox_layer_loaded(op_state: &mut OpState) -> Vec<(String, String)> {
-    state(op_state)
-        .shared
+pub(super) fn op_sandbox_layer_loaded(
+    op_state: &mut OpState,
+) -> Result<Vec<(String, String)>, JsErrorBox> {
+    let s = state(op_state);
+    s.booting("op_sandbox_layer_loaded")?;
+    Ok(s.shared
         .layer
         .get()
         .map(|l| l.loaded_packages.clone())
-        .unwrap_or_default()
+        .unwrap_or_default())
 }
 
 /// What the installer has captured so far; an error in any other role.
 fn installer_captures(op_state: &mut OpState) -> Result<&mut super::Captured, JsErrorBox> {
-    match &mut state_mut(op_state).role {
+    let s = state_mut(op_state);
+    s.booting("the installer's captures")?;
+    match &mut s.role {
         Role::Installer { captured } => Ok(captured),
         _ => Err(JsErrorBox::generic(
             "this sandbox does not build the package layer",
@@ -266,9 +341,10 @@ pub(super) fn op_sandbox_log(op_state: &mut OpState, #[string] message: &str) {
 }
 
 /// Serves the standard library or a lock-file wheel (verified) by name, as a new ArrayBuffer that the
-/// sandbox owns (the standard library maps the engine's copy-on-write: see `cow.rs`). (The Wasm
-/// module never comes through here: `runtime.js` hands Pyodide a sentinel and `op_sandbox_wasm_module`
-/// the compiled module.)
+/// sandbox owns (the standard library maps the engine's copy-on-write: see `cow.rs`; copies are
+/// charged to the sandbox's memory budget). A wheel not yet in the engine's cache is read or
+/// downloaded within the call's deadline. (The Wasm module never comes through here: `pyodide.js`
+/// hands Pyodide a sentinel and `op_sandbox_wasm_module` the compiled module.)
 #[op2]
 pub(super) fn op_sandbox_read_asset<'s, 'i>(
     scope: &mut v8::PinScope<'s, 'i>,
@@ -278,16 +354,19 @@ pub(super) fn op_sandbox_read_asset<'s, 'i>(
     let name = path.strip_prefix("/pyodide/").unwrap_or(&path);
     if name == "python_stdlib.zip" {
         let map = may_map(op_state);
-        let stdlib = state(op_state).shared.stdlib.array_buffer(scope, map);
-        return stdlib
-            .map(Into::into)
-            .map_err(|e| JsErrorBox::generic(format!("reading the standard library: {e}")));
+        let s = state(op_state);
+        return s
+            .shared
+            .stdlib
+            .array_buffer(scope, map, &s.budget)
+            .map(Into::into);
     }
     let s = state(op_state);
     let file_name = name.rsplit('/').next().unwrap_or(name);
     if !s.shared.assets.lock_by_file.contains_key(file_name) {
         return Err(JsErrorBox::type_error(format!(
-            "{path} is not a Pyodide runtime file"
+            "{} is not a Pyodide runtime file",
+            shown(&path)
         )));
     }
     if !s.downloads_enabled {
@@ -295,14 +374,14 @@ pub(super) fn op_sandbox_read_asset<'s, 'i>(
             "Runtime package installation is disabled: package downloads are refused",
         ));
     }
+    let deadline = s.watchdog.as_ref().and_then(|w| w.deadline());
     let bytes = s
         .shared
         .packages
-        .wheel(file_name)
+        .wheel(file_name, deadline)
         .map_err(|e| JsErrorBox::generic(e.to_string()))?
         .to_vec();
-    let store = v8::ArrayBuffer::new_backing_store_from_vec(bytes).make_shared();
-    Ok(v8::ArrayBuffer::with_backing_store(scope, &store).into())
+    Ok(s.budget.array_buffer(scope, bytes)?.into())
 }
 
 #[op2]
@@ -315,7 +394,8 @@ pub(super) fn op_sandbox_read_asset_text(
     match name {
         "pyodide-lock.json" => Ok(state(op_state).shared.assets.lock_json.to_string()),
         _ => Err(JsErrorBox::type_error(format!(
-            "{path} is not a Pyodide runtime text file"
+            "{} is not a Pyodide runtime text file",
+            shown(&path)
         ))),
     }
 }

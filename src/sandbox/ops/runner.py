@@ -1,8 +1,12 @@
 # Python side of one execution: runs the user's code as __main__ with top-level await, turns the final
-# expression into its str(), and reports Python errors with tracebacks that show only the user's frames.
-# Loaded as the module `_sandbox_runner` before the memory snapshot is taken (so restored sandboxes
-# find it ready), or at start-up in full-boot mode. The JavaScript runtime calls `prepare` once per
-# sandbox, then `run`.
+# expression into its str(), and reports the outcome (with tracebacks that show only the user's frames)
+# through the `report` function call.js hands over. Loaded as the module `_sandbox_runner` before the
+# memory snapshot is taken (so restored sandboxes find it ready), or at start-up in full-boot mode. The
+# JavaScript runtime calls `prepare` once per sandbox, then `run`.
+#
+# The limits are enforced in Rust; the caps here only keep huge strings from being converted to
+# JavaScript at all. Builtins the user's code could replace are bound as default arguments when this
+# module is defined, before any user code exists.
 
 import linecache
 import random
@@ -13,30 +17,41 @@ from pyodide.code import eval_code_async
 
 FILENAME = "<code>"
 RESULT_LIMIT = 64 * 1024
+MESSAGE_LIMIT = 16 * 1024
+TRACEBACK_LIMIT = 64 * 1024
 
 
-def _truncate(text, limit):
+def _truncate(text, limit, str=str, len=len):
     data = text.encode("utf-8", "surrogatepass")
     if len(data) <= limit:
         return text, False
     return data[:limit].decode("utf-8", "ignore"), True
 
 
-def _user_traceback(exc):
+def _user_traceback(exc, traceback=traceback):
     """The traceback from the first frame of the user's code on; runner and Pyodide frames are dropped."""
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename != FILENAME:
         tb = tb.tb_next
-    lines = traceback.format_exception(type(exc), exc, tb)
-    return "".join(lines)
+    return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
-def _error(exc):
-    return {
-        "type": type(exc).__name__,
-        "message": str(exc),
-        "traceback": _user_traceback(exc),
-    }
+def _describe(exc, str=str, type=type, BaseException=BaseException):
+    """(type name, message, traceback) of `exc`, even when its __str__ or the formatting raises."""
+    name = type(exc).__name__
+    try:
+        message = str(exc)
+    except BaseException:
+        message = f"<exception str() failed: {name}>"
+    try:
+        text = _user_traceback(exc)
+    except BaseException:
+        text = f"{name}: {message}\n"
+    return (
+        _truncate(name, 256)[0],
+        _truncate(message, MESSAGE_LIMIT)[0],
+        _truncate(text, TRACEBACK_LIMIT)[0],
+    )
 
 
 def _flush():
@@ -47,7 +62,7 @@ def _flush():
             pass
 
 
-async def run(code, start_clock):
+async def run(code, start_clock, report, BaseException=BaseException, SystemExit=SystemExit, str=str):
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
     linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
     start_clock()
@@ -56,20 +71,25 @@ async def run(code, start_clock):
     except SystemExit as exc:
         _flush()
         if exc.code is None or exc.code == 0:
-            return {"success": True, "result": None, "result_truncated": False}
-        return {"success": False, "error": _error(exc)}
+            report(True, None, False, None, None, None)
+        else:
+            report(False, None, False, *_describe(exc))
+        return
     except BaseException as exc:
         _flush()
-        return {"success": False, "error": _error(exc)}
+        report(False, None, False, *_describe(exc))
+        return
     _flush()
     if value is None:
-        return {"success": True, "result": None, "result_truncated": False}
+        report(True, None, False, None, None, None)
+        return
     try:
         text = str(value)
     except BaseException as exc:
-        return {"success": False, "error": _error(exc)}
+        report(False, None, False, *_describe(exc))
+        return
     text, truncated = _truncate(text, RESULT_LIMIT)
-    return {"success": True, "result": text, "result_truncated": truncated}
+    report(True, text, truncated, None, None, None)
 
 
 def prepare():

@@ -10,6 +10,7 @@ const {
   op_sandbox_btoa,
   op_sandbox_decode,
   op_sandbox_fetch,
+  op_sandbox_fetch_body,
   op_sandbox_now,
   op_sandbox_random_fill,
   op_sandbox_url_parse,
@@ -210,12 +211,19 @@ function addTimer(callback, delay, args, repeat) {
     throw new TypeError("timer callback must be a function");
   }
   const id = nextTimerId++;
+  // Browsers clamp delays to a signed 32-bit millisecond count.
+  const ms = Math.min(Math.max(Number(delay) || 0, 0), 2147483647);
   const timer = core.createTimer(
     () => {
       if (!repeat) timers.delete(id);
-      callback(...args);
+      // An exception in a timer callback is reported, as a browser does, and ends nothing else.
+      try {
+        callback(...args);
+      } catch (error) {
+        reportUncaught("in a timer callback", error);
+      }
     },
-    Number(delay) || 0,
+    ms,
     undefined,
     repeat,
     true,
@@ -395,7 +403,7 @@ async function fetch(input, init = {}) {
     } else body = core.encode(String(init.body));
   }
   const res = await op_sandbox_fetch(url, method, headers, body);
-  return new Response(res.body, {
+  return new Response(new Uint8Array(op_sandbox_fetch_body(res.body)), {
     status: res.status,
     statusText: res.statusText,
     headers: res.headers,
@@ -430,6 +438,35 @@ function formatArgs(args) {
 }
 
 const toStderr = (...args) => op_sandbox_write(2, core.encode(formatArgs(args) + "\n"));
+
+/** How a value thrown by user code reads, whatever it is (a Proxy, an object whose getters throw). */
+function describe(value) {
+  try {
+    return value instanceof Error ? String(value.stack ?? value) : String(value);
+  } catch {
+    return "(a value that cannot be printed)";
+  }
+}
+
+/**
+ * Reports an exception nobody caught (in a timer, a microtask or a promise) on the sandbox's stderr,
+ * as a browser reports it on its console; the call goes on. Uses only functions captured here.
+ */
+function reportUncaught(where, error) {
+  try {
+    op_sandbox_write(2, core.encode(`Uncaught JavaScript exception ${where}: ${describe(error)}\n`));
+  } catch {
+    // Nothing is left to report it with.
+  }
+}
+
+// Unhandled promise rejections and exceptions in microtasks would otherwise end the event loop
+// with an error; they are the user's code's, and a browser only reports them.
+core.setUnhandledPromiseRejectionHandler((_promise, reason) => {
+  reportUncaught("(in a promise)", reason);
+  return true;
+});
+core.setReportExceptionCallback((error) => reportUncaught("in a microtask", error));
 const console = {
   log: toStderr,
   info: toStderr,

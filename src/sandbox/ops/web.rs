@@ -6,10 +6,12 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use base64::Engine as _;
-use deno_core::{OpState, ToJsBuffer, op2};
+use deno_core::{OpState, op2, v8};
 use deno_error::JsErrorBox;
 
 use super::state;
+use crate::config::limits::shown;
+use crate::fetch::{FetchError, SandboxRequest};
 
 #[op2]
 #[string]
@@ -20,7 +22,10 @@ pub(super) fn op_sandbox_decode(
     ignore_bom: bool,
 ) -> Result<String, JsErrorBox> {
     let encoding = encoding_rs::Encoding::for_label(label.as_bytes()).ok_or_else(|| {
-        JsErrorBox::range_error(format!("the encoding label {label:?} is not supported"))
+        JsErrorBox::range_error(format!(
+            "the encoding label {} is not supported",
+            shown(&label)
+        ))
     })?;
     let (text, had_errors) = if ignore_bom {
         encoding.decode_without_bom_handling(data)
@@ -102,7 +107,7 @@ pub(super) fn op_sandbox_url_parse(
     #[string] href: String,
     #[string] base: Option<String>,
 ) -> Result<UrlParts, JsErrorBox> {
-    let invalid = || JsErrorBox::type_error(format!("Invalid URL: {href:?}"));
+    let invalid = || JsErrorBox::type_error(format!("Invalid URL: {}", shown(&href)));
     let url = match base {
         Some(base) => url::Url::parse(&base)
             .and_then(|b| b.join(&href))
@@ -149,6 +154,8 @@ pub(super) fn op_sandbox_now(op_state: &mut OpState) -> f64 {
 #[op2(async(deferred), fast)]
 pub(super) async fn op_sandbox_yield() {}
 
+/// One HTTPS request of the call (see `fetch.rs` for what is refused and bounded). The body stays in
+/// Rust until `op_sandbox_fetch_body` hands it over, charged to the sandbox's memory budget.
 #[op2]
 #[serde]
 pub(super) async fn op_sandbox_fetch(
@@ -158,31 +165,58 @@ pub(super) async fn op_sandbox_fetch(
     #[serde] headers: Vec<(String, String)>,
     #[serde] body: Option<deno_core::JsBuffer>,
 ) -> Result<JsResponse, JsErrorBox> {
-    let (fetcher, enabled) = {
+    let (fetcher, enabled, deadline) = {
         let op_state = op_state.borrow();
         let s = state(&op_state);
-        (s.shared.fetcher.clone(), s.downloads_enabled)
+        let deadline = s.watchdog.as_ref().and_then(|w| w.deadline());
+        (s.shared.fetcher.clone(), s.downloads_enabled, deadline)
     };
     if !enabled {
-        return Err(JsErrorBox::generic(
-            crate::fetch::FetchError::Disabled.to_string(),
-        ));
+        return Err(JsErrorBox::generic(FetchError::Disabled.to_string()));
     }
+    let request = SandboxRequest {
+        url,
+        method,
+        headers,
+        body: body.map(|b| b.to_vec()),
+    };
+    // The call's fetch state lives in the OpState; the request borrows it only while it runs.
+    let fetches = {
+        let op_state = op_state.borrow();
+        state(&op_state).fetches.clone()
+    };
     let r = fetcher
-        .fetch(url, method, headers, body.map(|b| b.to_vec()))
+        .fetch(&fetches, request, deadline)
         .await
         .map_err(|e| JsErrorBox::generic(e.to_string()))?;
+    let body = fetches.keep_body(r.body);
     Ok(JsResponse {
         status: r.status,
         status_text: r.status_text,
         url: r.url,
         redirected: r.redirected,
         headers: r.headers,
-        body: r.body.into(),
+        body,
     })
 }
 
-/// A fetch response as handed to JavaScript.
+/// The body of a response `op_sandbox_fetch` returned, as an ArrayBuffer charged to the sandbox's
+/// memory budget; once.
+#[op2]
+pub(super) fn op_sandbox_fetch_body<'s, 'i>(
+    scope: &mut v8::PinScope<'s, 'i>,
+    op_state: &mut OpState,
+    #[smi] id: u32,
+) -> Result<v8::Local<'s, v8::Value>, JsErrorBox> {
+    let s = state(op_state);
+    let body = s
+        .fetches
+        .take_body(id)
+        .ok_or_else(|| JsErrorBox::generic("no such response body"))?;
+    Ok(s.budget.array_buffer(scope, body)?.into())
+}
+
+/// A fetch response as handed to JavaScript; the body separately (see `op_sandbox_fetch_body`).
 #[derive(serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 struct JsResponse {
@@ -191,5 +225,5 @@ struct JsResponse {
     url: String,
     redirected: bool,
     headers: Vec<(String, String)>,
-    body: ToJsBuffer,
+    body: u32,
 }

@@ -6,8 +6,12 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let mut check = false;
-    let mut path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/config-reference.json");
+    // crates/config -> the repository root.
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("crates/config is two levels below the root");
+    let mut path = root.join("docs/config-reference.json");
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
