@@ -15,3 +15,4 @@ mod packages;
 mod pool;
 mod server;
 mod snippets;
+mod tls;

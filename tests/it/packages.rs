@@ -265,7 +265,7 @@ struct PrivateIndex {
     addr: SocketAddr,
     ca_pem_path: PathBuf,
     wheel_downloads: Arc<AtomicUsize>,
-    _runtime: tokio::runtime::Runtime,
+    _server: crate::tls::TlsServer,
 }
 
 fn tiny_wheel() -> (String, Vec<u8>) {
@@ -298,23 +298,6 @@ fn tiny_wheel() -> (String, Vec<u8>) {
 fn start_private_index(dir: &Path) -> PrivateIndex {
     use axum::http::header;
     use axum::response::IntoResponse;
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "code-interpreter-mcp test CA");
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let server_key = KeyPair::generate().unwrap();
-    let server_cert = CertificateParams::new(vec!["localhost".to_string()])
-        .unwrap()
-        .signed_by(&server_key, &issuer)
-        .unwrap();
-    let ca_pem_path = dir.join("test-ca.pem");
-    std::fs::write(&ca_pem_path, ca.pem()).unwrap();
 
     let (wheel_name, wheel) = tiny_wheel();
     let sha256 = {
@@ -324,72 +307,47 @@ fn start_private_index(dir: &Path) -> PrivateIndex {
             .map(|b| format!("{b:02x}"))
             .collect::<String>()
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
     let wheel_downloads = Arc::new(AtomicUsize::new(0));
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let port = addr.port();
     let downloads = wheel_downloads.clone();
     let wheel = Arc::new(wheel);
-    let app = axum::Router::new()
-        .route(
-            "/simple/cimtiny/",
-            axum::routing::get(move || {
-                let body = serde_json::json!({
-                    "meta": {"api-version": "1.1"},
-                    "name": "cimtiny",
-                    "versions": ["1.0"],
-                    "files": [{
-                        "filename": wheel_name,
-                        "url": format!("https://localhost:{port}/files/{wheel_name}"),
-                        "hashes": {"sha256": sha256},
-                    }],
-                });
-                async move {
-                    (
-                        [(header::CONTENT_TYPE, "application/vnd.pypi.simple.v1+json")],
-                        body.to_string(),
-                    )
-                        .into_response()
-                }
-            }),
-        )
-        .route(
-            "/files/{name}",
-            axum::routing::get(move || {
-                downloads.fetch_add(1, Ordering::SeqCst);
-                let wheel = wheel.clone();
-                async move { (*wheel).clone().into_response() }
-            }),
-        );
-    let tls = {
-        let _guard = runtime.enter();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let certs = vec![server_cert.der().clone()];
-        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(server_key.serialize_der().into());
-        let config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .unwrap();
-        axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(config))
-    };
-    runtime.spawn(async move {
-        axum_server::from_tcp_rustls(listener, tls)
-            .serve(app.into_make_service())
-            .await
-            .unwrap();
+    let server = crate::tls::TlsServer::start(dir, move |port| {
+        axum::Router::new()
+            .route(
+                "/simple/cimtiny/",
+                axum::routing::get(move || {
+                    let body = serde_json::json!({
+                        "meta": {"api-version": "1.1"},
+                        "name": "cimtiny",
+                        "versions": ["1.0"],
+                        "files": [{
+                            "filename": wheel_name,
+                            "url": format!("https://localhost:{port}/files/{wheel_name}"),
+                            "hashes": {"sha256": sha256},
+                        }],
+                    });
+                    async move {
+                        (
+                            [(header::CONTENT_TYPE, "application/vnd.pypi.simple.v1+json")],
+                            body.to_string(),
+                        )
+                            .into_response()
+                    }
+                }),
+            )
+            .route(
+                "/files/{name}",
+                axum::routing::get(move || {
+                    downloads.fetch_add(1, Ordering::SeqCst);
+                    let wheel = wheel.clone();
+                    async move { (*wheel).clone().into_response() }
+                }),
+            )
     });
     PrivateIndex {
-        addr,
-        ca_pem_path,
+        addr: server.addr,
+        ca_pem_path: server.ca_pem_path.clone(),
         wheel_downloads,
-        _runtime: runtime,
+        _server: server,
     }
 }
 

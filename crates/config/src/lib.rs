@@ -490,16 +490,28 @@ pub fn load(
         }
         explicit.to_vec()
     };
-
-    let mut merged = toml::Table::new();
-    let mut sources = BTreeMap::new();
-    for file in &files {
-        let text = std::fs::read_to_string(file).map_err(|e| {
+    let mut texts = Vec::with_capacity(files.len());
+    for file in files {
+        let text = std::fs::read_to_string(&file).map_err(|e| {
             ConfigError(format!(
                 "cannot read configuration file {}: {e}",
                 file.display()
             ))
         })?;
+        texts.push((file, text));
+    }
+    parse(&texts, env)
+}
+
+/// The configuration of these files' texts (in order, later ones winning) and `env`: merged,
+/// overridden, deserialised and validated as [`load`] does.
+pub fn parse(
+    files: &[(PathBuf, String)],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Loaded, ConfigError> {
+    let mut merged = toml::Table::new();
+    let mut sources = BTreeMap::new();
+    for (file, text) in files {
         let table: toml::Table = text.parse().map_err(|e| {
             ConfigError(format!(
                 "configuration file {} is not valid TOML: {e}",
@@ -549,7 +561,7 @@ pub fn load(
     Ok(Loaded {
         config,
         sources,
-        files,
+        files: files.iter().map(|(file, _)| file.clone()).collect(),
         tokio_worker_threads,
     })
 }
