@@ -10,8 +10,9 @@ use crate::config::{self, AppConfig, Loaded, LogFormat};
 use crate::packages::PackageSource;
 use crate::pool::{ExecPool, PoolConfig};
 use crate::sandbox::{BootMode, Engine, EngineConfig, EngineError};
-use crate::tools::CodeInterpreter;
+use crate::sessions::{Sessions, SessionsConfig};
 use crate::tools::snippets::Catalog;
+use crate::tools::{CodeInterpreter, ToolOptions};
 use crate::transport::{self, HttpSettings};
 
 /// The engine settings of a configuration.
@@ -80,7 +81,18 @@ pub fn engine(config: &AppConfig) -> Result<Engine, EngineError> {
 /// The running parts behind the transports.
 pub struct App {
     pub pool: ExecPool,
+    pub sessions: Option<Sessions>,
     pub interpreter: CodeInterpreter,
+}
+
+/// The session settings of a configuration.
+pub fn sessions_config(config: &AppConfig) -> SessionsConfig {
+    let s = &config.sessions;
+    SessionsConfig {
+        max_sessions: s.max_sessions as usize,
+        idle_timeout: std::time::Duration::from_secs(s.idle_timeout_s),
+        max_lifetime: std::time::Duration::from_secs(s.max_lifetime_s),
+    }
 }
 
 impl App {
@@ -89,7 +101,12 @@ impl App {
     /// then may anything listen.
     pub fn start(config: &AppConfig) -> anyhow::Result<Self> {
         let started = Instant::now();
-        let pool = ExecPool::start(std::sync::Arc::new(engine(config)?), pool_config(config))?;
+        let engine = engine(config)?;
+        let sessions = config
+            .sessions
+            .enabled
+            .then(|| Sessions::new(engine.clone(), sessions_config(config)));
+        let pool = ExecPool::start(std::sync::Arc::new(engine), pool_config(config))?;
         tracing::info!(
             max_workers = config.workers.max_workers,
             prewarmed_workers = config.workers.prewarmed_workers,
@@ -101,10 +118,19 @@ impl App {
             pool.clone(),
             config.input_limits,
             catalog(config),
-            &config.preinstall_packages,
-            config.runtime_package_installation,
+            ToolOptions {
+                sessions: sessions.clone(),
+                preinstall_packages: config.preinstall_packages.clone(),
+                runtime_installation: config.runtime_package_installation,
+                network: !config.allowed_hosts.is_empty(),
+                max_inline_image_bytes: config.results.max_inline_image_kb * 1024,
+            },
         );
-        Ok(Self { pool, interpreter })
+        Ok(Self {
+            pool,
+            sessions,
+            interpreter,
+        })
     }
 }
 
@@ -117,7 +143,7 @@ pub fn serve(loaded: Loaded, stdio: bool) -> anyhow::Result<i32> {
     runtime.block_on(async {
         if stdio {
             let app = tokio::task::block_in_place(|| App::start(&config))?;
-            transport::serve_stdio(app.interpreter, app.pool).await
+            transport::serve_stdio(app.interpreter, app.pool, app.sessions).await
         } else {
             let settings = http_settings(&config)?;
             // The metrics listener starts before Python initialisation; metrics do not imply
@@ -130,7 +156,7 @@ pub fn serve(loaded: Loaded, stdio: bool) -> anyhow::Result<i32> {
                 .await?;
             }
             let app = tokio::task::block_in_place(|| App::start(&config))?;
-            transport::serve_http(app.interpreter, app.pool, settings).await
+            transport::serve_http(app.interpreter, app.pool, app.sessions, settings).await
         }
     })?;
     Ok(0)

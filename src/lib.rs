@@ -6,7 +6,8 @@
 //! - [`app`]: the one assembly point, from the configuration to the running parts.
 //! - [`transport`]: MCP over HTTP (axum + rmcp Streamable HTTP at `/mcp`, probes, shutdown) and stdio.
 //! - [`tools`]: the MCP tools, their schemas, request validation and the snippet catalog.
-//! - [`pool`]: dedicated worker threads fed by a bounded FIFO queue, prewarming, health atomics.
+//! - [`pool`]: dedicated worker threads fed by a bounded FIFO queue, prewarming, health atomics;
+//!   [`sessions`]: stateful sessions, each one sandbox kept alive on a thread of its own.
 //! - [`sandbox`]: the engine — one request in, one result out, each in a new isolate + interpreter.
 //! - [`packages`]: where Pyodide wheels come from, their sha256 verification and the in-memory cache.
 //! - [`fetch`]: the sandboxes' outbound HTTPS (allowlist, redirects, size caps, artifact cache).
@@ -23,6 +24,7 @@ pub mod fetch;
 pub mod packages;
 pub mod pool;
 pub mod sandbox;
+pub mod sessions;
 pub mod telemetry;
 pub mod tools;
 pub mod transport;

@@ -1,4 +1,4 @@
-//! Prometheus metrics: the ten `code_interpreter_mcp_` families recorded through the `metrics` facade,
+//! Prometheus metrics: the thirteen `code_interpreter_mcp_` families recorded through the `metrics` facade,
 //! the Prometheus recorder and its dedicated `/metrics` listener, and the five-second tokio-metrics
 //! reporter for the main runtime. When metrics are disabled nothing is installed, so every recording
 //! call below is a no-op; no listener opens and no reporter runs.
@@ -24,6 +24,9 @@ const PYTHON_DURATION: &str = "code_interpreter_mcp_python_execution_duration_se
 const ISOLATE_INIT: &str = "code_interpreter_mcp_isolate_initialization_duration_seconds";
 const REJECTIONS: &str = "code_interpreter_mcp_execution_rejections_total";
 const UNEXPECTED_EXITS: &str = "code_interpreter_mcp_worker_unexpected_exits_total";
+const SESSIONS: &str = "code_interpreter_mcp_sessions";
+const SESSIONS_CREATED: &str = "code_interpreter_mcp_sessions_created_total";
+const SESSIONS_ENDED: &str = "code_interpreter_mcp_sessions_ended_total";
 
 /// Buckets of the Python execution histogram, in seconds.
 pub const EXECUTION_BUCKETS: [f64; 15] = [
@@ -35,7 +38,13 @@ pub const LONG_BUCKETS: [f64; 17] = [
     600.0,
 ];
 
-pub const TOOLS: [&str; 3] = ["run_python_code", "list_code_snippets", "get_code_snippet"];
+pub const TOOLS: [&str; 5] = [
+    "run_python_code",
+    "list_code_snippets",
+    "get_code_snippet",
+    "list_session_files",
+    "clear_session",
+];
 /// A fixed set of label values: an enum, its `label()` and `ALL` (for registering every series).
 macro_rules! labels {
     ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $label:literal),+ $(,)? }) => {
@@ -119,6 +128,18 @@ labels! {
 }
 
 labels! {
+    /// Why a session ended.
+    SessionEnd {
+        Cleared => "cleared",
+        Idle => "idle",
+        Lifetime => "lifetime",
+        Limit => "limit",
+        Error => "error",
+        Shutdown => "shutdown",
+    }
+}
+
+labels! {
     /// Why a submission was rejected.
     Rejection {
         Validation => "validation",
@@ -173,6 +194,23 @@ pub fn isolate_initialization(phase: InitPhase, success: bool, duration: Duratio
 
 pub fn worker_unexpected_exit() {
     counter!(UNEXPECTED_EXITS).increment(1);
+}
+
+/// How many sessions are live.
+pub fn sessions_live(live: usize) {
+    gauge!(SESSIONS).set(live as f64);
+}
+
+/// A session was created; `live` now.
+pub fn session_created(live: usize) {
+    counter!(SESSIONS_CREATED).increment(1);
+    sessions_live(live);
+}
+
+/// A session ended; `live` now.
+pub fn session_ended(reason: SessionEnd, live: usize) {
+    counter!(SESSIONS_ENDED, "reason" => reason.label()).increment(1);
+    sessions_live(live);
 }
 
 /// Why metrics could not start.
@@ -277,6 +315,9 @@ fn register_families(queue_capacity: u64) {
         UNEXPECTED_EXITS,
         "Worker exits outside normal shutdown, panics included"
     );
+    metrics::describe_gauge!(SESSIONS, "Live sessions");
+    metrics::describe_counter!(SESSIONS_CREATED, "Sessions created");
+    metrics::describe_counter!(SESSIONS_ENDED, "Sessions ended, by reason");
 
     for tool in TOOLS {
         for outcome in ToolOutcome::ALL {
@@ -306,6 +347,11 @@ fn register_families(queue_capacity: u64) {
         counter!(REJECTIONS, "reason" => reason.label()).absolute(0);
     }
     counter!(UNEXPECTED_EXITS).absolute(0);
+    gauge!(SESSIONS).set(0.0);
+    counter!(SESSIONS_CREATED).absolute(0);
+    for reason in SessionEnd::ALL {
+        counter!(SESSIONS_ENDED, "reason" => reason.label()).absolute(0);
+    }
 }
 
 /// Every five seconds: the main runtime's stable tokio-metrics as gauges (park counts and busy

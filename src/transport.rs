@@ -16,6 +16,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio_util::sync::CancellationToken;
 
 use crate::pool::{ExecPool, Health};
+use crate::sessions::Sessions;
 use crate::tools::CodeInterpreter;
 use crate::tools::validation::InputLimits;
 
@@ -45,11 +46,18 @@ pub struct HttpSettings {
 }
 
 /// Serves the tools over MCP stdio until the client closes standard input.
-pub async fn serve_stdio(interpreter: CodeInterpreter, pool: ExecPool) -> anyhow::Result<()> {
+pub async fn serve_stdio(
+    interpreter: CodeInterpreter,
+    pool: ExecPool,
+    sessions: Option<Sessions>,
+) -> anyhow::Result<()> {
     use rmcp::ServiceExt as _;
     let service = interpreter.serve(rmcp::transport::stdio()).await?;
     service.waiting().await?;
     pool.shutdown();
+    if let Some(sessions) = &sessions {
+        sessions.shutdown(Instant::now()).await;
+    }
     Ok(())
 }
 
@@ -59,6 +67,7 @@ pub async fn serve_stdio(interpreter: CodeInterpreter, pool: ExecPool) -> anyhow
 pub async fn serve_http(
     interpreter: CodeInterpreter,
     pool: ExecPool,
+    sessions: Option<Sessions>,
     settings: HttpSettings,
 ) -> anyhow::Result<()> {
     let limits = settings.limits;
@@ -101,9 +110,18 @@ pub async fn serve_http(
                 std::process::exit(1);
             });
             pool.shutdown();
-            while !pool.workers_exited() && Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            // Session calls running now may finish; then every session ends.
+            let sessions_done = async {
+                if let Some(sessions) = &sessions {
+                    sessions.shutdown(deadline).await;
+                }
+            };
+            let workers_done = async {
+                while !pool.workers_exited() && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            };
+            tokio::join!(sessions_done, workers_done);
             // A call that finished while draining must still get its reply: closing the transport
             // while its handler is returning would answer it with an error instead.
             while in_flight.load(std::sync::atomic::Ordering::SeqCst) > 0

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use deno_core::JsRuntime;
+use deno_core::{JsRuntime, v8};
 
 use super::memory::MemoryBudget;
 use super::memory_snapshot::SharedSnapshot;
@@ -29,7 +29,7 @@ const BOOT_DEADLINE: Duration = Duration::from_secs(120);
 /// 1 MB in the configuration's sense.
 const MB: u64 = 1024 * 1024;
 
-/// A booted, never-used sandbox.
+/// A booted sandbox: it runs one request, or, kept for a session, one after another.
 pub struct Sandbox {
     runtime: JsRuntime,
     tokio: tokio::runtime::Runtime,
@@ -37,7 +37,22 @@ pub struct Sandbox {
     budget: Arc<MemoryBudget>,
     boot_time: Duration,
     used: bool,
+    /// Kept for a session: runs request after request, timeouts interrupt first.
+    session: bool,
+    /// Why the sandbox can run nothing more (it was terminated), once it cannot.
+    ended: Option<String>,
 }
+
+/// A file of a session, read for a client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileRead {
+    Found(Vec<u8>),
+    Missing,
+    TooLarge,
+}
+
+/// How long a session's file listing or read may take (its JavaScript is the session's own).
+const INSPECT_DEADLINE: Duration = Duration::from_secs(5);
 
 impl Sandbox {
     /// Boots a sandbox that runs one request, restoring `snapshot` (none: a full start-up).
@@ -107,6 +122,7 @@ impl Sandbox {
                 runtime.v8_isolate().thread_safe_handle(),
                 Some(budget.clone()),
                 None,
+                None,
             )?;
             w.arming().arm(Phase::Boot, BOOT_DEADLINE);
             Some(w)
@@ -165,6 +181,8 @@ impl Sandbox {
             budget,
             boot_time: started.elapsed(),
             used: false,
+            session: false,
+            ended: None,
         };
         let mut sandbox = sandbox;
         super::callbacks::after_boot(sandbox.runtime.v8_isolate());
@@ -198,22 +216,62 @@ impl Sandbox {
         self.run(request, None)
     }
 
+    /// Keeps this sandbox for a session: its interpreter, namespace and files persist between
+    /// calls, files changed by a call are returned too, and a call's timeout first interrupts Python
+    /// (KeyboardInterrupt), terminating the isolate only if it does not stop within a second.
+    pub fn keep_for_session(&mut self) {
+        self.session = true;
+        self.with_state(|s| {
+            s.persistent = true;
+            s.interrupt = Some(Arc::new(std::sync::atomic::AtomicI32::new(0)));
+        });
+    }
+
+    /// Why this sandbox can run nothing more (a session's, after a hard stop), if so.
+    pub fn ended(&self) -> Option<&str> {
+        self.ended.as_deref()
+    }
+
     /// Runs one request and leaves the used sandbox to the caller, who drops it (tearing down the
-    /// isolate takes a while) after the result has been handed on. A sandbox runs one request only;
-    /// a second call returns a runtime error. With `cancel`, setting the flag stops the run.
+    /// isolate takes a while) after the result has been handed on. A sandbox runs one request only,
+    /// unless kept for a session; otherwise a second call returns a runtime error. With `cancel`,
+    /// setting the flag stops the run.
     pub fn run(&mut self, request: ExecRequest, cancel: Option<Arc<AtomicBool>>) -> ExecResult {
-        if std::mem::replace(&mut self.used, true) {
+        if std::mem::replace(&mut self.used, true) && !self.session {
             return ExecResult::failure(ExecError::new(
                 ErrorKind::Runtime,
                 "SandboxError",
                 "a sandbox runs one request only",
             ));
         }
+        if let Some(reason) = &self.ended {
+            return ExecResult::failure(ExecError::new(
+                ErrorKind::Runtime,
+                "SandboxError",
+                reason.clone(),
+            ));
+        }
         let timeout_ms = request.timeout.as_millis();
+        let interrupt = self.with_state(|s| {
+            // What the previous call left is not this call's.
+            s.report = None;
+            s.glue_error = None;
+            s.user_started = false;
+            s.stdout = output::CappedBuffer::new(MAX_STREAM_BYTES);
+            s.stderr = output::CappedBuffer::new(MAX_STREAM_BYTES);
+            s.files = output::FileCollector::default();
+            s.fetches = Arc::default();
+            let interrupt = s.interrupt.clone();
+            if let Some(buffer) = &interrupt {
+                buffer.store(0, Ordering::SeqCst);
+            }
+            interrupt
+        });
         let watchdog = match Watchdog::start(
             self.runtime.v8_isolate().thread_safe_handle(),
             Some(self.budget.clone()),
             cancel,
+            interrupt,
         ) {
             Ok(w) => w,
             Err(e) => {
@@ -283,10 +341,32 @@ impl Sandbox {
             (Some(Ok(_)), Some(text)) => Some(Err(text)),
             (outcome, _) => outcome,
         };
+        let session = self.session;
         result.error = match (stopped, outcome, report) {
+            (Some(Stop::Interrupted), ..) => {
+                result.timed_out = true;
+                Some(ExecError::new(
+                    ErrorKind::Timeout,
+                    "TimeoutError",
+                    format!(
+                        "execution exceeded timeout_ms = {timeout_ms} ms and was interrupted \
+(KeyboardInterrupt); the session's state is kept"
+                    ),
+                ))
+            }
             (Some(Stop::Deadline(phase)), ..) => {
                 result.timed_out = true;
-                Some(if phase == Phase::User {
+                Some(if phase == Phase::User && session {
+                    ExecError::new(
+                        ErrorKind::Timeout,
+                        "TimeoutError",
+                        format!(
+                            "execution exceeded timeout_ms = {timeout_ms} ms and did not stop within {} s \
+of its interrupt (a long call outside Python); it was terminated and the session has ended",
+                            super::watchdog::INTERRUPT_GRACE.as_secs()
+                        ),
+                    )
+                } else if phase == Phase::User {
                     ExecError::new(
                         ErrorKind::Timeout,
                         "TimeoutError",
@@ -367,7 +447,101 @@ JavaScript environment?): {}",
                 "the sandbox ended without a result",
             )),
         };
+        // A sandbox stopped by force (not by an interrupt Python answered) runs nothing more.
+        let forced = matches!(stopped, Some(s) if s != Stop::Interrupted)
+            || heap_exhausted
+            || budget_exceeded;
+        if forced && session {
+            let reason = result
+                .error
+                .as_ref()
+                .map_or("the session was stopped", |e| e.message.as_str());
+            self.ended = Some(format!("the session has ended: {reason}"));
+            if let Some(error) = &mut result.error
+                && !error.message.contains("session has ended")
+            {
+                error.message.push_str("; the session has ended");
+            }
+        }
         result
+    }
+
+    /// A session's regular files under /workspace with their sizes.
+    pub fn list_files(&mut self) -> Result<Vec<(String, u64)>, String> {
+        self.inspect(None, 0)?;
+        let listed = self.with_state(|s| s.listed.take()).unwrap_or_default();
+        Ok(listed
+            .into_iter()
+            .map(|(path, size)| {
+                (
+                    path,
+                    if size.is_finite() && size > 0.0 {
+                        size as u64
+                    } else {
+                        0
+                    },
+                )
+            })
+            .collect())
+    }
+
+    /// A session's file at `path` (relative to /workspace), if it is a regular file of at most
+    /// `limit` bytes.
+    pub fn read_file(&mut self, path: &str, limit: u64) -> Result<FileRead, String> {
+        self.inspect(Some(path), limit)?;
+        Ok(match self.with_state(|s| s.read.take()) {
+            Some((0, data)) if data.len() as u64 <= limit => FileRead::Found(data),
+            Some((2, _)) | Some((0, _)) => FileRead::TooLarge,
+            _ => FileRead::Missing,
+        })
+    }
+
+    /// Runs `inspect` in call.js under a short deadline; a session whose JavaScript hangs there ends.
+    fn inspect(&mut self, path: Option<&str>, limit: u64) -> Result<(), String> {
+        if let Some(reason) = &self.ended {
+            return Err(reason.clone());
+        }
+        let inspect = self
+            .with_state(|s| s.entry.as_ref().map(|e| e.inspect.clone()))
+            .ok_or("the sandbox has no inspect entry point")?;
+        let watchdog = Watchdog::start(
+            self.runtime.v8_isolate().thread_safe_handle(),
+            None,
+            None,
+            None,
+        )
+        .map_err(|e| e.to_string())?;
+        watchdog.arming().arm(Phase::Setup, INSPECT_DEADLINE);
+        let runtime = &mut self.runtime;
+        let args = {
+            deno_core::scope!(scope, runtime);
+            let path: v8::Local<v8::Value> = match path {
+                Some(p) => v8::String::new(scope, p)
+                    .map(Into::into)
+                    .unwrap_or_else(|| v8::undefined(scope).into()),
+                None => v8::undefined(scope).into(),
+            };
+            let limit: v8::Local<v8::Value> = v8::Number::new(scope, limit as f64).into();
+            [v8::Global::new(scope, path), v8::Global::new(scope, limit)]
+        };
+        let outcome = self.tokio.block_on(async {
+            let call = runtime.call_with_args(&inspect, &args);
+            tokio::select! {
+                r = runtime.with_event_loop_promise(call, Default::default()) => Some(r.map_err(|e| e.to_string())),
+                _ = watchdog.fired() => None,
+            }
+        });
+        let stopped = watchdog.stopped();
+        drop(watchdog);
+        match (stopped, outcome) {
+            (None, Some(Ok(_))) => Ok(()),
+            (None, Some(Err(e))) => Err(format!("reading the session's files failed: {e}")),
+            _ => {
+                let reason = "the session has ended: reading its files did not finish in time";
+                self.ended = Some(reason.into());
+                Err(reason.into())
+            }
+        }
     }
 }
 

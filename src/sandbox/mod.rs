@@ -35,7 +35,7 @@ mod wasm;
 mod watchdog;
 
 pub use engine::Engine;
-pub use isolate::Sandbox;
+pub use isolate::{FileRead, Sandbox};
 pub use shared::{BootMode, EngineConfig, EngineError};
 pub use types::{ErrorKind, ExecError, ExecRequest, ExecResult, InputFile, OutputFile};
 

@@ -63,17 +63,14 @@ pub(crate) fn init_v8(wasm_memory_limit_mb: u64) {
             // share, but V8 counts tier-up per instance; a smaller budget optimises the start-up's
             // functions during the first sandboxes, once for the process.
             "--wasm-tiering-budget=1000000".into(),
-            // ArrayBuffers are budgeted by the sandbox's own allocator (memory.rs), not by the V8
-            // heap limit: V8 otherwise counts them towards it, and a sandbox's files and buffers
-            // would end its call at the heap's 512 MiB instead of failing a write with ENOSPC.
-            "--no-external-memory-accounted-in-global-limit".into(),
         ];
         // For profiling and diagnosis only (e.g. "--perf-basic-prof"); not a configuration key.
         if let Ok(extra) = std::env::var("CODE_INTERPRETER_MCP_V8_FLAGS") {
             flags.extend(extra.split_whitespace().map(String::from));
         }
         let unknown = deno_core::v8_set_flags(flags);
-        if unknown.len() > 1 {
+        // V8 hands back argv[0] followed by the flags it did not recognise.
+        if let Some(unknown) = unknown.get(1..).filter(|u| !u.is_empty()) {
             tracing::warn!(?unknown, "V8 did not recognise some flags");
         }
         // Initialise V8 in its normal mode now: if the first isolate were the startup snapshot's,

@@ -4,7 +4,7 @@
 //! milliseconds: Python's WebAssembly memory grows without telling anyone), or when the caller
 //! cancels. Whatever it stops, it says why ([`Stop`]) and wakes the thread that waits for the isolate.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,12 +27,18 @@ pub(crate) enum Phase {
     User,
 }
 
+/// How long a session's code has to stop after its interrupt before the isolate is terminated.
+pub(crate) const INTERRUPT_GRACE: Duration = Duration::from_secs(1);
+
 /// Why the watchdog stopped the isolate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Stop {
     Deadline(Phase),
     MemoryBudget,
     Cancelled,
+    /// `timeout_ms` ran out in a session: Python was interrupted (KeyboardInterrupt), and the isolate
+    /// was left running because it stopped within `INTERRUPT_GRACE`.
+    Interrupted,
 }
 
 impl Stop {
@@ -43,6 +49,7 @@ impl Stop {
             Stop::Deadline(Phase::User) => 3,
             Stop::MemoryBudget => 4,
             Stop::Cancelled => 5,
+            Stop::Interrupted => 6,
         }
     }
 
@@ -53,6 +60,7 @@ impl Stop {
             3 => Stop::Deadline(Phase::User),
             4 => Stop::MemoryBudget,
             5 => Stop::Cancelled,
+            6 => Stop::Interrupted,
             _ => return None,
         })
     }
@@ -111,11 +119,14 @@ impl Arming {
 }
 
 impl Watchdog {
-    /// Starts watching `isolate`; with `budget`, its memory too; with `cancel`, the caller's flag.
+    /// Starts watching `isolate`; with `budget`, its memory too; with `cancel`, the caller's flag;
+    /// with `interrupt` (a session's), the user's deadline first interrupts Python and terminates
+    /// only if it has not stopped within `INTERRUPT_GRACE`.
     pub fn start(
         isolate: v8::IsolateHandle,
         budget: Option<Arc<MemoryBudget>>,
         cancel: Option<Arc<AtomicBool>>,
+        interrupt: Option<Arc<AtomicI32>>,
     ) -> std::io::Result<Self> {
         let (tx, rx) = channel();
         let shared = Arc::new(Shared {
@@ -127,7 +138,15 @@ impl Watchdog {
             let shared = shared.clone();
             std::thread::Builder::new()
                 .name("sandbox-watchdog".into())
-                .spawn(move || watch(rx, isolate, budget, cancel, &shared))?
+                .spawn(move || {
+                    let watched = Watched {
+                        isolate,
+                        budget,
+                        cancel,
+                        interrupt,
+                    };
+                    watch(rx, watched, &shared)
+                })?
         };
         Ok(Self {
             tx,
@@ -163,13 +182,21 @@ impl Drop for Watchdog {
     }
 }
 
-fn watch(
-    rx: Receiver<WatchMsg>,
+/// What a watchdog watches.
+struct Watched {
     isolate: v8::IsolateHandle,
     budget: Option<Arc<MemoryBudget>>,
     cancel: Option<Arc<AtomicBool>>,
-    shared: &Shared,
-) {
+    interrupt: Option<Arc<AtomicI32>>,
+}
+
+fn watch(rx: Receiver<WatchMsg>, watched: Watched, shared: &Shared) {
+    let Watched {
+        isolate,
+        budget,
+        cancel,
+        interrupt,
+    } = watched;
     let polling = budget.is_some() || cancel.is_some();
     let mut armed: Option<(Phase, Instant)> = None;
     let stop = loop {
@@ -177,6 +204,19 @@ fn watch(
         if let Some((phase, deadline)) = armed
             && now >= deadline
         {
+            if phase == Phase::User
+                && let Some(buffer) = &interrupt
+            {
+                // SIGINT: Pyodide raises KeyboardInterrupt at its next check.
+                buffer.store(2, Ordering::SeqCst);
+                shared
+                    .stop
+                    .store(Stop::Interrupted.encode(), Ordering::SeqCst);
+                match rx.recv_timeout(INTERRUPT_GRACE) {
+                    Ok(WatchMsg::Done) | Err(RecvTimeoutError::Disconnected) => return,
+                    Ok(WatchMsg::Arm(..)) | Err(RecvTimeoutError::Timeout) => {}
+                }
+            }
             break Stop::Deadline(phase);
         }
         if let Some(budget) = &budget

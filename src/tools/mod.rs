@@ -1,8 +1,12 @@
 //! The MCP tools and the server's MCP identity: `run_python_code` (validate, then execute on the
-//! worker pool; see [`run`]) and the snippet tools over the configured catalog ([`snippets`]), with
-//! their input and output schemas. Request checks before anything is queued are in [`validation`].
+//! worker pool or in a session; see [`run`]), the session tools and session files as resources
+//! ([`session`]), and the snippet tools over the configured catalog ([`snippets`]), with their input
+//! and output schemas, titles and annotations. Request checks before anything is queued are in
+//! [`validation`]; what results carry besides JSON (images, links) in [`content`].
 
+pub mod content;
 pub mod run;
+pub mod session;
 pub mod snippets;
 pub mod validation;
 
@@ -11,13 +15,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::{Json, Parameters};
-use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::model::{
+    CallToolResult, Implementation, ListResourceTemplatesResult, ListResourcesResult,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig, ToolAnnotations,
+};
 use rmcp::service::RequestContext;
-use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
+use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_handler, tool_router};
 
 use crate::pool::ExecPool;
+use crate::sessions::Sessions;
 use crate::telemetry::{self, ToolOutcome};
 use run::{CallResult, RunPythonCodeArgs};
+use session::{ClearSessionResult, ListSessionFilesResult, SessionArgs};
 use snippets::{Catalog, SnippetDetail, SnippetSummary};
 use validation::InputLimits;
 
@@ -51,12 +61,29 @@ pub struct GetSnippetResult {
     pub snippet: Option<SnippetDetail>,
 }
 
-/// The MCP server: tools over the worker pool and the snippet catalog.
+/// What the tools offer besides the pool: sessions, the package policy, inlined images.
+#[derive(Clone, Default)]
+pub struct ToolOptions {
+    /// The session manager, or `None` when `[sessions] enabled = false`.
+    pub sessions: Option<Sessions>,
+    /// `preinstall_packages`, named in run_python_code's description.
+    pub preinstall_packages: Vec<String>,
+    /// Imports load packages and micropip installs are allowed.
+    pub runtime_installation: bool,
+    /// Sandboxes may reach some hosts (`allowed_hosts` is not empty).
+    pub network: bool,
+    /// Returned images up to this many bytes are inlined as image content.
+    pub max_inline_image_bytes: u64,
+}
+
+/// The MCP server: tools over the worker pool, the sessions and the snippet catalog.
 #[derive(Clone)]
 pub struct CodeInterpreter {
     pool: ExecPool,
     limits: InputLimits,
     catalog: Arc<Catalog>,
+    sessions: Option<Sessions>,
+    max_inline_image_bytes: u64,
     tool_router: ToolRouter<Self>,
     /// run_python_code calls whose handler has not returned yet (see `calls_in_flight`).
     in_flight: Arc<AtomicUsize>,
@@ -79,30 +106,69 @@ impl Drop for InFlight {
 }
 
 impl CodeInterpreter {
-    /// `catalog` is `None` when `[code_snippets] enabled = false`: the snippet tools are then absent.
-    /// `preinstall_packages` and `runtime_installation` state the package policy in
-    /// run_python_code's description: the preinstalled packages by name (never versions or URLs)
-    /// and, only when runtime installation is enabled, micropip.install.
+    /// `catalog` is `None` when `[code_snippets] enabled = false`: the snippet tools are then absent;
+    /// without sessions, the session tools and run_python_code's `session_id` are absent. The
+    /// package policy goes into run_python_code's description: the preinstalled packages by name
+    /// (never versions or URLs) and, only when runtime installation is enabled, micropip.install.
     pub fn new(
         pool: ExecPool,
         limits: InputLimits,
         catalog: Option<Catalog>,
-        preinstall_packages: &[String],
-        runtime_installation: bool,
+        options: ToolOptions,
     ) -> Self {
         let mut tool_router = Self::tool_router();
         if catalog.is_some() {
             tool_router += Self::snippet_router();
         }
+        if options.sessions.is_some() {
+            tool_router += Self::session_router();
+        }
         if let Some(route) = tool_router.map.get_mut("run_python_code") {
             let base = route.attr.description.clone().unwrap_or_default();
-            let packages = run::package_description(preinstall_packages, runtime_installation);
-            route.attr.description = Some(format!("{base}{packages}").into());
+            let packages = run::package_description(
+                &options.preinstall_packages,
+                options.runtime_installation,
+            );
+            let sessions = if options.sessions.is_some() {
+                " With session_id = \"new\" the code runs in a stateful session instead: the result's \
+session_id continues it, with variables, imports and /workspace files kept (list_session_files, \
+clear_session, and session:// resources)."
+            } else {
+                ""
+            };
+            route.attr.description = Some(format!("{base}{packages}{sessions}").into());
+            // Open world only when the code can reach the network through package installation.
+            route.attr.annotations = Some(
+                ToolAnnotations::with_title("Run Python code")
+                    .read_only(false)
+                    .destructive(false)
+                    .idempotent(false)
+                    .open_world(options.network && options.runtime_installation),
+            );
+            if options.sessions.is_none() {
+                let mut schema = (*route.attr.input_schema).clone();
+                if let Some(serde_json::Value::Object(properties)) = schema.get_mut("properties") {
+                    properties.remove("session_id");
+                }
+                route.attr.input_schema = Arc::new(schema);
+                let mut output = route
+                    .attr
+                    .output_schema
+                    .as_deref()
+                    .cloned()
+                    .unwrap_or_default();
+                if let Some(serde_json::Value::Object(properties)) = output.get_mut("properties") {
+                    properties.remove("session_id");
+                }
+                route.attr.output_schema = Some(Arc::new(output));
+            }
         }
         Self {
             pool,
             limits,
             catalog: Arc::new(catalog.unwrap_or_default()),
+            sessions: options.sessions,
+            max_inline_image_bytes: options.max_inline_image_bytes,
             tool_router,
             in_flight: Default::default(),
         }
@@ -123,9 +189,19 @@ impl CodeInterpreter {
         context: Option<RequestContext<RoleServer>>,
     ) -> CallResult {
         let started = std::time::Instant::now();
-        let ended = run::validate_and_execute(&self.pool, self.limits, args, context).await;
+        let ended = run::validate_and_execute(
+            &self.pool,
+            self.sessions.as_ref(),
+            self.limits,
+            args,
+            context,
+        )
+        .await;
         let outcome = ended.outcome.metric();
-        let result = ended.outcome.into_result();
+        let result = CallResult {
+            result: ended.outcome.into_result(),
+            session_id: ended.session_id,
+        };
         telemetry::tool_call("run_python_code", outcome, started.elapsed());
         tracing::info!(
             tool = "run_python_code",
@@ -134,9 +210,21 @@ impl CodeInterpreter {
             execution_ms = ended.execution.as_millis() as u64,
             total_ms = started.elapsed().as_millis() as u64,
             output_truncated = result.output_truncated,
+            session = result.session_id.as_deref().map(crate::sessions::short),
             "tool call"
         );
         result
+    }
+
+    /// Records a session tool's call.
+    fn session_tool_call(tool: &'static str, success: bool, started: std::time::Instant) {
+        let outcome = if success {
+            ToolOutcome::Success
+        } else {
+            ToolOutcome::ValidationError
+        };
+        telemetry::tool_call(tool, outcome, started.elapsed());
+        tracing::info!(tool, outcome = outcome.label(), "tool call");
     }
 }
 
@@ -144,6 +232,7 @@ impl CodeInterpreter {
 impl CodeInterpreter {
     #[tool(
         name = "run_python_code",
+        title = "Run Python code",
         description = "Run Python 3 code in a fresh, isolated Pyodide (WebAssembly) sandbox and return \
 stdout, stderr, the str() of the final expression, and any new files written under /workspace \
 (the working directory). Every call starts from a clean interpreter: nothing persists between calls. \
@@ -158,11 +247,83 @@ Top-level await is supported. Pass input files as Base64 in `files`; they appear
         let _in_flight = InFlight::enter(&self.in_flight);
         let result = self.run(args, Some(context)).await;
         let value = serde_json::to_value(&result).unwrap_or_default();
-        if result.success {
+        let mut reply = if result.success {
             CallToolResult::structured(value)
         } else {
             CallToolResult::structured_error(value)
-        }
+        };
+        reply.content.extend(content::file_blocks(
+            &result.files,
+            result.session_id.as_deref(),
+            self.max_inline_image_bytes,
+        ));
+        reply
+    }
+}
+
+#[tool_router(router = session_router)]
+impl CodeInterpreter {
+    #[tool(
+        name = "list_session_files",
+        title = "List session files",
+        description = "List the regular files under a session's /workspace: path, size, MIME type \
+and the session:// URI to read each one as an MCP resource.",
+        annotations(
+            title = "List session files",
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        ),
+        output_schema = rmcp::handler::server::tool::schema_for_type::<ListSessionFilesResult>()
+    )]
+    async fn list_session_files(
+        &self,
+        Parameters(args): Parameters<SessionArgs>,
+    ) -> CallToolResult {
+        let started = std::time::Instant::now();
+        let sessions = self
+            .sessions
+            .as_ref()
+            .expect("the session tools exist with sessions");
+        let result = session::list_files(sessions, args.session_id).await;
+        Self::session_tool_call("list_session_files", result.success, started);
+        structured(&result, result.success)
+    }
+
+    #[tool(
+        name = "clear_session",
+        title = "Clear a session",
+        description = "End a session at once: its interpreter, variables and files are discarded \
+(a call running in it is stopped).",
+        annotations(
+            title = "Clear a session",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = false,
+            open_world_hint = false
+        ),
+        output_schema = rmcp::handler::server::tool::schema_for_type::<ClearSessionResult>()
+    )]
+    async fn clear_session(&self, Parameters(args): Parameters<SessionArgs>) -> CallToolResult {
+        let started = std::time::Instant::now();
+        let sessions = self
+            .sessions
+            .as_ref()
+            .expect("the session tools exist with sessions");
+        let result = session::clear(sessions, &args.session_id);
+        Self::session_tool_call("clear_session", result.success, started);
+        structured(&result, result.success)
+    }
+}
+
+/// A tool result with `value` as structured content and its JSON text, an error unless `ok`.
+fn structured(value: &impl serde::Serialize, ok: bool) -> CallToolResult {
+    let value = serde_json::to_value(value).unwrap_or_default();
+    if ok {
+        CallToolResult::structured(value)
+    } else {
+        CallToolResult::structured_error(value)
     }
 }
 
@@ -170,6 +331,14 @@ Top-level await is supported. Pass input files as Base64 in `files`; they appear
 impl CodeInterpreter {
     #[tool(
         name = "list_code_snippets",
+        title = "Search code snippets",
+        annotations(
+            title = "Search code snippets",
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        ),
         description = "Search the server's catalog of ready-made Python code snippets by words describing \
 the task (matched against titles and descriptions, case-insensitive); an empty query lists them all. \
 Returns ids with titles, descriptions, required packages and tags, best matches first. Short result \
@@ -198,6 +367,14 @@ Then call get_code_snippet with an id to fetch the code, and run it (adapted) wi
 
     #[tool(
         name = "get_code_snippet",
+        title = "Get a code snippet",
+        annotations(
+            title = "Get a code snippet",
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        ),
         description = "Fetch one snippet from the catalog by the id that list_code_snippets returned: its \
 metadata and Python source. Returns snippet = null when no snippet has that id."
     )]
@@ -228,14 +405,59 @@ impl ServerHandler for CodeInterpreter {
             .enable_prompts()
             .enable_resources()
             .build();
+        let instructions = if self.sessions.is_some() {
+            "Use run_python_code to execute Python. By default every call gets a fresh sandbox and \
+nothing persists; send input files with each call. For state across calls, pass session_id = \"new\" \
+and then the returned session_id: variables, imports and /workspace files persist in that session \
+until it is cleared or expires."
+        } else {
+            "Use run_python_code to execute Python in a fresh sandbox per call. State does not \
+persist between calls; send input files with each call."
+        };
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new(
                 "code-interpreter-mcp",
                 env!("CARGO_PKG_VERSION"),
             ))
-            .with_instructions(
-                "Use run_python_code to execute Python in a fresh sandbox per call. State does not \
-             persist between calls; send input files with each call.",
-            )
+            .with_instructions(instructions)
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Ok(match &self.sessions {
+            Some(sessions) => {
+                let owner = run::session_owner(Some(&context));
+                session::list_resources(sessions, owner.as_deref()).await
+            }
+            None => ListResourcesResult::with_all_items(Vec::new()),
+        })
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(match &self.sessions {
+            Some(_) => session::templates(),
+            None => ListResourceTemplatesResult::with_all_items(Vec::new()),
+        })
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        match &self.sessions {
+            Some(sessions) => Ok(session::read(sessions, &request.uri).await?.into()),
+            None => Err(ErrorData::resource_not_found(
+                "Resource not found".to_string(),
+                Some(serde_json::json!({ "uri": request.uri })),
+            )),
+        }
     }
 }

@@ -12,6 +12,7 @@ use super::validation::{FileInput, InputLimits, validate};
 use crate::config::limits::{DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS};
 use crate::pool::{Completed, ExecPool, JobError, SubmitError, Ticket};
 use crate::sandbox::{self, ExecError, ExecRequest, ExecResult};
+use crate::sessions::{SessionError, Sessions};
 use crate::telemetry::{self, Rejection, ToolOutcome};
 
 fn default_timeout_ms() -> u64 {
@@ -31,6 +32,11 @@ pub struct RunPythonCodeArgs {
     #[serde(default = "default_timeout_ms")]
     #[schemars(range(min = 1, max = MAX_TIMEOUT_MS))]
     pub timeout_ms: u64,
+    /// Run in a stateful session: "new" (or "") starts one and the result carries its session_id;
+    /// an id from an earlier result runs in that session (variables, imports and /workspace files
+    /// persist). Omit it for a fresh sandbox, as by default.
+    #[serde(default)]
+    pub session_id: Option<String>,
 }
 
 /// The kind of a failed call: an execution's kinds, and the tool's own refusals.
@@ -50,6 +56,8 @@ pub enum CallErrorKind {
     Validation,
     /// The queue was full.
     Overload,
+    /// The session does not exist, has expired, or no more can be created.
+    Session,
 }
 
 impl From<sandbox::ErrorKind> for CallErrorKind {
@@ -62,8 +70,24 @@ impl From<sandbox::ErrorKind> for CallErrorKind {
     }
 }
 
-/// `run_python_code`'s structured result.
-pub type CallResult = ExecResult<CallErrorKind>;
+/// `run_python_code`'s structured result: an execution's, and the session it ran in, if any.
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+pub struct CallResult {
+    #[serde(flatten)]
+    pub result: ExecResult<CallErrorKind>,
+    /// The session the code ran in (pass it again to continue there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+impl std::ops::Deref for CallResult {
+    type Target = ExecResult<CallErrorKind>;
+    fn deref(&self) -> &Self::Target {
+        &self.result
+    }
+}
 
 /// How a call ended.
 #[derive(Debug)]
@@ -80,6 +104,7 @@ pub enum Refusal {
     Invalid(String),
     Queue(SubmitError),
     Job(JobError),
+    Session(SessionError),
     Cancelled,
 }
 
@@ -93,12 +118,20 @@ impl Outcome {
                 ToolOutcome::Overload
             }
             Outcome::Refused(Refusal::Cancelled) => ToolOutcome::Cancelled,
-            Outcome::Refused(Refusal::Queue(_) | Refusal::Job(_)) => ToolOutcome::RuntimeFailure,
+            Outcome::Refused(Refusal::Session(SessionError::NotFound(_))) => {
+                ToolOutcome::ValidationError
+            }
+            Outcome::Refused(Refusal::Session(SessionError::TooMany { .. })) => {
+                ToolOutcome::Overload
+            }
+            Outcome::Refused(Refusal::Queue(_) | Refusal::Job(_) | Refusal::Session(_)) => {
+                ToolOutcome::RuntimeFailure
+            }
         }
     }
 
-    /// The structured result the client gets.
-    pub fn into_result(self) -> CallResult {
+    /// The structured result the client gets (without its session id).
+    pub fn into_result(self) -> ExecResult<CallErrorKind> {
         let refusal = match self {
             Outcome::Executed(result) => return result.map_kind(CallErrorKind::from),
             Outcome::Refused(refusal) => refusal,
@@ -122,6 +155,18 @@ impl Outcome {
             }
             Refusal::Job(e @ JobError::WorkerLost) => {
                 (CallErrorKind::Runtime, "WorkerLost", e.to_string())
+            }
+            Refusal::Session(e @ SessionError::NotFound(_)) => {
+                (CallErrorKind::Session, "SessionNotFound", e.to_string())
+            }
+            Refusal::Session(e @ SessionError::TooMany { .. }) => {
+                (CallErrorKind::Session, "TooManySessions", e.to_string())
+            }
+            Refusal::Session(e @ SessionError::Boot(_)) => {
+                (CallErrorKind::Runtime, "SandboxStartupError", e.to_string())
+            }
+            Refusal::Session(e @ SessionError::ShuttingDown) => {
+                (CallErrorKind::Runtime, "ServerShuttingDown", e.to_string())
             }
             Refusal::Cancelled => (
                 CallErrorKind::Runtime,
@@ -157,11 +202,12 @@ impl Progress {
     }
 }
 
-/// A call's outcome and where its time went.
+/// A call's outcome, where its time went, and the session it ran in.
 pub struct Ended {
     pub outcome: Outcome,
     pub queue_wait: Duration,
     pub execution: Duration,
+    pub session_id: Option<String>,
 }
 
 impl Ended {
@@ -170,6 +216,7 @@ impl Ended {
             outcome: Outcome::Refused(refusal),
             queue_wait: Duration::ZERO,
             execution: Duration::ZERO,
+            session_id: None,
         }
     }
 }
@@ -179,6 +226,7 @@ impl Ended {
 /// the queue, a running one finishes and its result is discarded.
 pub async fn validate_and_execute(
     pool: &ExecPool,
+    sessions: Option<&Sessions>,
     limits: InputLimits,
     args: RunPythonCodeArgs,
     context: Option<RequestContext<RoleServer>>,
@@ -193,11 +241,20 @@ pub async fn validate_and_execute(
         Ok(files) => files,
         Err(message) => return invalid(message),
     };
-    let ticket = match pool.submit(ExecRequest {
+    let request = ExecRequest {
         code: args.code,
         files,
         timeout: Duration::from_millis(args.timeout_ms),
-    }) {
+    };
+    if let Some(session_id) = args.session_id {
+        let Some(sessions) = sessions else {
+            return invalid(
+                "sessions are disabled on this server (sessions.enabled = false)".into(),
+            );
+        };
+        return in_session(sessions, session_id, request, context).await;
+    }
+    let ticket = match pool.submit(request) {
         Ok(ticket) => ticket,
         Err(error) => return Ended::refused(Refusal::Queue(error)),
     };
@@ -217,8 +274,55 @@ pub async fn validate_and_execute(
             },
             queue_wait: completed.queue_wait,
             execution: completed.execution,
+            session_id: None,
         },
         _ = cancelled.cancelled() => Ended::refused(Refusal::Cancelled),
+    }
+}
+
+/// Runs `request` in the session `session_id` names ("new" or "": a new one, owned by the client
+/// behind `context`). Cancellation stops the call.
+async fn in_session(
+    sessions: &Sessions,
+    session_id: String,
+    request: ExecRequest,
+    context: Option<RequestContext<RoleServer>>,
+) -> Ended {
+    let started = std::time::Instant::now();
+    let cancelled = context.as_ref().map(|c| c.ct.clone()).unwrap_or_default();
+    let id = if session_id.is_empty() || session_id == "new" {
+        match sessions.create(session_owner(context.as_ref())).await {
+            Ok(id) => id,
+            Err(e) => return Ended::refused(Refusal::Session(e)),
+        }
+    } else {
+        session_id
+    };
+    tokio::select! {
+        outcome = sessions.run(&id, request) => match outcome {
+            Ok(result) => Ended {
+                outcome: Outcome::Executed(result),
+                queue_wait: Duration::ZERO,
+                execution: started.elapsed(),
+                session_id: Some(id),
+            },
+            Err(e) => Ended::refused(Refusal::Session(e)),
+        },
+        _ = cancelled.cancelled() => Ended::refused(Refusal::Cancelled),
+    }
+}
+
+/// Who creates a session, for listing its resources later: the MCP session of a legacy-era client
+/// (its `Mcp-Session-Id`), the stdio client, or nobody known (a 2026-07-28 stateless request).
+pub fn session_owner(context: Option<&RequestContext<RoleServer>>) -> Option<String> {
+    let context = context?;
+    match context.extensions.get::<axum::http::request::Parts>() {
+        None => Some("stdio".into()),
+        Some(parts) => parts
+            .headers
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(|v| format!("mcp-session:{v}")),
     }
 }
 

@@ -285,3 +285,76 @@ pub fn send_stateless(
     }
     request.body(body.to_string()).send()
 }
+
+/// A client of the session era (2025-11-25): initialized, with its Mcp-Session-Id.
+pub struct LegacyClient {
+    http: reqwest::blocking::Client,
+    url: String,
+    session: String,
+    next_id: std::cell::Cell<u64>,
+}
+
+impl LegacyClient {
+    pub const VERSION: &'static str = "2025-11-25";
+
+    pub fn connect(server: &(impl Endpoint + ?Sized)) -> Self {
+        let http = client();
+        let init = post_legacy(
+            &http,
+            server.url(),
+            None,
+            Self::VERSION,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": Self::VERSION, "capabilities": {},
+                "clientInfo": {"name": "it", "version": "1"}}}),
+        );
+        assert_eq!(init.status(), 200);
+        let session = init.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let ack = post_legacy(
+            &http,
+            server.url(),
+            Some(&session),
+            Self::VERSION,
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        );
+        assert!(ack.status().is_success());
+        Self {
+            http,
+            url: server.url().to_string(),
+            session,
+            next_id: std::cell::Cell::new(2),
+        }
+    }
+
+    /// One request; its JSON-RPC reply.
+    pub fn request(&self, method: &str, params: Value) -> Value {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        message(post_legacy(
+            &self.http,
+            &self.url,
+            Some(&self.session),
+            Self::VERSION,
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        ))
+    }
+
+    pub fn call(&self, tool: &str, arguments: Value) -> Value {
+        self.request("tools/call", json!({"name": tool, "arguments": arguments}))
+    }
+}
+
+/// A 2026-07-28 request of any method; its reply.
+pub fn request_stateless(server: &(impl Endpoint + ?Sized), method: &str, params: Value) -> Value {
+    let mut params = params;
+    params["_meta"] = stateless_meta();
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": method, "params": params});
+    let name = params
+        .get("uri")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    message(send_stateless(&client(), server.url(), method, name.as_deref(), &body).unwrap())
+}

@@ -10,7 +10,7 @@ const LAYERS: &[&[&str]] = &[
     &["app"],
     &["transport"],
     &["tools"],
-    &["pool"],
+    &["pool", "sessions"],
     &["sandbox"],
     &["packages"],
     &["fetch", "assets"],

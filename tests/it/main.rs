@@ -14,5 +14,6 @@ mod metrics;
 mod packages;
 mod pool;
 mod server;
+mod sessions;
 mod snippets;
 mod tls;

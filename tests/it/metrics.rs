@@ -455,6 +455,9 @@ fn the_dashboard_and_alerts_use_only_exported_series() {
         "isolate_initialization_duration_seconds_bucket",
         "execution_rejections_total",
         "worker_unexpected_exits_total",
+        "sessions",
+        "sessions_created_total",
+        "sessions_ended_total",
     ];
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let dashboard =
@@ -474,7 +477,12 @@ fn the_dashboard_and_alerts_use_only_exported_series() {
             );
         }
     }
-    for alert in ["QueueSaturated", "WorkerLost", "SlowCalls"] {
+    for alert in [
+        "QueueSaturated",
+        "WorkerLost",
+        "SlowCalls",
+        "SessionsNearLimit",
+    ] {
         assert!(alerts.contains(alert), "{alert}");
     }
 }

@@ -257,7 +257,13 @@ fn snippet_tools_over_mcp() {
         .collect();
     assert_eq!(
         names,
-        ["get_code_snippet", "list_code_snippets", "run_python_code"]
+        [
+            "clear_session",
+            "get_code_snippet",
+            "list_code_snippets",
+            "list_session_files",
+            "run_python_code"
+        ]
     );
     for tool in &tools {
         assert!(tool["outputSchema"].is_object(), "{tool}");
@@ -307,5 +313,8 @@ fn disabled_snippet_tools_are_absent() {
         .iter()
         .map(|t| t["name"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(names, ["run_python_code"]);
+    assert_eq!(
+        names,
+        ["clear_session", "list_session_files", "run_python_code"]
+    );
 }

@@ -76,11 +76,55 @@ async def check_call_pandas_file(client: Client) -> None:
     _check(content == "value\n2\n3\n", f"results.csv is {content!r}")
 
 
+# A 1x1 PNG written with zlib + struct (no packages needed).
+PNG_CODE = """
+import struct, zlib
+def chunk(kind, data):
+    return struct.pack('>I', len(data)) + kind + data + struct.pack('>I', zlib.crc32(kind + data) & 0xffffffff)
+png = b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', 1, 1, 8, 2, 0, 0, 0))
+png += chunk(b'IDAT', zlib.compress(b'\\x00\\xff\\x00\\x00')) + chunk(b'IEND', b'')
+open('dot.png', 'wb').write(png)
+counter += 1
+counter
+"""
+
+
+async def check_session(client: Client) -> None:
+    async def call(tool: str, args: dict[str, Any]) -> Any:
+        return await client.call_tool(tool, args, read_timeout_seconds=CALL_TIMEOUT_S)
+
+    first = await call(TOOL, {"code": "counter = 41", "session_id": "new"})
+    sc: Any = first.structured_content
+    _check(first.is_error is False, f"new session failed: {sc!r}")
+    session = sc.get("session_id")
+    _check(isinstance(session, str) and len(session) >= 22, f"session_id is {session!r}")
+    second = await call(TOOL, {"code": PNG_CODE, "session_id": session})
+    sc = second.structured_content
+    _check(sc.get("result") == "42", f"state did not persist: {sc!r}")
+    kinds = [block.type for block in second.content]
+    _check("image" in kinds, f"no image content block: {kinds}")
+    links = [block for block in second.content if block.type == "resource_link"]
+    uri = f"session://{session}/dot.png"
+    _check([str(link.uri) for link in links] == [uri], f"resource links: {links!r}")
+    read = await client.read_resource(uri)
+    blob = read.contents[0]
+    _check(getattr(blob, "mime_type", None) == "image/png", f"resource read: {blob!r}")
+    _check(base64.b64decode(blob.blob).startswith(b"\x89PNG"), "resource blob is not the PNG")
+    stateless = await call(TOOL, {"code": "'counter' in globals()"})
+    _check(stateless.structured_content.get("result") == "False", "session state leaked into a stateless call")
+    cleared = await call("clear_session", {"session_id": session})
+    _check(cleared.structured_content.get("success") is True, f"clear_session: {cleared.structured_content!r}")
+    gone = await call(TOOL, {"code": "counter", "session_id": session})
+    err = gone.structured_content.get("error") or {}
+    _check(err.get("kind") == "session" and err.get("type") == "SessionNotFound", f"after clear: {err!r}")
+
+
 CHECKS: list[tuple[str, Callable[[Client], Awaitable[None]]]] = [
     ("list_tools", check_list_tools),
     ("call_ok", check_call_ok),
     ("call_python_error", check_call_python_error),
     ("call_pandas_file", check_call_pandas_file),
+    ("session", check_session),
 ]
 
 

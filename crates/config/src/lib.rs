@@ -78,8 +78,60 @@ pub struct AppConfig {
     pub search: SearchConfig,
     /// Configured code snippets.
     pub code_snippets: CodeSnippetsConfig,
+    /// Stateful sessions: one interpreter kept alive across calls.
+    pub sessions: SessionsConfig,
+    /// What results carry besides the JSON.
+    pub results: ResultsConfig,
     /// Integrations with other systems.
     pub integrations: IntegrationsConfig,
+}
+
+/// `[sessions]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionsConfig {
+    /// Offer sessions: run_python_code's session_id, list_session_files, clear_session and the
+    /// session:// resources.
+    /// Environment: CODE_INTERPRETER_MCP_SESSIONS_ENABLED (true/false)
+    pub enabled: bool,
+    /// Live sessions at most; creating one more fails at once (1 to 10000).
+    /// Environment: CODE_INTERPRETER_MCP_MAX_SESSIONS
+    pub max_sessions: u64,
+    /// A session unused for this many seconds ends (at least 1).
+    /// Environment: CODE_INTERPRETER_MCP_SESSION_IDLE_TIMEOUT_S
+    pub idle_timeout_s: u64,
+    /// A session ends this many seconds after it was created, used or not (at least 1).
+    /// Environment: CODE_INTERPRETER_MCP_SESSION_MAX_LIFETIME_S
+    pub max_lifetime_s: u64,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_sessions: 8,
+            idle_timeout_s: 1800,
+            max_lifetime_s: 86400,
+        }
+    }
+}
+
+/// `[results]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct ResultsConfig {
+    /// Returned images up to this size (KB) are also inlined as MCP image content; larger ones are
+    /// only returned as files (0: never inline).
+    /// Environment: CODE_INTERPRETER_MCP_MAX_INLINE_IMAGE_KB
+    pub max_inline_image_kb: u64,
+}
+
+impl Default for ResultsConfig {
+    fn default() -> Self {
+        Self {
+            max_inline_image_kb: 1024,
+        }
+    }
 }
 
 /// `[workers]`
@@ -258,6 +310,8 @@ impl Default for AppConfig {
             input_limits: InputLimitsConfig::default(),
             search: SearchConfig::default(),
             code_snippets: CodeSnippetsConfig::default(),
+            sessions: SessionsConfig::default(),
+            results: ResultsConfig::default(),
             integrations: IntegrationsConfig::default(),
         }
     }
@@ -764,6 +818,31 @@ pub fn validate(c: &AppConfig, sources: &BTreeMap<String, Source>) -> Result<(),
     )?;
     in_range("workers.setup_timeout_s", w.setup_timeout_s, 1..=3600, " s")?;
     in_range("workers.max_workers", w.max_workers, 1..=1024, "")?;
+    let sessions = &c.sessions;
+    in_range(
+        "sessions.max_sessions",
+        sessions.max_sessions,
+        1..=10_000,
+        "",
+    )?;
+    in_range(
+        "sessions.idle_timeout_s",
+        sessions.idle_timeout_s,
+        1..=u64::MAX / 2,
+        " s",
+    )?;
+    in_range(
+        "sessions.max_lifetime_s",
+        sessions.max_lifetime_s,
+        1..=u64::MAX / 2,
+        " s",
+    )?;
+    in_range(
+        "results.max_inline_image_kb",
+        c.results.max_inline_image_kb,
+        0..=1_048_576,
+        " KB",
+    )?;
     in_range(
         "workers.queue_capacity",
         w.queue_capacity,

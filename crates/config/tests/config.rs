@@ -190,6 +190,11 @@ fn every_environment_override_applies_after_files() {
         ("CODE_INTERPRETER_MCP_BOOT", "full"),
         ("CODE_INTERPRETER_MCP_SANDBOX_MEMORY_LIMIT_MB", "1500"),
         ("CODE_INTERPRETER_MCP_SETUP_TIMEOUT_S", "20"),
+        ("CODE_INTERPRETER_MCP_SESSIONS_ENABLED", "false"),
+        ("CODE_INTERPRETER_MCP_MAX_SESSIONS", "3"),
+        ("CODE_INTERPRETER_MCP_SESSION_IDLE_TIMEOUT_S", "60"),
+        ("CODE_INTERPRETER_MCP_SESSION_MAX_LIFETIME_S", "600"),
+        ("CODE_INTERPRETER_MCP_MAX_INLINE_IMAGE_KB", "0"),
         (
             "CODE_INTERPRETER_MCP_HTTP_ALLOWED_HOSTS",
             " mcp.example.com ,, proxy.example.com:8443 ",
@@ -238,6 +243,11 @@ fn every_environment_override_applies_after_files() {
     assert_eq!(c.log_format, LogFormat::Json);
     assert_eq!(c.workers.sandbox_memory_limit_mb, 1500);
     assert_eq!(c.workers.setup_timeout_s, 20);
+    assert!(!c.sessions.enabled);
+    assert_eq!(c.sessions.max_sessions, 3);
+    assert_eq!(c.sessions.idle_timeout_s, 60);
+    assert_eq!(c.sessions.max_lifetime_s, 600);
+    assert_eq!(c.results.max_inline_image_kb, 0);
     assert_eq!(c.input_limits.max_file_kb, 2048);
     assert_eq!(c.input_limits.max_total_file_kb, 4096);
     assert!(c.integrations.prometheus.enabled);
@@ -322,6 +332,14 @@ fn validation_rules_name_the_key_the_source_and_what_is_allowed() {
         (
             "[workers]\nsetup_timeout_s = 0\n",
             &["workers.setup_timeout_s", "1..=3600"],
+        ),
+        (
+            "[sessions]\nmax_sessions = 0\n",
+            &["sessions.max_sessions", "1..=10000"],
+        ),
+        (
+            "[sessions]\nidle_timeout_s = 0\n",
+            &["sessions.idle_timeout_s", "is outside 1..="],
         ),
         (
             "bind_addr = \"localhost\"\n",

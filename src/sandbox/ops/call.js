@@ -7,8 +7,11 @@ import { core } from "ext:core/mod.js";
 import { sandbox } from "ext:sandbox/pyodide.js";
 
 const {
+  op_sandbox_call_options,
   op_sandbox_code,
   op_sandbox_collect_file,
+  op_sandbox_file_read,
+  op_sandbox_files_listed,
   op_sandbox_input_file,
   op_sandbox_input_file_count,
   op_sandbox_offer_file,
@@ -33,6 +36,8 @@ const report = (success, result, resultTruncated, errorType, message, traceback)
 export async function run() {
   const { pyodide, runner, autoLoad, fs } = sandbox;
   const code = op_sandbox_code();
+  const { persistent, interrupt } = op_sandbox_call_options();
+  if (interrupt) pyodide.setInterruptBuffer(new Int32Array(interrupt));
   fs.mkdirTree(WORKSPACE);
   fs.chdir(WORKSPACE);
   const count = op_sandbox_input_file_count();
@@ -42,7 +47,8 @@ export async function run() {
     fs.mkdirTree(full.slice(0, full.lastIndexOf("/")));
     fs.writeFile(full, new Uint8Array(data), { canOwn: true });
   }
-  const before = new Set(workspaceFiles(fs));
+  // Files as they were before the code ran (in a session, changed files are returned too).
+  const before = new Map(workspaceFiles(fs).map((path) => [path, version(fs, path)]));
 
   if (autoLoad) {
     // Not user time: the clock starts inside the runner.
@@ -51,8 +57,39 @@ export async function run() {
       errorCallback: (msg) => op_sandbox_write(2, core.encode(msg + "\n")),
     });
   }
-  await runner(code, startClock, report);
-  collectFiles(fs, before);
+  await runner(code, startClock, report, persistent);
+  collectFiles(fs, before, persistent);
+}
+
+/**
+ * A session's files, for Rust (list_session_files, resources): with `path`, that file's bytes (or
+ * that it is missing, or too large for `limit`); without, every regular file under /workspace with
+ * its size.
+ */
+export function inspect(path, limit) {
+  const { fs } = sandbox;
+  if (path === undefined || path === null) {
+    op_sandbox_files_listed(
+      workspaceFiles(fs).map((p) => [p, fs.lstat(`${WORKSPACE}/${p}`).size]),
+    );
+    return;
+  }
+  let st;
+  try {
+    st = fs.lstat(`${WORKSPACE}/${path}`);
+  } catch {
+    op_sandbox_file_read(1, new Uint8Array(0));
+    return;
+  }
+  if (!fs.isFile(st.mode)) op_sandbox_file_read(1, new Uint8Array(0));
+  else if (st.size > limit) op_sandbox_file_read(2, new Uint8Array(0));
+  else op_sandbox_file_read(0, fs.readFile(`${WORKSPACE}/${path}`));
+}
+
+/** What tells whether a file changed: its size and modification time. */
+function version(fs, path) {
+  const st = fs.lstat(`${WORKSPACE}/${path}`);
+  return `${st.size}:${Number(st.mtime)}`;
 }
 
 /**
@@ -81,9 +118,13 @@ function workspaceFiles(fs) {
   return out.sort();
 }
 
-function collectFiles(fs, before) {
+/**
+ * Offers Rust the files the call produced: new ones, and in a session changed ones too (a fresh
+ * sandbox's call returns only files that were not there when it started, as the tool promises).
+ */
+function collectFiles(fs, before, persistent) {
   for (const path of workspaceFiles(fs)) {
-    if (before.has(path)) continue;
+    if (before.has(path) && (!persistent || before.get(path) === version(fs, path))) continue;
     const full = `${WORKSPACE}/${path}`;
     if (op_sandbox_offer_file(fs.lstat(full).size)) {
       op_sandbox_collect_file(path, fs.readFile(full));

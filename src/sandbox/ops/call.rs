@@ -2,6 +2,9 @@
 //! the start of the user's clock, the runner's report and the new files under /workspace out. What
 //! comes back from the sandbox is bounded here (see `output.rs`), not in JavaScript or Python.
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicI32;
+
 use deno_core::{OpState, op2, v8};
 use deno_error::JsErrorBox;
 
@@ -16,6 +19,65 @@ pub(super) fn op_sandbox_code(op_state: &mut OpState) -> Result<String, JsErrorB
         .code
         .take()
         .ok_or_else(|| JsErrorBox::generic("no code to run"))
+}
+
+/// How this call runs: `persistent` (a session's: the namespace is kept, changed files return too)
+/// and, for a session's first call, `interrupt`, the SharedArrayBuffer Pyodide polls for
+/// interrupts (the watchdog writes to it from its own thread).
+#[op2]
+pub(super) fn op_sandbox_call_options<'s, 'i>(
+    scope: &mut v8::PinScope<'s, 'i>,
+    op_state: &mut OpState,
+) -> Result<v8::Local<'s, v8::Value>, JsErrorBox> {
+    let s = state_mut(op_state);
+    let options = v8::Object::new(scope);
+    let persistent = v8::Boolean::new(scope, s.persistent);
+    let set = |scope: &mut v8::PinScope<'s, 'i>, name: &str, value: v8::Local<'s, v8::Value>| {
+        let key = v8::String::new(scope, name).ok_or_else(|| JsErrorBox::generic("no memory"))?;
+        options
+            .set(scope, key.into(), value)
+            .ok_or_else(|| JsErrorBox::generic("cannot build the call's options"))
+    };
+    set(scope, "persistent", persistent.into())?;
+    if let Some(buffer) = s.interrupt.clone()
+        && !std::mem::replace(&mut s.interrupt_installed, true)
+    {
+        let data = Arc::into_raw(buffer);
+        // SAFETY: the 4 bytes of the leaked Arc's AtomicI32 stay valid until V8 calls
+        // `release_interrupt` with the same pointer, which takes the Arc back once.
+        let store = unsafe {
+            v8::SharedArrayBuffer::new_backing_store_from_ptr(
+                data.cast_mut().cast(),
+                std::mem::size_of::<AtomicI32>(),
+                release_interrupt,
+                std::ptr::null_mut(),
+            )
+        };
+        let sab = v8::SharedArrayBuffer::with_backing_store(scope, &store.make_shared());
+        set(scope, "interrupt", sab.into())?;
+    }
+    Ok(options.into())
+}
+
+unsafe extern "C" fn release_interrupt(
+    data: *mut std::ffi::c_void,
+    _: usize,
+    _: *mut std::ffi::c_void,
+) {
+    // SAFETY: the pointer `op_sandbox_call_options` leaked, given back once.
+    drop(unsafe { Arc::from_raw(data.cast_const().cast::<AtomicI32>()) });
+}
+
+/// What `inspect` lists: every regular file of the session's /workspace with its size.
+#[op2]
+pub(super) fn op_sandbox_files_listed(op_state: &mut OpState, #[serde] files: Vec<(String, f64)>) {
+    state_mut(op_state).listed = Some(files);
+}
+
+/// What `inspect` read: status 0 (the bytes), 1 (no such file) or 2 (over the size limit).
+#[op2(fast)]
+pub(super) fn op_sandbox_file_read(op_state: &mut OpState, status: u32, #[buffer] data: &[u8]) {
+    state_mut(op_state).read = Some((status, data.to_vec()));
 }
 
 /// The runner's report; the first one counts, capped to the limits.

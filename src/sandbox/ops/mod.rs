@@ -46,6 +46,8 @@ pub(crate) fn glue() -> [&'static str; 5] {
 pub(crate) struct EntryPoints {
     pub boot: v8::Global<v8::Function>,
     pub run: v8::Global<v8::Function>,
+    /// A session's files (see `inspect` in call.js).
+    pub inspect: v8::Global<v8::Function>,
 }
 
 /// What an isolate exists for, with what only that role produces or consumes.
@@ -105,6 +107,16 @@ pub(crate) struct SandboxState {
     pub user_timeout: Duration,
     /// Whether the call's user code has started.
     pub user_started: bool,
+    /// The sandbox keeps its interpreter between calls (a session).
+    pub persistent: bool,
+    /// A session's interrupt buffer (Pyodide raises KeyboardInterrupt when it reads 2), shared
+    /// with the watchdog; handed to Pyodide at the session's first call.
+    pub interrupt: Option<Arc<std::sync::atomic::AtomicI32>>,
+    /// Whether Pyodide has been given the interrupt buffer.
+    pub interrupt_installed: bool,
+    /// What `inspect` reported: the files listed, or one file read (status, bytes).
+    pub listed: Option<Vec<(String, f64)>>,
+    pub read: Option<(u32, Vec<u8>)>,
     /// The call's outbound requests (cancelled when the sandbox goes).
     pub fetches: Arc<CallFetches>,
     /// Whether wheels and HTTPS downloads may still be fetched (false once runtime installation is
@@ -133,6 +145,11 @@ impl SandboxState {
             watchdog: None,
             user_timeout: Duration::ZERO,
             user_started: false,
+            persistent: false,
+            interrupt: None,
+            interrupt_installed: false,
+            listed: None,
+            read: None,
             fetches: Arc::default(),
             downloads_enabled: true,
             mappings: 0,
@@ -163,7 +180,10 @@ deno_core::extension!(
     sandbox,
     ops = [
         op_sandbox_register,
+        call::op_sandbox_call_options,
         call::op_sandbox_code,
+        call::op_sandbox_file_read,
+        call::op_sandbox_files_listed,
         call::op_sandbox_collect_file,
         call::op_sandbox_glue_error,
         call::op_sandbox_input_file,
@@ -220,12 +240,13 @@ fn op_sandbox_register(
     op_state: &mut OpState,
     #[scoped] boot: v8::Global<v8::Function>,
     #[scoped] run: v8::Global<v8::Function>,
+    #[scoped] inspect: v8::Global<v8::Function>,
 ) -> Result<(), JsErrorBox> {
     let s = state_mut(op_state);
     s.booting("op_sandbox_register")?;
     if s.entry.is_some() {
         return Err(JsErrorBox::generic("entry points are already registered"));
     }
-    s.entry = Some(EntryPoints { boot, run });
+    s.entry = Some(EntryPoints { boot, run, inspect });
     Ok(())
 }

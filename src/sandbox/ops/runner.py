@@ -1,6 +1,7 @@
 # Python side of one execution: runs the user's code as __main__ with top-level await, turns the final
-# expression into its str(), and reports the outcome (with tracebacks that show only the user's frames)
-# through the `report` function call.js hands over. Loaded as the module `_sandbox_runner` before the
+# expression into its str(), saves the matplotlib figures it leaves open (and those passed to
+# plt.show()) as PNG files, and reports the outcome (with tracebacks that show only the user's frames)
+# through the `report` function call.js hands over. In a session the namespace persists between calls. Loaded as the module `_sandbox_runner` before the
 # memory snapshot is taken (so restored sandboxes find it ready), or at start-up in full-boot mode. The
 # JavaScript runtime calls `prepare` once per sandbox, then `run`.
 #
@@ -8,9 +9,12 @@
 # JavaScript at all. Builtins the user's code could replace are bound as default arguments when this
 # module is defined, before any user code exists.
 
+import importlib.util
 import linecache
+import os
 import random
 import sys
+import time
 import traceback
 
 from pyodide.code import eval_code_async
@@ -62,13 +66,97 @@ def _flush():
             pass
 
 
-async def run(code, start_clock, report, BaseException=BaseException, SystemExit=SystemExit, str=str):
-    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+# The session's namespace: one per interpreter, kept between the calls of a session.
+_session_namespace = None
+
+# The matplotlib backend every sandbox uses (set as MPLBACKEND in prepare()): Agg, with a show() that
+# saves the open figures instead of trying to display them (which a sandbox cannot).
+BACKEND = "_sandbox_mpl_backend"
+
+
+class _BackendLoader:
+    """Makes the backend module when matplotlib imports it (by then matplotlib is importable)."""
+
+    @staticmethod
+    def create_module(spec):
+        return None
+
+    @staticmethod
+    def exec_module(module):
+        from matplotlib.backend_bases import FigureManagerBase
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        module.FigureCanvas = FigureCanvasAgg
+        module.FigureManager = FigureManagerBase
+        module.show = lambda *args, **kwargs: save_figures()
+
+
+class _BackendFinder:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name != BACKEND:
+            return None
+        return importlib.util.spec_from_loader(name, _BackendLoader)
+
+
+def _interruptible_sleep(seconds, _sleep=time.sleep, _monotonic=time.monotonic):
+    """time.sleep in slices short enough for Python to notice an interrupt between them (a
+    session's timeout raises KeyboardInterrupt in the code instead of ending the session)."""
+    if seconds != seconds or seconds < 0:
+        return _sleep(seconds)
+    end = _monotonic() + seconds
+    while True:
+        left = end - _monotonic()
+        if left <= 0:
+            return None
+        _sleep(min(left, 0.05))
+
+
+def save_figures(print=print):
+    """Saves every open matplotlib figure as figure-N.png (the first free N) and closes it."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return
+    try:
+        numbers = plt.get_fignums()
+    except BaseException:
+        return
+    for number in numbers:
+        n = 1
+        while os.path.exists(f"figure-{n}.png"):
+            n += 1
+        try:
+            plt.figure(number).savefig(f"figure-{n}.png", format="png")
+        except BaseException as exc:
+            print(f"could not save figure {number}: {exc}", file=sys.stderr)
+    try:
+        plt.close("all")
+    except BaseException:
+        pass
+
+
+async def run(
+    code,
+    start_clock,
+    report,
+    persistent=False,
+    BaseException=BaseException,
+    SystemExit=SystemExit,
+    str=str,
+):
+    global _session_namespace
+    if persistent:
+        if _session_namespace is None:
+            _session_namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+        namespace = _session_namespace
+    else:
+        namespace = {"__name__": "__main__", "__builtins__": __builtins__}
     linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
     start_clock()
     try:
         value = await eval_code_async(code, namespace, filename=FILENAME)
     except SystemExit as exc:
+        save_figures()
         _flush()
         if exc.code is None or exc.code == 0:
             report(True, None, False, None, None, None)
@@ -76,9 +164,11 @@ async def run(code, start_clock, report, BaseException=BaseException, SystemExit
             report(False, None, False, *_describe(exc))
         return
     except BaseException as exc:
+        save_figures()
         _flush()
         report(False, None, False, *_describe(exc))
         return
+    save_figures()
     _flush()
     if value is None:
         report(True, None, False, None, None, None)
@@ -96,6 +186,12 @@ def prepare():
     """Per-sandbox set-up after a snapshot restore (or a full boot)."""
     # The snapshot froze whatever random state existed: draw fresh OS entropy.
     random.seed()
+    # matplotlib draws with Agg; plt.show() and figures left open become PNG files.
+    if _BackendFinder not in sys.meta_path:
+        sys.meta_path.append(_BackendFinder)
+    os.environ["MPLBACKEND"] = "module://" + BACKEND
+    # A long time.sleep notices an interrupt within 50 ms.
+    time.sleep = _interruptible_sleep
     # The package layer added files under directories the snapshot's path finders already listed:
     # forget those listings (importlib.invalidate_caches() would too, but imports importlib.metadata).
     sys.path_importer_cache.clear()

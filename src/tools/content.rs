@@ -1,0 +1,143 @@
+//! What a `run_python_code` result carries besides its structured JSON (which stays, with its text
+//! copy, for clients that read only that): every returned image as MCP image content, so that
+//! multimodal clients see it (PNG, JPEG, GIF and WebP inlined up to a size; SVG as text), and, in a
+//! session, a `resource_link` to every returned file under its `session://` URI.
+
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
+use rmcp::model::{ContentBlock, Resource};
+
+use crate::sandbox::OutputFile;
+
+/// Image types clients render from Base64 image content.
+const INLINE_IMAGE_TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+
+/// Characters a path component keeps as they are in a URI (RFC 3986 unreserved).
+const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// The URI of a session's file: `session://{session_id}/{path}`, each path component
+/// percent-encoded.
+pub fn session_uri(session_id: &str, path: &str) -> String {
+    let encoded: Vec<String> = path
+        .split('/')
+        .map(|c| utf8_percent_encode(c, COMPONENT).to_string())
+        .collect();
+    format!("session://{session_id}/{}", encoded.join("/"))
+}
+
+/// The session id and path a `session://` URI names, if it is one (the path obeying the input-path
+/// rules).
+pub fn parse_session_uri(uri: &str) -> Option<(String, String)> {
+    let rest = uri.strip_prefix("session://")?;
+    let (id, path) = rest.split_once('/')?;
+    let mut decoded = Vec::new();
+    for component in path.split('/') {
+        decoded.push(
+            percent_decode_str(component)
+                .decode_utf8()
+                .ok()?
+                .into_owned(),
+        );
+    }
+    if decoded.iter().any(|c| c.contains('/')) {
+        return None;
+    }
+    let path = crate::config::request::normalize_path(&decoded.join("/")).ok()?;
+    (!id.is_empty()).then(|| (id.to_string(), path))
+}
+
+/// The decoded size of Base64 `text` (standard, padded).
+pub fn decoded_len(text: &str) -> u64 {
+    let padding = text.bytes().rev().take_while(|b| *b == b'=').count();
+    (text.len() / 4 * 3).saturating_sub(padding) as u64
+}
+
+/// The content blocks for `files` after the JSON: images (inlined up to `max_inline_bytes`) and,
+/// with `session`, a link to each file.
+pub fn file_blocks(
+    files: &[OutputFile],
+    session: Option<&str>,
+    max_inline_bytes: u64,
+) -> Vec<ContentBlock> {
+    let mut blocks = Vec::new();
+    for file in files {
+        let size = decoded_len(&file.content_base64);
+        if size <= max_inline_bytes {
+            if INLINE_IMAGE_TYPES.contains(&file.mime_type.as_str()) {
+                blocks.push(ContentBlock::image(
+                    file.content_base64.clone(),
+                    file.mime_type.clone(),
+                ));
+            } else if file.mime_type == "image/svg+xml"
+                && let Some(svg) = base64_text(&file.content_base64)
+            {
+                blocks.push(ContentBlock::text(svg));
+            }
+        }
+        if let Some(id) = session {
+            blocks.push(ContentBlock::resource_link(
+                Resource::new(session_uri(id, &file.path), file.path.clone())
+                    .with_mime_type(file.mime_type.clone())
+                    .with_size(size),
+            ));
+        }
+    }
+    blocks
+}
+
+fn base64_text(text: &str) -> Option<String> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .ok()?;
+    String::from_utf8(bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_uris_round_trip_and_refuse_traversal() {
+        let uri = session_uri("abc", "plots/figure 1.png");
+        assert_eq!(uri, "session://abc/plots/figure%201.png");
+        assert_eq!(
+            parse_session_uri(&uri),
+            Some(("abc".into(), "plots/figure 1.png".into()))
+        );
+        assert_eq!(parse_session_uri("session://abc/../etc/passwd"), None);
+        assert_eq!(parse_session_uri("session://abc/%2E%2E/x"), None);
+        assert_eq!(parse_session_uri("file:///etc/passwd"), None);
+        assert_eq!(parse_session_uri("session:///x"), None);
+    }
+
+    #[test]
+    fn images_are_inlined_up_to_the_cap_and_session_files_linked() {
+        let file = |path: &str, mime: &str, b64: &str| OutputFile {
+            path: path.into(),
+            content_base64: b64.into(),
+            mime_type: mime.into(),
+        };
+        let files = [
+            file("a.png", "image/png", "iVBORw0KGgo="),
+            file("b.svg", "image/svg+xml", "PHN2Zy8+"),
+            file("c.csv", "text/csv", "YQo="),
+        ];
+        let blocks = file_blocks(&files, None, 1024);
+        assert_eq!(blocks.len(), 2, "the PNG and the SVG");
+        assert!(matches!(blocks[0], ContentBlock::Image(_)));
+        assert!(matches!(blocks[1], ContentBlock::Text(_)));
+        assert!(file_blocks(&files, None, 4).is_empty(), "over the cap");
+        let linked = file_blocks(&files, Some("s1"), 0);
+        assert_eq!(linked.len(), 3);
+        assert!(
+            linked
+                .iter()
+                .all(|b| matches!(b, ContentBlock::ResourceLink(_)))
+        );
+        assert_eq!(decoded_len("YQo="), 2);
+    }
+}
