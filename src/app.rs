@@ -13,6 +13,7 @@ use crate::sandbox::{BootMode, Engine, EngineConfig, EngineError};
 use crate::sessions::{Sessions, SessionsConfig};
 use crate::tools::snippets::Catalog;
 use crate::tools::{CodeInterpreter, ToolOptions};
+use crate::transport::auth::BearerAuth;
 use crate::transport::{self, HttpSettings};
 
 /// The engine settings of a configuration.
@@ -62,6 +63,13 @@ pub fn http_settings(config: &AppConfig) -> anyhow::Result<HttpSettings> {
             .then(|| config.http_allowed_hosts.clone()),
         allowed_origins: config.http_allowed_origins.clone(),
         limits: config.input_limits,
+        auth: match config.auth.bearer_tokens_file.as_str() {
+            "" => None,
+            path => Some(std::sync::Arc::new(BearerAuth::load(
+                std::path::Path::new(path),
+            )?)),
+        },
+        replica_id: config.replica_id.clone(),
     })
 }
 
@@ -92,6 +100,7 @@ pub fn sessions_config(config: &AppConfig) -> SessionsConfig {
         max_sessions: s.max_sessions as usize,
         idle_timeout: std::time::Duration::from_secs(s.idle_timeout_s),
         max_lifetime: std::time::Duration::from_secs(s.max_lifetime_s),
+        replica_id: config.replica_id.clone(),
     }
 }
 

@@ -1,5 +1,6 @@
 //! The command line: with no subcommand the MCP server runs; `code-interpreter-mcp exec script.py` runs
-//! one file through the engine and prints the result as JSON, for humans debugging the sandbox.
+//! one file through the engine and prints the result as JSON, for humans debugging the sandbox;
+//! `code-interpreter-mcp prepare` builds the package layer and memory snapshot and exits (image builds).
 //! `--config FILE` (repeatable) replaces configuration discovery; `--print-config` shows the effective
 //! configuration and where each value came from.
 
@@ -43,6 +44,10 @@ pub enum Command {
         #[arg(long, default_value_t = DEFAULT_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_MS))]
         timeout_ms: u64,
     },
+    /// Build the package layer (micropip and preinstall_packages) and the memory snapshot under
+    /// package_cache_dir, check that a sandbox starts from them, and exit: for container image builds,
+    /// so that the server starts without network and without writing.
+    Prepare,
 }
 
 /// Runs the command line; returns the process exit status (2 for configuration and start-up errors).
@@ -66,6 +71,7 @@ pub fn main() -> i32 {
             files,
             timeout_ms,
         }) => exec(script, files, timeout_ms, &loaded.config),
+        Some(Command::Prepare) => prepare(&loaded.config),
         None => crate::app::serve(loaded, cli.stdio),
     };
     match outcome {
@@ -106,4 +112,53 @@ pub fn exec(
     });
     println!("{}", serde_json::to_string_pretty(&result)?);
     Ok(if result.success { 0 } else { 1 })
+}
+
+/// Runs `prepare`; returns the process exit status.
+pub fn prepare(config: &AppConfig) -> anyhow::Result<i32> {
+    let started = std::time::Instant::now();
+    let engine = crate::app::engine(config)?;
+    let layer = engine.layer_origin();
+    anyhow::ensure!(
+        matches!(
+            layer,
+            Some(
+                crate::sandbox::layer::LayerOrigin::Built
+                    | crate::sandbox::layer::LayerOrigin::Reused
+            )
+        ),
+        "the package layer is not on disk ({layer:?}): package_cache_dir must be writable and a package source reachable"
+    );
+    let result = engine.execute(ExecRequest {
+        code: "import micropip\nmicropip.__name__".into(),
+        files: Vec::new(),
+        timeout: Duration::from_secs(60),
+    });
+    anyhow::ensure!(
+        result.success && result.result.as_deref() == Some("micropip"),
+        "a sandbox from the prepared layer failed: {}",
+        serde_json::to_string(&result)?
+    );
+    let dir = std::path::Path::new(&config.package_cache_dir);
+    let snapshot = dir.join("snapshot");
+    let snapshots = std::fs::read_dir(&snapshot)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.path().extension().is_some_and(|x| x == "bin"))
+                .count()
+        })
+        .unwrap_or(0);
+    anyhow::ensure!(
+        config.workers.boot == crate::config::BootMode::Full || snapshots > 0,
+        "no memory snapshot was written to {}",
+        snapshot.display()
+    );
+    println!(
+        "prepared {} in {:.1} s: package layer {layer:?} ({} preinstalled), memory snapshot on disk",
+        dir.display(),
+        started.elapsed().as_secs_f64(),
+        config.preinstall_packages.len()
+    );
+    Ok(0)
 }

@@ -4,7 +4,8 @@
 //! Layers, top-down; a module imports only modules below it (tests/it/layers.rs checks this):
 //! - [`cli`]: the command line, including the `exec` debugging subcommand.
 //! - [`app`]: the one assembly point, from the configuration to the running parts.
-//! - [`transport`]: MCP over HTTP (axum + rmcp Streamable HTTP at `/mcp`, probes, shutdown) and stdio.
+//! - [`transport`]: MCP over HTTP (axum + rmcp Streamable HTTP at `/mcp`, bearer tokens, probes,
+//!   shutdown) and stdio.
 //! - [`tools`]: the MCP tools, their schemas, request validation and the snippet catalog.
 //! - [`pool`]: dedicated worker threads fed by a bounded FIFO queue, prewarming, health atomics;
 //!   [`sessions`]: stateful sessions, each one sandbox kept alive on a thread of its own.

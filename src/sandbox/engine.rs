@@ -132,18 +132,33 @@ impl Engine {
                     dir = %cache_dir.display(),
                     "building the package layer (micropip and preinstall_packages)"
                 );
-                let captured = self.run_installer()?;
-                let origin = match layer::store(cache_dir, &key, &captured) {
-                    Ok(()) => layer::LayerOrigin::Built,
-                    Err(e) => {
+                let captured = match self.run_installer() {
+                    Ok(captured) => captured,
+                    // Nothing the operator asked for failed: start without micropip.
+                    Err(e) if config.preinstall_packages.is_empty() => {
                         tracing::warn!(
                             error = %e,
-                            "cannot write the package layer to package_cache_dir; keeping it in memory for this process"
+                            "no package source reachable: starting without micropip (importing it fails; restart with a reachable package_base_url to install packages)"
                         );
-                        layer::LayerOrigin::BuiltInMemory
+                        layer::Captured::default()
                     }
+                    Err(e) => return Err(e),
                 };
-                (captured, origin)
+                if captured.files.is_empty() {
+                    (captured, layer::LayerOrigin::Offline)
+                } else {
+                    let origin = match layer::store(cache_dir, &key, &captured) {
+                        Ok(()) => layer::LayerOrigin::Built,
+                        Err(e) => {
+                            tracing::warn!(
+                                error = %e,
+                                "cannot write the package layer to package_cache_dir; keeping it in memory for this process"
+                            );
+                            layer::LayerOrigin::BuiltInMemory
+                        }
+                    };
+                    (captured, origin)
+                }
             }
         };
         let disabled = !config.runtime_package_installation;
@@ -166,7 +181,7 @@ impl Engine {
             },
         )
         .map_err(EngineError::Packages)?;
-        if !patched_micropip {
+        if !patched_micropip && origin != layer::LayerOrigin::Offline {
             return Err(EngineError::Packages(
                 "the package layer holds no micropip (delete package_cache_dir to rebuild it)"
                     .into(),

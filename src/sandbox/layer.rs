@@ -69,6 +69,10 @@ pub enum LayerOrigin {
     Reused,
     /// Installed now; the cache directory could not be written.
     BuiltInMemory,
+    /// Empty: no package source was reachable at start-up and nothing was asked to be preinstalled,
+    /// so the server runs without micropip (its wheel is refused, so it is never loaded without the
+    /// installation policy the layer adds to it).
+    Offline,
 }
 
 /// Files captured by the installer.

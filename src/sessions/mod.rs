@@ -5,8 +5,9 @@
 //! it has been idle for `idle_timeout`, when it reaches `max_lifetime`, when a hard stop leaves its
 //! interpreter unusable, or at shutdown; a background reaper ends the idle and old ones.
 //!
-//! A session id is 192 bits of OS randomness, URL-safe Base64: it is the only credential for the
-//! session. Logs name sessions by the id's first six characters only.
+//! A session id is 192 bits of OS randomness, URL-safe Base64, after `replica_id` and a dot when one is
+//! set (so a load balancer can route by it): it is the only credential for the session. Logs name
+//! sessions by the id's first six characters only (after the replica prefix).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -20,17 +21,28 @@ use tokio::sync::oneshot;
 use crate::sandbox::{Engine, ExecRequest, ExecResult, FileRead, Sandbox};
 use crate::telemetry::{self, SessionEnd};
 
-/// Session settings (from `[sessions]`).
-#[derive(Debug, Clone, Copy)]
+/// Session settings (from `[sessions]`, and the replica's name).
+#[derive(Debug, Clone)]
 pub struct SessionsConfig {
     pub max_sessions: usize,
     pub idle_timeout: Duration,
     pub max_lifetime: Duration,
+    /// Prefix of minted ids (`replica_id`); empty: none.
+    pub replica_id: String,
 }
 
-/// A session's id as logs show it: its first six characters.
+/// A session's id as logs show it: the replica prefix, if any, and six more characters.
 pub fn short(id: &str) -> &str {
-    &id[..id.floor_char_boundary(6)]
+    let start = id
+        .find('.')
+        .filter(|&dot| dot <= 63)
+        .map_or(0, |dot| dot + 1);
+    &id[..id.floor_char_boundary(start + 6)]
+}
+
+/// The replica named in a session id (the part before its first dot), if any.
+pub fn replica_of(id: &str) -> Option<&str> {
+    id.split_once('.').map(|(replica, _)| replica)
 }
 
 /// Why a session call could not run.
@@ -41,12 +53,22 @@ pub enum SessionError {
     )]
     NotFound(String),
     #[error(
+        "session {id} was created by replica {owner}, and this is {here}: a session lives on the replica that created it (route session calls by the Mcp-Param-Session-Id header; see deploy/nginx), or it has ended; pass session_id = \"new\" to start a fresh session"
+    )]
+    OtherReplica {
+        id: String,
+        owner: String,
+        here: String,
+    },
+    #[error(
         "no more sessions can be created: {live} are live, the limit sessions.max_sessions = {max}; clear one (clear_session) or retry later"
     )]
     TooMany { live: usize, max: usize },
     #[error("the session could not start: {0}")]
     Boot(String),
-    #[error("the server is shutting down and accepts no new session calls")]
+    #[error(
+        "the server is shutting down: its sessions have ended and it accepts no session calls; pass session_id = \"new\" to start a fresh session (on another replica)"
+    )]
     ShuttingDown,
 }
 
@@ -159,7 +181,7 @@ impl Sessions {
             }
             inner.starting.fetch_add(1, Ordering::SeqCst);
         }
-        let id = new_id();
+        let id = new_id(&inner.config.replica_id);
         let (jobs, receiver) = mpsc::channel();
         let (booted, booted_rx) = oneshot::channel();
         let engine = inner.engine.clone();
@@ -196,6 +218,25 @@ impl Sessions {
         Ok(id)
     }
 
+    /// The error for an id with no live session here: another replica's, or unknown or ended.
+    fn not_found(&self, id: &str) -> SessionError {
+        let here = &self.inner.config.replica_id;
+        match replica_of(id) {
+            Some(owner) if owner != here.as_str() && !owner.is_empty() => {
+                SessionError::OtherReplica {
+                    id: short(id).to_string(),
+                    owner: crate::config::limits::shown(owner),
+                    here: if here.is_empty() {
+                        "a server without replica_id".into()
+                    } else {
+                        format!("replica {here}")
+                    },
+                }
+            }
+            _ => SessionError::NotFound(short(id).to_string()),
+        }
+    }
+
     fn get(&self, id: &str) -> Result<Arc<Session>, SessionError> {
         if self.inner.closed.load(Ordering::SeqCst) {
             return Err(SessionError::ShuttingDown);
@@ -204,7 +245,7 @@ impl Sessions {
             .get(id)
             .filter(|s| !s.dead.load(Ordering::SeqCst))
             .cloned()
-            .ok_or_else(|| SessionError::NotFound(short(id).to_string()))
+            .ok_or_else(|| self.not_found(id))
     }
 
     /// Runs `request` in session `id`, after the calls queued before it. Dropping the future
@@ -232,10 +273,8 @@ impl Sessions {
         }
         let mut guard = StopOnDrop(cancel.clone(), false);
         let outcome = match sent {
-            Ok(()) => result
-                .await
-                .map_err(|_| SessionError::NotFound(short(id).into())),
-            Err(_) => Err(SessionError::NotFound(short(id).into())),
+            Ok(()) => result.await.map_err(|_| self.not_found(id)),
+            Err(_) => Err(self.not_found(id)),
         };
         guard.1 = true;
         lock(&session.stops).retain(|c| !Arc::ptr_eq(c, &cancel));
@@ -263,12 +302,12 @@ impl Sessions {
         session
             .jobs
             .send(Job::List { reply })
-            .map_err(|_| SessionError::NotFound(short(id).into()))?;
+            .map_err(|_| self.not_found(id))?;
         match result.await {
             Ok(Ok(files)) => Ok(files),
             _ => {
                 self.end(id, SessionEnd::Error);
-                Err(SessionError::NotFound(short(id).into()))
+                Err(self.not_found(id))
             }
         }
     }
@@ -289,14 +328,14 @@ impl Sessions {
                 limit,
                 reply,
             })
-            .map_err(|_| SessionError::NotFound(short(id).into()))?;
+            .map_err(|_| self.not_found(id))?;
         match result.await {
             Ok(Ok(FileRead::Found(data))) => Ok(Some(Ok(data))),
             Ok(Ok(FileRead::TooLarge)) => Ok(Some(Err(limit))),
             Ok(Ok(FileRead::Missing)) => Ok(None),
             _ => {
                 self.end(id, SessionEnd::Error);
-                Err(SessionError::NotFound(short(id).into()))
+                Err(self.not_found(id))
             }
         }
     }
@@ -349,7 +388,7 @@ impl Sessions {
     /// Ends sessions idle for longer than `idle_timeout` or older than `max_lifetime`.
     fn reap(&self) {
         let now = Instant::now();
-        let config = self.inner.config;
+        let config = &self.inner.config;
         let expired: Vec<(String, SessionEnd)> = lock(&self.inner.sessions)
             .values()
             .filter_map(|s| {
@@ -389,11 +428,17 @@ impl Sessions {
     }
 }
 
-/// A new session id: 24 bytes of OS randomness, URL-safe Base64 without padding (32 characters).
-fn new_id() -> String {
+/// A new session id: `replica.` (when set), then 24 bytes of OS randomness, URL-safe Base64 without
+/// padding (32 characters; the alphabet has no dot).
+fn new_id(replica: &str) -> String {
     let mut bytes = [0u8; 24];
     getrandom::fill(&mut bytes).expect("OS randomness");
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    let random = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    if replica.is_empty() {
+        random
+    } else {
+        format!("{replica}.{random}")
+    }
 }
 
 /// The session's thread: boots its sandbox, answers, then runs its jobs in order until the manager

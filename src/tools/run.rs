@@ -34,8 +34,10 @@ pub struct RunPythonCodeArgs {
     pub timeout_ms: u64,
     /// Run in a stateful session: "new" (or "") starts one and the result carries its session_id;
     /// an id from an earlier result runs in that session (variables, imports and /workspace files
-    /// persist). Omit it for a fresh sandbox, as by default.
+    /// persist). Omit it for a fresh sandbox, as by default. Mirrored in the Mcp-Param-Session-Id
+    /// HTTP header (x-mcp-header), so load balancers can route a session's calls to its replica.
     #[serde(default)]
+    #[schemars(extend("x-mcp-header" = SESSION_ID_HEADER, "type" = "string"))]
     pub session_id: Option<String>,
 }
 
@@ -118,9 +120,9 @@ impl Outcome {
                 ToolOutcome::Overload
             }
             Outcome::Refused(Refusal::Cancelled) => ToolOutcome::Cancelled,
-            Outcome::Refused(Refusal::Session(SessionError::NotFound(_))) => {
-                ToolOutcome::ValidationError
-            }
+            Outcome::Refused(Refusal::Session(
+                SessionError::NotFound(_) | SessionError::OtherReplica { .. },
+            )) => ToolOutcome::ValidationError,
             Outcome::Refused(Refusal::Session(SessionError::TooMany { .. })) => {
                 ToolOutcome::Overload
             }
@@ -156,17 +158,8 @@ impl Outcome {
             Refusal::Job(e @ JobError::WorkerLost) => {
                 (CallErrorKind::Runtime, "WorkerLost", e.to_string())
             }
-            Refusal::Session(e @ SessionError::NotFound(_)) => {
-                (CallErrorKind::Session, "SessionNotFound", e.to_string())
-            }
-            Refusal::Session(e @ SessionError::TooMany { .. }) => {
-                (CallErrorKind::Session, "TooManySessions", e.to_string())
-            }
-            Refusal::Session(e @ SessionError::Boot(_)) => {
-                (CallErrorKind::Runtime, "SandboxStartupError", e.to_string())
-            }
-            Refusal::Session(e @ SessionError::ShuttingDown) => {
-                (CallErrorKind::Runtime, "ServerShuttingDown", e.to_string())
+            Refusal::Session(e) => {
+                return ExecResult::failure_of(session_error(&e), false);
             }
             Refusal::Cancelled => (
                 CallErrorKind::Runtime,
@@ -176,6 +169,24 @@ impl Outcome {
         };
         ExecResult::failure_of(ExecError::new(kind, error_type, message), false)
     }
+}
+
+/// The `x-mcp-header` name of every `session_id` argument: clients of protocol 2026-07-28 send its
+/// value as `Mcp-Param-Session-Id`, which rmcp checks against the body (400, -32020, on a mismatch).
+pub const SESSION_ID_HEADER: &str = "Session-Id";
+
+/// The structured error of a session that cannot be used, for every tool that names one.
+pub fn session_error(error: &SessionError) -> ExecError<CallErrorKind> {
+    let (kind, error_type) = match error {
+        SessionError::NotFound(_) | SessionError::OtherReplica { .. } => {
+            (CallErrorKind::Session, "SessionNotFound")
+        }
+        SessionError::TooMany { .. } => (CallErrorKind::Session, "TooManySessions"),
+        SessionError::Boot(_) => (CallErrorKind::Runtime, "SandboxStartupError"),
+        // The session is gone with this process: like an ended one, the caller starts a new one.
+        SessionError::ShuttingDown => (CallErrorKind::Session, "ServerShuttingDown"),
+    };
+    ExecError::new(kind, error_type, error.to_string())
 }
 
 /// First queue-position notice after this long in the queue.

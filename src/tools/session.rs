@@ -9,15 +9,17 @@ use rmcp::model::{
 };
 
 use super::content::{parse_session_uri, session_uri};
-use super::run::CallErrorKind;
+use super::run::{CallErrorKind, SESSION_ID_HEADER, session_error};
 use crate::config::limits::MAX_RETURNED_FILE_BYTES;
 use crate::sandbox::ExecError;
-use crate::sessions::{SessionError, Sessions};
+use crate::sessions::Sessions;
 
 /// Arguments of `list_session_files` and `clear_session`.
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 pub struct SessionArgs {
-    /// A session id from an earlier run_python_code result.
+    /// A session id from an earlier run_python_code result (mirrored in the Mcp-Param-Session-Id
+    /// header).
+    #[schemars(extend("x-mcp-header" = SESSION_ID_HEADER))]
     pub session_id: String,
 }
 
@@ -50,17 +52,6 @@ pub struct ClearSessionResult {
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ExecError<CallErrorKind>>,
-}
-
-/// The structured error of a session tool.
-pub fn session_error(error: &SessionError) -> ExecError<CallErrorKind> {
-    let (kind, error_type) = match error {
-        SessionError::NotFound(_) => (CallErrorKind::Session, "SessionNotFound"),
-        SessionError::TooMany { .. } => (CallErrorKind::Session, "TooManySessions"),
-        SessionError::Boot(_) => (CallErrorKind::Runtime, "SandboxStartupError"),
-        SessionError::ShuttingDown => (CallErrorKind::Runtime, "ServerShuttingDown"),
-    };
-    ExecError::new(kind, error_type, error.to_string())
 }
 
 fn mime_of(path: &str) -> String {

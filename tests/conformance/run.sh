@@ -15,7 +15,8 @@ ROOT="$(cd "$HERE/../.." && pwd)"
 cd "$ROOT"
 
 SCENARIOS=(server-initialize server-session-lifecycle server-stateless tools-list
-  dns-rebinding-protection http-header-validation caching)
+  dns-rebinding-protection http-header-validation http-custom-header-server-validation
+  sep-2164-resource-not-found caching)
 VERSIONS=(2025-11-25 2026-07-28)
 
 TOOLS="$ROOT/.tools/conformance"
@@ -108,11 +109,11 @@ done
 stop_server
 
 # --- report -------------------------------------------------------------------------------------
-printf '%-26s' "scenario"
+printf '%-38s' "scenario"
 for v in "${VERSIONS[@]}"; do printf ' %-14s' "$v"; done
 printf '\n'
 for s in "${SCENARIOS[@]}"; do
-  printf '%-26s' "$s"
+  printf '%-38s' "$s"
   for v in "${VERSIONS[@]}"; do printf ' %-14s' "${CELL[$s,$v]}"; done
   printf '\n'
 done

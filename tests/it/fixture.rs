@@ -283,7 +283,29 @@ pub fn send_stateless(
     if let Some(name) = name {
         request = request.header("Mcp-Name", name);
     }
+    // What a 2026-07-28 client does for an argument declared with x-mcp-header (every session_id).
+    if let Some(session) = body["params"]["arguments"]["session_id"].as_str() {
+        request = request.header("Mcp-Param-Session-Id", header_value(session));
+    }
     request.body(body.to_string()).send()
+}
+
+/// A value as a 2026-07-28 client sends it in an `Mcp-Param-*` header: as is when it is plain
+/// visible ASCII, else `=?base64?…?=`.
+pub fn header_value(value: &str) -> String {
+    use base64::Engine as _;
+    let plain = !value.is_empty()
+        && value.bytes().all(|b| b.is_ascii_graphic() || b == b' ')
+        && value.trim() == value
+        && !(value.starts_with("=?base64?") && value.ends_with("?="));
+    if plain {
+        value.to_string()
+    } else {
+        format!(
+            "=?base64?{}?=",
+            base64::engine::general_purpose::STANDARD.encode(value)
+        )
+    }
 }
 
 /// A client of the session era (2025-11-25): initialized, with its Mcp-Session-Id.

@@ -219,17 +219,38 @@ fn an_unknown_preinstalled_package_stops_start_up_with_a_clear_message() {
 }
 
 #[test]
-fn without_micropip_in_the_package_source_start_up_fails_naming_package_base_url() {
+fn without_micropip_in_the_package_source_the_engine_starts_and_import_micropip_says_why() {
+    // Nothing the operator asked for is missing (preinstall_packages is empty): start without micropip.
     let empty = temp_dir("empty-mirror");
-    let error = match Engine::new(EngineConfig {
+    let engine = Engine::new(EngineConfig {
         package_source: PackageSource::Dir(empty.clone()),
         package_cache_dir: temp_dir("empty-mirror-cache"),
         ..engine_config()
+    })
+    .expect("the engine starts");
+    assert_eq!(
+        engine.layer_origin(),
+        Some(code_interpreter_mcp::sandbox::layer::LayerOrigin::Offline)
+    );
+    let result = exec(&engine, "import micropip");
+    let error = result.error.expect("import micropip fails");
+    assert_eq!(error.error_type, "ModuleNotFoundError");
+    assert!(
+        error.message.contains("micropip is unavailable")
+            && error.message.contains("package_base_url"),
+        "{error:?}"
+    );
+    assert!(exec(&engine, "import json").success);
+    // A requirement the operator named that cannot be installed still stops start-up, naming the source.
+    let error = match Engine::new(EngineConfig {
+        package_source: PackageSource::Dir(empty.clone()),
+        package_cache_dir: temp_dir("empty-mirror-cache-2"),
+        preinstall_packages: vec!["six".into()],
+        ..engine_config()
     }) {
-        Ok(_) => panic!("start-up must fail without micropip"),
+        Ok(_) => panic!("start-up must fail when a preinstalled package cannot be installed"),
         Err(e) => e.to_string(),
     };
-    assert!(error.contains("micropip"), "{error}");
     assert!(error.contains("package_base_url"), "{error}");
     assert!(error.contains(&empty.display().to_string()), "{error}");
 }

@@ -46,6 +46,7 @@ pub struct AppConfig {
     pub package_base_url: String,
     /// micropip requirements installed once at start-up into the package layer (version constraints
     /// and wheel URLs allowed); the layer is rebuilt when this list or the Pyodide version changes.
+    /// Environment: CODE_INTERPRETER_MCP_PREINSTALL_PACKAGES (whitespace-separated: requirements may contain commas)
     pub preinstall_packages: Vec<String>,
     /// micropip package index URLs, tried in order: a simple index base (PEP 503/691) or a JSON API
     /// URL containing {package_name}; empty keeps micropip's default (the Python Package Index).
@@ -70,6 +71,13 @@ pub struct AppConfig {
     /// Log line format on stderr: "text" or "json".
     /// Environment: CODE_INTERPRETER_MCP_LOG_FORMAT
     pub log_format: LogFormat,
+    /// This replica's name when several serve one endpoint: session ids (and legacy-era MCP session
+    /// ids) start with it and a dot, so a load balancer can route a session's calls to its replica
+    /// without reading bodies (lower-case letters, digits and '-', at most 63; empty: no prefix).
+    /// Environment: CODE_INTERPRETER_MCP_REPLICA_ID
+    pub replica_id: String,
+    /// Authentication of /mcp requests.
+    pub auth: AuthConfig,
     /// Python execution workers.
     pub workers: WorkersConfig,
     /// Decoded input file limits, in KB (1 KB = 1024 bytes).
@@ -84,6 +92,17 @@ pub struct AppConfig {
     pub results: ResultsConfig,
     /// Integrations with other systems.
     pub integrations: IntegrationsConfig,
+}
+
+/// `[auth]`
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// File of accepted bearer tokens, one per line (blank lines and # comments ignored); when set,
+    /// every /mcp request needs `Authorization: Bearer <token>` (probes and /metrics do not). Reloaded
+    /// when it changes or on SIGHUP. Empty: no authentication.
+    /// Environment: CODE_INTERPRETER_MCP_AUTH_BEARER_TOKENS_FILE
+    pub bearer_tokens_file: String,
 }
 
 /// `[sessions]`
@@ -306,6 +325,8 @@ impl Default for AppConfig {
             http_allowed_origins: Vec::new(),
             skip_host_header_verification: false,
             log_format: LogFormat::Text,
+            replica_id: String::new(),
+            auth: AuthConfig::default(),
             workers: WorkersConfig::default(),
             input_limits: InputLimitsConfig::default(),
             search: SearchConfig::default(),
@@ -405,6 +426,9 @@ pub struct KeyInfo {
     pub doc: String,
     /// Environment variable overriding the key, if any.
     pub env: Option<String>,
+    /// Whether a list in the environment variable is whitespace-separated (else comma-separated).
+    #[serde(skip)]
+    pub env_whitespace: bool,
 }
 
 /// Every leaf key of [`AppConfig`] (tables of user-named entries, like snippets, are one key).
@@ -445,10 +469,12 @@ fn collect_keys(
         }
         let mut doc_lines = Vec::new();
         let mut env = None;
+        let mut env_whitespace = false;
         for line in field.doc {
             let line = line.trim();
             if let Some(rest) = line.strip_prefix("Environment:") {
                 env = rest.split_whitespace().next().map(String::from);
+                env_whitespace = rest.contains("(whitespace-separated");
             } else if !line.is_empty() {
                 doc_lines.push(line);
             }
@@ -459,6 +485,7 @@ fn collect_keys(
             default,
             doc: doc_lines.join(" "),
             env,
+            env_whitespace,
         });
     }
 }
@@ -702,6 +729,11 @@ fn env_value(info: &KeyInfo, var: &str, raw: &str) -> Result<toml::Value, Config
         "integer" => {
             toml::Value::Integer(raw.trim().parse().map_err(|_| bad("must be an integer"))?)
         }
+        "array of strings" if info.env_whitespace => toml::Value::Array(
+            raw.split_whitespace()
+                .map(|s| toml::Value::String(s.to_string()))
+                .collect(),
+        ),
         "array of strings" => toml::Value::Array(
             raw.split(',')
                 .map(str::trim)
@@ -818,6 +850,26 @@ pub fn validate(c: &AppConfig, sources: &BTreeMap<String, Source>) -> Result<(),
     )?;
     in_range("workers.setup_timeout_s", w.setup_timeout_s, 1..=3600, " s")?;
     in_range("workers.max_workers", w.max_workers, 1..=1024, "")?;
+    let replica = &c.replica_id;
+    if replica.len() > 63
+        || !replica
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        fail(
+            "replica_id",
+            format!(
+                "\"{}\" must be at most 63 lower-case letters, digits and '-' (empty: no prefix)",
+                limits::shown(replica)
+            ),
+        )?;
+    }
+    if c.auth.bearer_tokens_file.trim() != c.auth.bearer_tokens_file {
+        fail(
+            "auth.bearer_tokens_file",
+            "must not start or end with whitespace".into(),
+        )?;
+    }
     let sessions = &c.sessions;
     in_range(
         "sessions.max_sessions",

@@ -205,6 +205,15 @@ fn every_environment_override_applies_after_files() {
         ),
         ("CODE_INTERPRETER_MCP_SKIP_HOST_HEADER_VERIFICATION", "true"),
         ("CODE_INTERPRETER_MCP_LOG_FORMAT", "json"),
+        (
+            "CODE_INTERPRETER_MCP_PREINSTALL_PACKAGES",
+            " numpy>=2,<3  snowballstemmer==3.0.1\n",
+        ),
+        ("CODE_INTERPRETER_MCP_REPLICA_ID", "pod-7"),
+        (
+            "CODE_INTERPRETER_MCP_AUTH_BEARER_TOKENS_FILE",
+            "/run/secrets/tokens",
+        ),
         ("CODE_INTERPRETER_MCP_MAX_FILE_KB", "2048"),
         ("CODE_INTERPRETER_MCP_MAX_TOTAL_FILE_KB", "4096"),
         ("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true"),
@@ -241,6 +250,13 @@ fn every_environment_override_applies_after_files() {
     assert_eq!(c.http_allowed_origins, ["https://app.example.com"]);
     assert!(c.skip_host_header_verification);
     assert_eq!(c.log_format, LogFormat::Json);
+    assert_eq!(
+        c.preinstall_packages,
+        ["numpy>=2,<3", "snowballstemmer==3.0.1"],
+        "whitespace-separated: requirements keep their commas"
+    );
+    assert_eq!(c.replica_id, "pod-7");
+    assert_eq!(c.auth.bearer_tokens_file, "/run/secrets/tokens");
     assert_eq!(c.workers.sandbox_memory_limit_mb, 1500);
     assert_eq!(c.workers.setup_timeout_s, 20);
     assert!(!c.sessions.enabled);

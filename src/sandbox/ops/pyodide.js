@@ -193,7 +193,9 @@ export async function boot() {
   pyodide.setStderr({ write: (buf) => op_sandbox_write(2, buf) });
 
   const module = pyodide.pyimport("_sandbox_runner");
-  module.prepare();
+  // (A JavaScript null would reach Python as `jsnull`, not None: pass the message only when set.)
+  if (cfg.micropipUnavailable) module.prepare(cfg.micropipUnavailable);
+  else module.prepare();
   runner = module.run.copy();
   module.destroy();
   fs = captureFs(pyodide.FS);

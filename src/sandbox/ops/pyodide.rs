@@ -8,6 +8,7 @@ use deno_error::JsErrorBox;
 
 use super::{Role, state, state_mut};
 use crate::config::limits::shown;
+use crate::sandbox::layer::LayerOrigin;
 use crate::sandbox::wasm::CodegenAllowed;
 
 /// Boot parameters for `loadPyodide`.
@@ -26,6 +27,8 @@ struct BootConfig {
     requirements: Vec<String>,
     /// Installer only: micropip index URLs (empty: micropip's default).
     index_urls: Vec<String>,
+    /// Why `import micropip` fails, on a server whose package layer has none (else null).
+    micropip_unavailable: Option<&'static str>,
     env: std::collections::BTreeMap<&'static str, &'static str>,
 }
 
@@ -46,6 +49,12 @@ pub(super) fn op_sandbox_boot_config(op_state: &mut OpState) -> Result<BootConfi
             Vec::new()
         },
         index_urls: s.shared.config.package_index_urls.clone(),
+        micropip_unavailable: s
+            .shared
+            .layer
+            .get()
+            .is_some_and(|layer| layer.origin == LayerOrigin::Offline)
+            .then_some(MICROPIP_UNAVAILABLE),
         env: [
             ("HOME", "/home/pyodide"),
             ("LANG", "C.UTF-8"),
@@ -340,6 +349,9 @@ pub(super) fn op_sandbox_log(op_state: &mut OpState, #[string] message: &str) {
     }
 }
 
+/// Why micropip cannot be imported on a server that started without a package source.
+pub(crate) const MICROPIP_UNAVAILABLE: &str = "micropip is unavailable: the server started without a reachable package source (package_base_url), so its package layer holds no micropip; restart the server with a reachable package source to install packages";
+
 /// Serves the standard library or a lock-file wheel (verified) by name, as a new ArrayBuffer that the
 /// sandbox owns (the standard library maps the engine's copy-on-write: see `cow.rs`; copies are
 /// charged to the sandbox's memory budget). A wheel not yet in the engine's cache is read or
@@ -363,11 +375,20 @@ pub(super) fn op_sandbox_read_asset<'s, 'i>(
     }
     let s = state(op_state);
     let file_name = name.rsplit('/').next().unwrap_or(name);
-    if !s.shared.assets.lock_by_file.contains_key(file_name) {
+    let Some(package) = s.shared.assets.lock_by_file.get(file_name) else {
         return Err(JsErrorBox::type_error(format!(
             "{} is not a Pyodide runtime file",
             shown(&path)
         )));
+    };
+    // micropip only ever comes from the package layer, where the installation policy is added to it.
+    let offline = s
+        .shared
+        .layer
+        .get()
+        .is_some_and(|layer| layer.origin == LayerOrigin::Offline);
+    if package.name == "micropip" && offline {
+        return Err(JsErrorBox::generic(MICROPIP_UNAVAILABLE));
     }
     if !s.downloads_enabled {
         return Err(JsErrorBox::generic(

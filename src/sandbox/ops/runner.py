@@ -99,6 +99,18 @@ class _BackendFinder:
         return importlib.util.spec_from_loader(name, _BackendLoader)
 
 
+class _UnavailableFinder:
+    """On a server started without a package source: `import micropip` says why it cannot work."""
+
+    message = None
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name == "micropip" and cls.message is not None:
+            raise ModuleNotFoundError(cls.message, name=name)
+        return None
+
+
 def _interruptible_sleep(seconds, _sleep=time.sleep, _monotonic=time.monotonic):
     """time.sleep in slices short enough for Python to notice an interrupt between them (a
     session's timeout raises KeyboardInterrupt in the code instead of ending the session)."""
@@ -182,8 +194,12 @@ async def run(
     report(True, text, truncated, None, None, None)
 
 
-def prepare():
-    """Per-sandbox set-up after a snapshot restore (or a full boot)."""
+def prepare(micropip_unavailable=None):
+    """Per-sandbox set-up after a snapshot restore (or a full boot); `micropip_unavailable`: why
+    micropip cannot be imported, on a server whose package layer has none."""
+    if micropip_unavailable is not None:
+        _UnavailableFinder.message = micropip_unavailable
+        sys.meta_path.insert(0, _UnavailableFinder)
     # The snapshot froze whatever random state existed: draw fresh OS entropy.
     random.seed()
     # matplotlib draws with Agg; plt.show() and figures left open become PNG files.

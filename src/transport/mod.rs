@@ -1,7 +1,11 @@
 //! The transports: an axum app serving MCP Streamable HTTP at `/mcp` (both protocol eras, through
-//! rmcp) behind the HTTP body ceiling, with Host and Origin verification, bound to `bind_addr` and
-//! announcing its effective address once it listens, with the probes beside it and the graceful
-//! shutdown; and MCP over stdio. Both serve the tool handler the application assembled.
+//! rmcp) behind the HTTP body ceiling, with Host and Origin verification and optional bearer tokens
+//! ([`auth`]), legacy-era MCP sessions whose ids name the replica ([`mcp_sessions`]), bound to
+//! `bind_addr` and announcing its effective address once it listens, with the probes beside it and
+//! the graceful shutdown; and MCP over stdio. Both serve the tool handler the application assembled.
+
+pub mod auth;
+pub mod mcp_sessions;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,10 +15,11 @@ use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
+use self::auth::BearerAuth;
+use self::mcp_sessions::ReplicaSessionManager;
 use crate::pool::{ExecPool, Health};
 use crate::sessions::Sessions;
 use crate::tools::CodeInterpreter;
@@ -43,6 +48,10 @@ pub struct HttpSettings {
     pub allowed_origins: Vec<String>,
     /// The input limits (the HTTP body ceiling derives from them).
     pub limits: InputLimits,
+    /// Bearer tokens required on /mcp, if configured.
+    pub auth: Option<Arc<BearerAuth>>,
+    /// Prefix of legacy-era MCP session ids (`replica_id`); empty: none.
+    pub replica_id: String,
 }
 
 /// Serves the tools over MCP stdio until the client closes standard input.
@@ -73,6 +82,9 @@ pub async fn serve_http(
     let limits = settings.limits;
     let in_flight = interpreter.calls_in_flight();
     let shutdown = CancellationToken::new();
+    if let Some(auth) = &settings.auth {
+        auth.watch();
+    }
     let app = router(
         interpreter,
         pool.health(),
@@ -173,10 +185,10 @@ pub fn router(
 
     let mcp = StreamableHttpService::new(
         move || Ok(interpreter.clone()),
-        Arc::new(LocalSessionManager::default()),
+        Arc::new(ReplicaSessionManager::new(&settings.replica_id)),
         mcp_config,
     );
-    let mcp = axum::Router::new()
+    let mut mcp = axum::Router::new()
         .nest_service("/mcp", mcp)
         .layer(axum::middleware::from_fn(session_delete_status))
         .layer(axum::middleware::from_fn_with_state(
@@ -186,6 +198,13 @@ pub fn router(
             },
             enforce_body_ceiling,
         ));
+    // Outermost: an unauthenticated request is refused before anything reads its body.
+    if let Some(auth) = &settings.auth {
+        mcp = mcp.layer(axum::middleware::from_fn_with_state(
+            Arc::clone(auth),
+            auth::require_bearer,
+        ));
+    }
     // Probes: outside MCP sessions and Host verification, reading atomics only.
     let probes = axum::Router::new()
         .route("/livez", axum::routing::get(livez))
