@@ -49,16 +49,7 @@ fn start_with(boot: &str, env: &[(&str, &str)]) -> Started {
         .env("RUST_LOG", "warn,code_interpreter_mcp::pool=debug")
         .envs(env.iter().copied());
     let server = fixture::Server::spawn(&mut command, true);
-    let ready = format!("{}/readyz", server.base());
-    let http = reqwest::blocking::Client::new();
-    while http
-        .get(&ready)
-        .send()
-        .map(|r| r.status() != 200)
-        .unwrap_or(true)
-    {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    server.wait_ready();
     Started {
         server,
         start_to_ready: started.elapsed(),

@@ -25,16 +25,7 @@ fn start() -> fixture::Server {
         .env("CODE_INTERPRETER_MCP_MAX_SESSIONS", "8")
         .env("RUST_LOG", "warn");
     let server = fixture::Server::spawn(&mut command, false);
-    let ready = format!("{}/readyz", server.base());
-    let http = reqwest::blocking::Client::new();
-    while http
-        .get(&ready)
-        .send()
-        .map(|r| r.status() != 200)
-        .unwrap_or(true)
-    {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    server.wait_ready();
     server
 }
 

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::fixture::{
     LegacyClient, Server, call_stateless, client, list_tools_stateless, message, server_command,
-    stateless_meta, tool_call_body,
+    stateless_meta,
 };
 
 fn structured(reply: &Value) -> &Value {
@@ -26,9 +26,15 @@ fn signal(server: &Server, name: &str) {
     assert!(status.success());
 }
 
-/// A stateless tools/call with `authorization` (or none): its HTTP status, WWW-Authenticate and body.
-fn call_with_token(server: &Server, token: Option<&str>) -> (u16, String, String) {
-    let body = tool_call_body("run_python_code", json!({"code": "6 * 7"}), None);
+/// POSTs a 2026-07-28 run_python_code call with `arguments` and the era's standard headers plus
+/// `extra` (and nothing else: no Mcp-Param-* header unless given).
+fn post_call(
+    server: &Server,
+    arguments: Value,
+    extra: &[(&str, &str)],
+) -> reqwest::blocking::Response {
+    let body = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "run_python_code", "arguments": arguments, "_meta": stateless_meta()}});
     let mut request = client()
         .post(&server.url)
         .header("Content-Type", "application/json")
@@ -36,10 +42,16 @@ fn call_with_token(server: &Server, token: Option<&str>) -> (u16, String, String
         .header("MCP-Protocol-Version", "2026-07-28")
         .header("Mcp-Method", "tools/call")
         .header("Mcp-Name", "run_python_code");
-    if let Some(token) = token {
-        request = request.header("Authorization", token);
+    for (name, value) in extra {
+        request = request.header(*name, *value);
     }
-    let response = request.body(body.to_string()).send().unwrap();
+    request.body(body.to_string()).send().unwrap()
+}
+
+/// A stateless call with `authorization` (or none): its HTTP status, WWW-Authenticate and body.
+fn call_with_token(server: &Server, token: Option<&str>) -> (u16, String, String) {
+    let extra: Vec<(&str, &str)> = token.map(|t| ("Authorization", t)).into_iter().collect();
+    let response = post_call(server, json!({"code": "6 * 7"}), &extra);
     let status = response.status().as_u16();
     let challenge = response
         .headers()
@@ -221,21 +233,13 @@ fn a_replica_id_that_cannot_prefix_an_id_stops_start_up() {
     assert!(stderr.contains("replica_id"), "{stderr}");
 }
 
-/// POSTs a 2026-07-28 tools/call with exactly the given Mcp-Param-Session-Id header (or none).
+/// A stateless call with exactly the given Mcp-Param-Session-Id header (or none): status and reply.
 fn call_with_param_header(server: &Server, arguments: Value, header: Option<&str>) -> (u16, Value) {
-    let body = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-        "params": {"name": "run_python_code", "arguments": arguments, "_meta": stateless_meta()}});
-    let mut request = client()
-        .post(&server.url)
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json, text/event-stream")
-        .header("MCP-Protocol-Version", "2026-07-28")
-        .header("Mcp-Method", "tools/call")
-        .header("Mcp-Name", "run_python_code");
-    if let Some(header) = header {
-        request = request.header("Mcp-Param-Session-Id", header);
-    }
-    let response = request.body(body.to_string()).send().unwrap();
+    let extra: Vec<(&str, &str)> = header
+        .map(|h| ("Mcp-Param-Session-Id", h))
+        .into_iter()
+        .collect();
+    let response = post_call(server, arguments, &extra);
     (response.status().as_u16(), message(response))
 }
 

@@ -158,6 +158,20 @@ impl Server {
     pub fn base(&self) -> String {
         self.url.trim_end_matches("/mcp").to_string()
     }
+
+    /// Waits until `/readyz` answers 200.
+    pub fn wait_ready(&self) {
+        let ready = format!("{}/readyz", self.base());
+        let http = reqwest::blocking::Client::new();
+        while http
+            .get(&ready)
+            .send()
+            .map(|r| r.status() != 200)
+            .unwrap_or(true)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
 }
 
 pub fn client() -> reqwest::blocking::Client {

@@ -484,3 +484,54 @@ fn tools_carry_titles_annotations_and_session_schemas() {
     );
     assert_eq!(run["annotations"]["openWorldHint"], false);
 }
+
+#[test]
+fn sigterm_lets_a_running_session_call_finish_then_ends_the_sessions_and_exits() {
+    let mut server = Server::start(&[]);
+    let id = new_session(&server, "state = 'kept'");
+    let idle = new_session(&server, "other = 1");
+    let running = {
+        let url = server.url.clone();
+        let id = id.clone();
+        thread::spawn(move || {
+            structured(&call_stateless(
+                &url,
+                json!({"code": "import time\ntime.sleep(2)\nstate", "session_id": id}),
+            ))
+            .clone()
+        })
+    };
+    thread::sleep(Duration::from_millis(500));
+    let signalled = Instant::now();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    thread::sleep(Duration::from_millis(200));
+    // While draining: a call to a session gets the structured session error at once.
+    let refused = in_session(&server, &idle, "other");
+    assert_eq!(refused["error"]["kind"], "session", "{refused}");
+    assert_eq!(refused["error"]["type"], "ServerShuttingDown", "{refused}");
+    let finished = running.join().unwrap();
+    assert_eq!(
+        finished["result"], "kept",
+        "the running call finished: {finished}"
+    );
+    let status = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            signalled.elapsed() < Duration::from_secs(31),
+            "exit within the deadline"
+        );
+        thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    assert!(
+        signalled.elapsed() < Duration::from_secs(10),
+        "sessions do not hold the exit back: {:?}",
+        signalled.elapsed()
+    );
+}
