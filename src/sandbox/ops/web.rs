@@ -154,6 +154,9 @@ pub(super) fn op_sandbox_now(op_state: &mut OpState) -> f64 {
 #[op2(async(deferred), fast)]
 pub(super) async fn op_sandbox_yield() {}
 
+/// How long after the call's deadline a user request is cut, if the watchdog has not ended it.
+const FETCH_DEADLINE_SLACK: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// One HTTPS request of the call (see `fetch.rs` for what is refused and bounded). The body stays in
 /// Rust until `op_sandbox_fetch_body` hands it over, charged to the sandbox's memory budget.
 #[op2]
@@ -168,7 +171,14 @@ pub(super) async fn op_sandbox_fetch(
     let (fetcher, enabled, deadline) = {
         let op_state = op_state.borrow();
         let s = state(&op_state);
-        let deadline = s.watchdog.as_ref().and_then(|w| w.deadline());
+        // The watchdog ends the call at its deadline; the request's own cut comes a little later, so
+        // a call blocked on a request always ends as a timeout rather than racing the watchdog to
+        // a Python exception. (The request is aborted anyway when the sandbox ends.)
+        let deadline = s
+            .watchdog
+            .as_ref()
+            .and_then(|w| w.deadline())
+            .map(|d| d + FETCH_DEADLINE_SLACK);
         (s.shared.fetcher.clone(), s.downloads_enabled, deadline)
     };
     if !enabled {
