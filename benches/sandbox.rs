@@ -3,7 +3,8 @@
 //! `print(1)` in it. Run with `cargo bench --bench sandbox`; set `BENCH_ITERATIONS` (default 20),
 //! `BENCH_MODES=snapshot` to skip the full-boot mode, `BENCH_IDLE_MS` to let each sandbox wait that
 //! long between boot and execution, as a prewarmed one does, `BENCH_PREINSTALL=pandas` to measure with
-//! packages in the package layer, `BENCH_CODE` to execute other code than `print(1)`.
+//! packages in the package layer, `BENCH_PREIMPORT=pandas,matplotlib.pyplot` to restore sandboxes
+//! from the snapshot with those modules imported, `BENCH_CODE` to execute other code than `print(1)`.
 
 use std::time::{Duration, Instant};
 
@@ -56,7 +57,14 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
         config.package_cache_dir =
             concat!(env!("CARGO_TARGET_TMPDIR"), "/bench-package-cache").into();
     }
+    // BENCH_PREIMPORT=pandas,...: sandboxes restore the snapshot with these modules imported.
+    if let Ok(list) = std::env::var("BENCH_PREIMPORT") {
+        config.preimport_modules = list.split(',').map(String::from).collect();
+    }
     let engine = Engine::new(config).expect("engine");
+    if !config_preimport_ok(&engine) {
+        panic!("BENCH_PREIMPORT is set but the snapshot with pre-imported modules is not in use");
+    }
     let engine_ready = started.elapsed();
 
     // BENCH_IDLE_MS: how long a booted sandbox waits before it runs (a prewarmed worker's case).
@@ -102,6 +110,11 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
     report("execute print(1)", &mut runs);
     report("discard used sandbox", &mut teardowns);
     boots[boots.len() / 2]
+}
+
+/// Whether the engine restores what BENCH_PREIMPORT asks for.
+fn config_preimport_ok(engine: &Engine) -> bool {
+    engine.config().preimport_modules.is_empty() || engine.preimported()
 }
 
 fn request() -> ExecRequest {

@@ -34,6 +34,7 @@ pub fn engine_config(config: &AppConfig) -> EngineConfig {
         },
         runtime_package_installation: config.runtime_package_installation,
         preinstall_packages: config.preinstall_packages.clone(),
+        preimport_modules: config.preimport_modules.clone(),
         package_cache_dir: PathBuf::from(&config.package_cache_dir),
         package_index_urls: config.package_index_urls.clone(),
         extra_ca_certs: config.extra_ca_certs.iter().map(PathBuf::from).collect(),
@@ -147,7 +148,7 @@ impl App {
 /// the process exit status.
 pub fn serve(loaded: Loaded, stdio: bool) -> anyhow::Result<i32> {
     let config = loaded.config;
-    init_logging(config.log_format);
+    init_logging(config.log_format, "info,rmcp=warn");
     let runtime = tokio_runtime(loaded.tokio_worker_threads)?;
     runtime.block_on(async {
         if stdio {
@@ -171,10 +172,10 @@ pub fn serve(loaded: Loaded, stdio: bool) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// Log lines on stderr, filtered by `RUST_LOG`, as text or JSON.
-fn init_logging(format: LogFormat) {
+/// Log lines on stderr, filtered by `RUST_LOG` (else `default`), as text or JSON.
+pub(crate) fn init_logging(format: LogFormat, default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let subscriber = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(filter);

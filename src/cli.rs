@@ -65,6 +65,10 @@ pub fn main() -> i32 {
         print!("{}", crate::config::print_config(&loaded));
         return 0;
     }
+    if cli.command.is_some() {
+        // The one-shot commands log only what went wrong (stdout is theirs), unless RUST_LOG says.
+        crate::app::init_logging(loaded.config.log_format, "warn");
+    }
     let outcome = match cli.command {
         Some(Command::Exec {
             script,

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::isolate::Sandbox;
+use super::memory_snapshot::Kind;
 use super::memory_snapshot::{self, SharedSnapshot};
-use super::ops::Role;
+use super::ops::{Role, TakenSnapshot};
 use super::shared::{BootMode, EngineConfig, EngineError, EngineShared};
 use super::types::{ErrorKind, ExecError, ExecRequest, ExecResult};
 use super::{layer, startup};
@@ -16,6 +17,9 @@ use crate::assets::Assets;
 
 /// Appended to micropip's `__init__.py` in the package layer: index URLs and the installation policy.
 const MICROPIP_POLICY_PY: &str = include_str!("micropip_policy.py");
+
+/// Run in a sandbox restored from a snapshot with pre-imported modules before it is trusted.
+const PREIMPORT_CHECK_PY: &str = include_str!("preimport_check.py");
 
 /// The engine: creates sandboxes. Cheap to clone and `Send + Sync`.
 #[derive(Clone)]
@@ -49,7 +53,10 @@ impl Engine {
         }
         match engine.shared.config.boot {
             BootMode::Full => engine.prepare_layer()?,
-            BootMode::Snapshot => engine.prepare_memory_snapshot()?,
+            BootMode::Snapshot => {
+                let key = engine.prepare_memory_snapshot()?;
+                engine.prepare_preimported_snapshot(&key);
+            }
         }
         Ok(engine)
     }
@@ -57,25 +64,25 @@ impl Engine {
     /// Reads back this build's stored memory snapshot or takes one, while the package layer is
     /// prepared (the snapshot holds no package state). A stored snapshot is trusted only once a
     /// sandbox has booted from it; one that does not boot is discarded and a fresh one taken.
-    fn prepare_memory_snapshot(&self) -> Result<(), EngineError> {
+    fn prepare_memory_snapshot(&self) -> Result<String, EngineError> {
         let cache_dir = &self.shared.config.package_cache_dir;
         let key = memory_snapshot::key(
             &self.shared.assets,
             &self.shared.modules,
             &super::ops::glue(),
         );
-        let stored = memory_snapshot::load(cache_dir, &key);
+        let stored = memory_snapshot::load(cache_dir, Kind::Plain, &key);
         let maker = match stored {
             Some(_) => None,
-            None => Some(self.spawn_snapshot_maker()?),
+            None => Some(self.spawn_snapshot_maker(Vec::new())?),
         };
         let layer = self.prepare_layer();
         let taken = maker.map(SnapshotMaker::join);
         layer?;
         let snapshot = match (stored, taken) {
             (_, Some(taken)) => {
-                let bytes = taken?;
-                memory_snapshot::store(cache_dir, &key, &bytes);
+                let bytes = taken?.bytes;
+                memory_snapshot::store(cache_dir, Kind::Plain, &key, &bytes);
                 Arc::new(SharedSnapshot::new(bytes))
             }
             (Some(bytes), None) => {
@@ -91,9 +98,9 @@ impl Engine {
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "the stored Pyodide snapshot does not boot; taking a new one");
-                        memory_snapshot::discard(cache_dir, &key);
-                        let bytes = self.spawn_snapshot_maker()?.join()?;
-                        memory_snapshot::store(cache_dir, &key, &bytes);
+                        memory_snapshot::discard(cache_dir, Kind::Plain, &key);
+                        let bytes = self.spawn_snapshot_maker(Vec::new())?.join()?.bytes;
+                        memory_snapshot::store(cache_dir, Kind::Plain, &key, &bytes);
                         Arc::new(SharedSnapshot::new(bytes))
                     }
                 }
@@ -101,7 +108,98 @@ impl Engine {
             (None, None) => unreachable!("a snapshot maker runs when none is stored"),
         };
         let _ = self.shared.snapshot.set(snapshot);
-        Ok(())
+        Ok(key)
+    }
+
+    /// With `preimport_modules` configured, makes the snapshot sandboxes restore with those modules
+    /// already imported (read back from `package_cache_dir` or taken now, after the package layer),
+    /// and trusts it only once a sandbox booted from it finds them working. Whatever fails here only
+    /// warns: sandboxes then restore the plain snapshot and import as usual.
+    fn prepare_preimported_snapshot(&self, plain_key: &str) {
+        let modules = &self.shared.config.preimport_modules;
+        if modules.is_empty() {
+            return;
+        }
+        if !self.shared.modules.dylink_hooks() {
+            tracing::warn!(
+                "this Pyodide's dynamic linker cannot be hooked: no snapshot with pre-imported modules"
+            );
+            return;
+        }
+        let Some(layer) = self.shared.layer.get() else {
+            return;
+        };
+        let started = Instant::now();
+        let cache_dir = &self.shared.config.package_cache_dir;
+        let key = memory_snapshot::preimported_key(plain_key, &layer.digest(), modules);
+        let stored = memory_snapshot::load(cache_dir, Kind::Preimported, &key)
+            .and_then(memory_snapshot::decode_preimported);
+        let reused = stored.is_some();
+        let taken = match stored {
+            Some(found) => Ok(found),
+            None => self
+                .spawn_snapshot_maker(modules.clone())
+                .and_then(SnapshotMaker::join)
+                .and_then(|taken| match taken.dylibs {
+                    Some(dylibs) => Ok((taken.bytes, dylibs)),
+                    None => Err(EngineError::Boot(
+                        "no record of its shared libraries".into(),
+                    )),
+                }),
+        };
+        let (bytes, dylibs) = match taken {
+            Ok(taken) => taken,
+            Err(e) => {
+                tracing::warn!(error = %e, modules = ?modules, "cannot take the snapshot with pre-imported modules; sandboxes import them when asked");
+                return;
+            }
+        };
+        if !reused {
+            memory_snapshot::store(
+                cache_dir,
+                Kind::Preimported,
+                &key,
+                &memory_snapshot::encode_preimported(&bytes, &dylibs),
+            );
+        }
+        let candidate = Arc::new(SharedSnapshot::with_dylibs(bytes, dylibs));
+        match self.check_preimported(&candidate) {
+            Ok(()) => {
+                tracing::info!(
+                    modules = ?modules,
+                    bytes = candidate.byte_len(),
+                    reused,
+                    ms = started.elapsed().as_millis() as u64,
+                    "snapshot with pre-imported modules ready"
+                );
+                let _ = self.shared.preimported.set(candidate);
+            }
+            Err(e) => {
+                memory_snapshot::discard(cache_dir, Kind::Preimported, &key);
+                tracing::warn!(error = %e, modules = ?modules, "the snapshot with pre-imported modules does not work; sandboxes import them when asked");
+            }
+        }
+    }
+
+    /// Boots a sandbox from `snapshot` and checks that the pre-imported modules are there and work.
+    fn check_preimported(&self, snapshot: &Arc<SharedSnapshot>) -> Result<(), String> {
+        let sandbox = Sandbox::boot(self.shared.clone(), Some(snapshot.clone()))
+            .map_err(|e| e.to_string())?;
+        let modules = serde_json::to_string(&self.shared.config.preimport_modules)
+            .map_err(|e| e.to_string())?;
+        let result = sandbox.execute(ExecRequest {
+            code: format!(
+                "{PREIMPORT_CHECK_PY}
+check({modules})"
+            ),
+            files: Vec::new(),
+            timeout: std::time::Duration::from_secs(30),
+        });
+        match (&result.error, result.result.as_deref()) {
+            (None, Some("ok")) => Ok(()),
+            (Some(e), _) => Err(e.traceback.clone().unwrap_or_else(|| e.message.clone())),
+            (None, other) => Err(format!("the check returned {other:?}")),
+        }
     }
 
     /// Makes the package layer ready: reuses the one under `package_cache_dir` when its key matches,
@@ -233,17 +331,23 @@ impl Engine {
 
     /// Starts booting one interpreter, before any user code exists, only to snapshot its memory; on
     /// a thread of its own (one isolate per thread at a time).
-    fn spawn_snapshot_maker(&self) -> Result<SnapshotMaker, EngineError> {
+    fn spawn_snapshot_maker(&self, preimport: Vec<String>) -> Result<SnapshotMaker, EngineError> {
         let shared = self.shared.clone();
         let started = Instant::now();
         let handle = std::thread::Builder::new()
             .name("snapshot-maker".into())
             .stack_size(8 * 1024 * 1024)
             .spawn(move || {
-                let sandbox = Sandbox::boot_as(shared, Role::MemorySnapshotMaker { taken: None })?;
+                let sandbox = Sandbox::boot_as(
+                    shared,
+                    Role::MemorySnapshotMaker {
+                        preimport,
+                        taken: None,
+                    },
+                )?;
                 sandbox
                     .take_role(|role| match role {
-                        Role::MemorySnapshotMaker { taken } => taken.take(),
+                        Role::MemorySnapshotMaker { taken, .. } => taken.take(),
                         _ => None,
                     })
                     .ok_or_else(|| EngineError::Boot("no memory snapshot was produced".into()))
@@ -265,9 +369,25 @@ impl Engine {
         self.shared.layer.get().map(|l| l.origin)
     }
 
-    /// Boots a fresh sandbox: new isolate, new Pyodide, locked-down globals.
+    /// Boots a fresh sandbox: new isolate, new Pyodide, locked-down globals; with the pre-imported
+    /// modules when there is a snapshot of them (falling back, with a warning, to the plain snapshot
+    /// if it does not restore).
     pub fn boot(&self) -> Result<Sandbox, EngineError> {
+        if let Some(preimported) = self.shared.preimported.get() {
+            match Sandbox::boot(self.shared.clone(), Some(preimported.clone())) {
+                Ok(sandbox) => return Ok(sandbox),
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "a sandbox did not restore the snapshot with pre-imported modules; booting it from the plain snapshot"
+                ),
+            }
+        }
         Sandbox::boot(self.shared.clone(), self.shared.snapshot.get().cloned())
+    }
+
+    /// Whether sandboxes start with `preimport_modules` already imported.
+    pub fn preimported(&self) -> bool {
+        self.shared.preimported.get().is_some()
     }
 
     /// Boots a sandbox and runs `request` in it. Start-up failures become a runtime error result.
@@ -285,13 +405,13 @@ impl Engine {
 
 /// A snapshot being taken on its own thread.
 struct SnapshotMaker {
-    handle: std::thread::JoinHandle<Result<Vec<u8>, EngineError>>,
+    handle: std::thread::JoinHandle<Result<TakenSnapshot, EngineError>>,
     started: Instant,
 }
 
 impl SnapshotMaker {
-    fn join(self) -> Result<Vec<u8>, EngineError> {
-        let bytes = self
+    fn join(self) -> Result<TakenSnapshot, EngineError> {
+        let taken = self
             .handle
             .join()
             .map_err(|_| EngineError::Boot("the snapshot maker panicked".into()))?
@@ -299,10 +419,11 @@ impl SnapshotMaker {
                 EngineError::Boot(format!("taking the Pyodide memory snapshot failed: {e}"))
             })?;
         tracing::info!(
-            bytes = bytes.len(),
+            bytes = taken.bytes.len(),
+            preimported = taken.dylibs.is_some(),
             ms = self.started.elapsed().as_millis() as u64,
             "Pyodide memory snapshot taken"
         );
-        Ok(bytes)
+        Ok(taken)
     }
 }

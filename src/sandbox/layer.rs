@@ -111,6 +111,28 @@ impl PackageLayer {
     pub fn bytes(&self) -> usize {
         self.blob.len()
     }
+
+    /// The contents of the file at `path` (an absolute path in the sandbox).
+    pub fn file(&self, path: &str) -> Option<&[u8]> {
+        let (_, offset, length) = self.index.iter().find(|(p, _, _)| p == path)?;
+        self.blob
+            .get(*offset as usize..(*offset as usize).checked_add(*length as usize)?)
+    }
+
+    /// A digest of every file's path and contents (what a snapshot with pre-imported packages was
+    /// taken from).
+    pub fn digest(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut hash = Sha256::new();
+        for (path, offset, length) in &self.index {
+            hash.update((path.len() as u64).to_le_bytes());
+            hash.update(path.as_bytes());
+            hash.update(u64::from(*offset).to_le_bytes());
+            hash.update(u64::from(*length).to_le_bytes());
+        }
+        hash.update(&self.blob);
+        hex::encode(&hash.finalize()[..12])
+    }
 }
 
 /// The layer directory for `cache_dir`.

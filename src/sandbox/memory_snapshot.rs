@@ -20,6 +20,9 @@ pub(crate) struct SharedSnapshot {
     memory_offset: usize,
     /// The linear memory as runs of whole pages, in order: which hold data and which are all zeros.
     runs: Vec<Run>,
+    /// The record of the shared libraries to relink after restoring (a snapshot with pre-imported
+    /// modules; JSON, see `ops/dylink.js`).
+    dylibs: Option<std::sync::Arc<str>>,
 }
 
 /// Pages `start..end` (byte offsets into the linear memory) of the snapshot, all-zero or not.
@@ -40,6 +43,24 @@ unsafe impl Send for SharedSnapshot {}
 unsafe impl Sync for SharedSnapshot {}
 
 impl SharedSnapshot {
+    /// A snapshot with pre-imported modules, whose shared libraries `dylibs` records.
+    pub fn with_dylibs(bytes: Vec<u8>, dylibs: String) -> Self {
+        Self {
+            dylibs: Some(dylibs.into()),
+            ..Self::new(bytes)
+        }
+    }
+
+    /// The record of the shared libraries to relink, for a snapshot with pre-imported modules.
+    pub fn dylibs(&self) -> Option<String> {
+        self.dylibs.as_deref().map(String::from)
+    }
+
+    /// The size of the snapshot.
+    pub fn byte_len(&self) -> usize {
+        self.store.byte_length()
+    }
+
     pub fn new(bytes: Vec<u8>) -> Self {
         // Pyodide's format: u32 magic, u32 offset of the linear memory, then the header.
         let memory_offset = bytes
@@ -53,6 +74,7 @@ impl SharedSnapshot {
             store: store.make_shared(),
             memory_offset,
             runs,
+            dylibs: None,
         }
     }
 
@@ -196,14 +218,61 @@ pub fn key(assets: &Assets, modules: &Modules, glue: &[&str]) -> String {
     hex::encode(&hash.finalize()[..12])
 }
 
-fn dir(cache_dir: &Path) -> PathBuf {
-    cache_dir.join("snapshot")
+/// The digest naming the snapshot with pre-imported modules: the plain snapshot's key, the package
+/// layer it was taken with (every file's path and bytes: the libraries' bases depend on them) and the
+/// modules imported.
+pub fn preimported_key(plain_key: &str, layer_digest: &str, modules: &[String]) -> String {
+    let mut hash = Sha256::new();
+    for part in [plain_key, layer_digest]
+        .into_iter()
+        .chain(modules.iter().map(String::as_str))
+    {
+        hash.update((part.len() as u64).to_le_bytes());
+        hash.update(part.as_bytes());
+    }
+    hex::encode(&hash.finalize()[..12])
+}
+
+/// Which snapshot is stored: each kind has a directory of its own (storing one removes the other
+/// builds' snapshots of its kind only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Taken right after CPython and the runner started.
+    Plain,
+    /// Taken after the package layer was copied in and modules were imported: the file starts with
+    /// the record of its shared libraries (u64 length, JSON), then Pyodide's snapshot.
+    Preimported,
+}
+
+fn dir(cache_dir: &Path, kind: Kind) -> PathBuf {
+    cache_dir.join(match kind {
+        Kind::Plain => "snapshot",
+        Kind::Preimported => "snapshot-preimported",
+    })
+}
+
+/// A snapshot with pre-imported modules as stored: the record of its libraries, then its bytes.
+pub fn encode_preimported(bytes: &[u8], dylibs: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + dylibs.len() + bytes.len());
+    out.extend_from_slice(&(dylibs.len() as u64).to_le_bytes());
+    out.extend_from_slice(dylibs.as_bytes());
+    out.extend_from_slice(bytes);
+    out
+}
+
+/// The (snapshot bytes, record) of a stored snapshot with pre-imported modules.
+pub fn decode_preimported(mut stored: Vec<u8>) -> Option<(Vec<u8>, String)> {
+    let len = usize::try_from(u64::from_le_bytes(stored.get(..8)?.try_into().ok()?)).ok()?;
+    let end = 8usize.checked_add(len)?;
+    let dylibs = String::from_utf8(stored.get(8..end)?.to_vec()).ok()?;
+    stored.drain(..end);
+    Some((stored, dylibs))
 }
 
 /// The snapshot file for this build, if one was stored and its checksum (the file's last 32 bytes,
 /// the sha256 of the rest) holds.
-pub fn load(cache_dir: &Path, key: &str) -> Option<Vec<u8>> {
-    let path = dir(cache_dir).join(format!("{key}.bin"));
+pub fn load(cache_dir: &Path, kind: Kind, key: &str) -> Option<Vec<u8>> {
+    let path = dir(cache_dir, kind).join(format!("{key}.bin"));
     match std::fs::read(&path) {
         Ok(mut bytes) if bytes.len() > 32 => {
             let body = bytes.len() - 32;
@@ -226,8 +295,8 @@ pub fn load(cache_dir: &Path, key: &str) -> Option<Vec<u8>> {
 
 /// Stores `bytes` as this build's snapshot, removing snapshots of other builds. Failures only warn:
 /// the next start then takes a snapshot again.
-pub fn store(cache_dir: &Path, key: &str, bytes: &[u8]) {
-    let dir = dir(cache_dir);
+pub fn store(cache_dir: &Path, kind: Kind, key: &str, bytes: &[u8]) {
+    let dir = dir(cache_dir, kind);
     let name = format!("{key}.bin");
     let result = (|| -> std::io::Result<()> {
         std::fs::create_dir_all(&dir)?;
@@ -258,8 +327,8 @@ pub fn store(cache_dir: &Path, key: &str, bytes: &[u8]) {
 }
 
 /// Removes this build's stored snapshot (it failed to boot).
-pub fn discard(cache_dir: &Path, key: &str) {
-    let _ = std::fs::remove_file(dir(cache_dir).join(format!("{key}.bin")));
+pub fn discard(cache_dir: &Path, kind: Kind, key: &str) {
+    let _ = std::fs::remove_file(dir(cache_dir, kind).join(format!("{key}.bin")));
 }
 
 #[cfg(test)]
@@ -338,5 +407,50 @@ mod tests {
         let snap = snapshot(&[1u8; 2 * PAGE]);
         assert!(snap.restore_into(&mut vec![0u8; PAGE], 64).is_err());
         assert!(snap.restore_into(&mut vec![0u8; 2 * PAGE], 60).is_err());
+    }
+
+    #[test]
+    fn a_preimported_snapshot_round_trips_and_its_key_covers_layer_and_modules() {
+        let stored = encode_preimported(b"snapshot bytes", "{\"loads\":[]}");
+        assert_eq!(
+            decode_preimported(stored),
+            Some((b"snapshot bytes".to_vec(), "{\"loads\":[]}".to_string()))
+        );
+        assert_eq!(decode_preimported(vec![200, 0, 0, 0, 0, 0, 0, 0, 1]), None);
+        assert_eq!(decode_preimported(vec![1, 2]), None);
+        let modules = |list: &[&str]| list.iter().map(|m| m.to_string()).collect::<Vec<_>>();
+        let key = preimported_key("plain", "layer", &modules(&["pandas"]));
+        assert_eq!(
+            key,
+            preimported_key("plain", "layer", &modules(&["pandas"]))
+        );
+        for other in [
+            preimported_key("plain2", "layer", &modules(&["pandas"])),
+            preimported_key("plain", "layer2", &modules(&["pandas"])),
+            preimported_key("plain", "layer", &modules(&["pandas", "numpy"])),
+            preimported_key("plain", "layer", &modules(&["pandasnumpy"])),
+        ] {
+            assert_ne!(key, other);
+        }
+    }
+
+    #[test]
+    fn each_kind_of_snapshot_is_stored_apart() {
+        let dir = std::env::temp_dir().join(format!("snapshot-kinds-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        store(&dir, Kind::Plain, "a", b"plain");
+        store(&dir, Kind::Preimported, "b", b"preimported");
+        assert_eq!(load(&dir, Kind::Plain, "a").as_deref(), Some(&b"plain"[..]));
+        assert_eq!(
+            load(&dir, Kind::Preimported, "b").as_deref(),
+            Some(&b"preimported"[..])
+        );
+        // Storing another build's plain snapshot leaves the other kind alone.
+        store(&dir, Kind::Plain, "c", b"plain 2");
+        assert_eq!(load(&dir, Kind::Plain, "a"), None);
+        assert!(load(&dir, Kind::Preimported, "b").is_some());
+        discard(&dir, Kind::Preimported, "b");
+        assert_eq!(load(&dir, Kind::Preimported, "b"), None);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

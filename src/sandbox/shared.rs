@@ -32,6 +32,9 @@ pub struct EngineConfig {
     pub runtime_package_installation: bool,
     /// micropip requirements installed at start-up into the package layer.
     pub preinstall_packages: Vec<String>,
+    /// Modules imported into a second memory snapshot that sandboxes restore instead of the plain
+    /// one (empty: none).
+    pub preimport_modules: Vec<String>,
     /// Where the durable package layer is kept.
     pub package_cache_dir: PathBuf,
     /// micropip index URLs (empty: micropip's default, the Python Package Index).
@@ -78,6 +81,8 @@ pub(crate) struct EngineShared {
     pub packages: Packages,
     /// The Pyodide memory snapshot sandboxes restore (snapshot boot mode).
     pub snapshot: OnceLock<Arc<SharedSnapshot>>,
+    /// The snapshot with `preimport_modules` imported, when there is a working one: restored instead.
+    pub preimported: OnceLock<Arc<SharedSnapshot>>,
     /// The package layer copied into every sandbox (micropip and the preinstalled packages).
     pub layer: OnceLock<Arc<layer::PackageLayer>>,
     /// The package layer's file contents, as every sandbox maps them (copy-on-write).
@@ -135,6 +140,7 @@ impl EngineShared {
             fetcher,
             packages,
             snapshot: OnceLock::new(),
+            preimported: OnceLock::new(),
             layer: OnceLock::new(),
             compiled_wasm: OnceLock::new(),
             wrapper_modules: Mutex::new(Vec::new()),

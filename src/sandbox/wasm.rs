@@ -82,6 +82,8 @@ pub(crate) fn check_module(bytes: &[u8]) -> Result<(), ModuleError> {
 #[derive(Default)]
 pub(crate) struct WasmModules {
     cache: Mutex<Cache>,
+    /// Modules of fixed bytes by name (see `compile_named`).
+    named: Mutex<std::collections::HashMap<String, v8::CompiledWasmModule>>,
 }
 
 #[derive(Default)]
@@ -110,6 +112,37 @@ impl WasmModules {
         }
         .ok_or_else(|| ModuleError::Invalid("V8 could not compile it".into()))?;
         self.insert(key, module.get_compiled_module(), bytes.len());
+        Ok(module)
+    }
+
+    /// Like [`compile`](Self::compile), for bytes that never change under `name` for the life of
+    /// the engine (the package layer's libraries): kept by name apart from the content cache, so the
+    /// bytes are not hashed, and never evicted (the layer is fixed).
+    pub fn compile_named<'s>(
+        &self,
+        scope: &v8::PinScope<'s, '_>,
+        name: &str,
+        bytes: &[u8],
+    ) -> Result<v8::Local<'s, v8::WasmModuleObject>, ModuleError> {
+        let found = self
+            .named
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .and_then(|compiled| v8::WasmModuleObject::from_compiled_module(scope, compiled));
+        if let Some(module) = found {
+            return Ok(module);
+        }
+        check_module(bytes)?;
+        let module = {
+            let _allowed = CodegenAllowed::new();
+            v8::WasmModuleObject::compile(scope, bytes)
+        }
+        .ok_or_else(|| ModuleError::Invalid("V8 could not compile it".into()))?;
+        self.named
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_string(), module.get_compiled_module());
         Ok(module)
     }
 

@@ -14,6 +14,7 @@ mod limits;
 mod metrics;
 mod packages;
 mod pool;
+mod preimport;
 mod server;
 mod sessions;
 mod snippets;

@@ -3,13 +3,15 @@
 //! and hands V8's cache to the engine; later isolates skip parsing the module source. (Isolates that
 //! start from the V8 startup snapshot, see `startup.rs`, find both modules already evaluated.)
 //!
-//! `pyodide.asm.mjs` is served with six changes, each applied only where the pinned source has
+//! `pyodide.asm.mjs` is served with seven changes, each applied only where the pinned source has
 //! exactly the expected code: Emscripten's dynamic linker gets the lazy Global Offset Table in
 //! `js/lazy_got.js` (about a quarter of a sandbox's start-up saved), a lazily filled symbol table
 //! (`js/lazy_imports.js`) and the cheaper function-table helpers in `js/function_table.js`; its
 //! signature conversion makes a view of the exports instead of a copy (`js/exports_view.js`);
 //! Pyodide's snapshot restore calls `Module.sandboxRestoreMemory` when the sandbox provides it (a
-//! copy that skips zero pages); and a restored sandbox skips package-index steps the snapshot holds.
+//! copy that skips zero pages); a restored sandbox skips package-index steps the snapshot holds; and
+//! the loader of shared libraries calls hooks that record and replay where each library went (for
+//! snapshots with pre-imported packages, see `ops/dylink.js`).
 //! `pyodide.mjs` compiles a small WebAssembly module when first needed instead of while it is
 //! evaluated, which lets it be evaluated into the V8 startup snapshot (no WebAssembly there), and
 //! compiles it synchronously; it also lets MEMFS own the standard library it is handed.
@@ -86,6 +88,44 @@ const FUNCTION_TABLE_CALL_SITES: [(&str, &str); 5] = [
 const EXPORTS_VIEW_JS: &str = include_str!("exports_view.js");
 const SIGNATURE_CONVERSIONS: &str =
     "function applySignatureConversions(wasmExports){wasmExports=Object.assign({},wasmExports);";
+
+/// Hooks in Emscripten's `loadWebAssemblyModule`, called through `Module.sandboxDylink` when the
+/// sandbox sets it (see `ops/dylink.js`): the snapshot maker records where each shared library of a
+/// pre-imported package went (memory base, table base, order), and a restored sandbox relinks the same
+/// libraries at the same bases without running their relocations or constructors again (the
+/// restored memory already holds what they did).
+const DYLINK_HOOK_SITES: [(&str, &str); 6] = [
+    (
+        "var memoryBase=metadata.memorySize?alignMemory(getMemory(metadata.memorySize+memAlign),memAlign):0;",
+        "var __sd=Module[\"sandboxDylink\"];var memoryBase=__sd?.memoryBase?.(libName,metadata,wasmTable.length);if(memoryBase===undefined)memoryBase=metadata.memorySize?alignMemory(getMemory(metadata.memorySize+memAlign),memAlign):0;",
+    ),
+    (
+        "var tableBase=metadata.tableSize?wasmTable.length:0;",
+        "var tableBase=metadata.tableSize?wasmTable.length:0;__sd?.allocated?.(libName,metadata,memoryBase,tableBase);",
+    ),
+    (
+        "function postInstantiation(module,instance){",
+        "function postInstantiation(module,instance){__sd?.instantiated?.(libName,metadata,memoryBase,tableBase);",
+    ),
+    (
+        "var applyRelocs=moduleExports[\"__wasm_apply_data_relocs\"];if(applyRelocs){",
+        "var applyRelocs=moduleExports[\"__wasm_apply_data_relocs\"];if(applyRelocs&&!__sd?.skipInit?.(libName)){",
+    ),
+    (
+        "var init=moduleExports[\"__wasm_call_ctors\"];if(init){",
+        "var init=moduleExports[\"__wasm_call_ctors\"];if(init&&!__sd?.skipInit?.(libName)){",
+    ),
+    (
+        "init()}else{addOnPostCtor(init)}}return moduleExports}",
+        "init()}else{addOnPostCtor(init)}}__sd?.loaded?.(libName,moduleExports,wasmTable.length,flags);return moduleExports}",
+    ),
+];
+
+/// `asm_js` with the dynamic-linker hooks, or `None` if this Pyodide's loader differs from the one
+/// they were written for (then no pre-imported snapshot is made).
+fn with_dylink_hooks(asm_js: &str) -> Option<String> {
+    replace_each_once(asm_js, DYLINK_HOOK_SITES)
+}
 
 /// The snapshot restore: `API.restoreSnapshot` copies the whole linear memory with `HEAP8.set`.
 const SPARSE_RESTORE_CALL_SITE: (&str, &str) = (
@@ -254,7 +294,7 @@ type Change = fn(&str) -> Option<String>;
 /// `pyodide.asm.mjs` as sandboxes are served it: each change that applies to this source, with a
 /// warning for each that does not.
 fn serve_asm_js(asm_js: &str) -> String {
-    let changes: [(Change, &str); 6] = [
+    let changes: [(Change, &str); 7] = [
         (
             with_lazy_got,
             "does not have the expected dynamic-linker code; linking eagerly",
@@ -278,6 +318,10 @@ fn serve_asm_js(asm_js: &str) -> String {
         (
             with_sparse_restore,
             "does not have the expected snapshot restore; copying all of the memory",
+        ),
+        (
+            with_dylink_hooks,
+            "does not load shared libraries as expected; no snapshot with pre-imported packages",
         ),
     ];
     apply_changes("pyodide.asm.mjs", asm_js.to_string(), &changes)
@@ -331,6 +375,13 @@ impl Modules {
     /// compiling WebAssembly while it is evaluated (see `serve_loader_js`).
     pub fn snapshottable(&self) -> bool {
         self.snapshottable
+    }
+
+    /// Whether a sandbox can relink shared libraries at recorded bases (the dynamic-linker hooks
+    /// applied), which a snapshot with pre-imported packages needs.
+    pub fn dylink_hooks(&self) -> bool {
+        self.source("pyodide.asm.mjs")
+            .contains(DYLINK_HOOK_SITES[0].1)
     }
 
     /// A fingerprint of every module source served.
@@ -445,6 +496,9 @@ mod tests {
         let served = super::serve_asm_js(&assets.asm_js);
         assert!(served.contains("var lazyGOTMainExports"));
         assert!(served.contains(super::SPARSE_RESTORE_CALL_SITE.1));
+        for (_, to) in super::DYLINK_HOOK_SITES {
+            assert!(served.contains(to), "{to}");
+        }
         assert!(served.contains(super::RESTORED_PACKAGE_INDEX_CALL_SITE.1));
         assert!(served.contains("function sandboxAddFunction(func, sig)"));
         assert!(served.contains(super::LAZY_IMPORTS_CALL_SITE.1));

@@ -3,7 +3,8 @@
 //! thing. They come in pairs with the JavaScript that calls them:
 //! - [`web`] and `web.js`: the Web APIs Pyodide needs (encoding, URL, Base64, time, randomness, fetch);
 //! - [`call`] and `call.js` (with `runner.py`): one call's lifecycle;
-//! - [`pyodide`] and `pyodide.js`: booting Pyodide, the memory snapshot, the package layer.
+//! - [`pyodide`] and `pyodide.js`: booting Pyodide, the memory snapshot, the package layer (with
+//!   `dylink.js`: the shared libraries of a snapshot with pre-imported packages).
 //!
 //! `runtime.js` is the extension's entry point: it imports the three modules and hands `boot` and
 //! `run` to Rust through `op_sandbox_register`.
@@ -32,12 +33,13 @@ pub(crate) const RUNNER_PY: &str = include_str!("runner.py");
 
 /// The sandbox's JavaScript and Python glue as compiled into the binary (for the memory snapshot's
 /// key: the snapshot is taken by this code).
-pub(crate) fn glue() -> [&'static str; 5] {
+pub(crate) fn glue() -> [&'static str; 6] {
     [
         include_str!("runtime.js"),
         include_str!("web.js"),
         include_str!("call.js"),
         include_str!("pyodide.js"),
+        include_str!("dylink.js"),
         RUNNER_PY,
     ]
 }
@@ -56,8 +58,13 @@ pub(crate) enum Role {
     Sandbox {
         snapshot: Option<Arc<SharedSnapshot>>,
     },
-    /// Boots once at start-up to take the memory snapshot, left here.
-    MemorySnapshotMaker { taken: Option<Vec<u8>> },
+    /// Boots once at start-up to take the memory snapshot, left here; with `preimport`, after the
+    /// package layer is copied in and those modules are imported (with the record of the shared
+    /// libraries they loaded, see `dylink.js`).
+    MemorySnapshotMaker {
+        preimport: Vec<String>,
+        taken: Option<TakenSnapshot>,
+    },
     /// Boots once at start-up to install packages into the package layer; what it installed.
     Installer { captured: Captured },
     /// The realm evaluated into the V8 startup snapshot: Pyodide's modules load, nothing boots.
@@ -74,6 +81,13 @@ impl Role {
             Role::StartupSnapshot => "startup-snapshot",
         }
     }
+}
+
+/// What a snapshot maker produced: Pyodide's snapshot bytes and, when modules were pre-imported, the
+/// record of the shared libraries in it (JSON, see `dylink.js`).
+pub(crate) struct TakenSnapshot {
+    pub bytes: Vec<u8>,
+    pub dylibs: Option<String>,
 }
 
 /// Where a sandbox is in its life; ops that only booting needs refuse afterwards.
@@ -201,6 +215,7 @@ deno_core::extension!(
         pyodide::op_sandbox_layer_capture_loaded,
         pyodide::op_sandbox_layer_index,
         pyodide::op_sandbox_layer_loaded,
+        pyodide::op_sandbox_layer_module,
         pyodide::op_sandbox_log,
         pyodide::op_sandbox_read_asset,
         pyodide::op_sandbox_read_asset_text,
@@ -220,7 +235,7 @@ deno_core::extension!(
         web::op_sandbox_yield,
     ],
     esm_entry_point = "ext:sandbox/runtime.js",
-    esm = [dir "src/sandbox/ops", "runtime.js", "web.js", "call.js", "pyodide.js"],
+    esm = [dir "src/sandbox/ops", "runtime.js", "web.js", "call.js", "pyodide.js", "dylink.js"],
     options = { shared: Arc<EngineShared>, role: Role, budget: Arc<MemoryBudget> },
     state = |state, options| {
         state.put(SandboxState::new(options.shared, options.role, options.budget));

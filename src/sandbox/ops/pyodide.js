@@ -5,6 +5,7 @@
 
 import { core } from "ext:core/mod.js";
 import { setTimeOrigin } from "ext:sandbox/web.js";
+import { recordDylibs, relinkDylibs } from "ext:sandbox/dylink.js";
 
 const {
   op_sandbox_boot_config,
@@ -16,6 +17,7 @@ const {
   op_sandbox_layer_capture_loaded,
   op_sandbox_layer_index,
   op_sandbox_layer_loaded,
+  op_sandbox_layer_module,
   op_sandbox_log,
   op_sandbox_read_asset,
   op_sandbox_read_asset_text,
@@ -63,6 +65,28 @@ del runner, source`;
  * the whole restored heap: ~20,000 objects, 10 ms for a full collection.
  */
 const FREEZE_HEAP = "import gc\ngc.collect()\ngc.freeze()";
+/**
+ * The snapshot maker's imports when modules are pre-imported (`modules`: their names as JSON). With
+ * pyplot, one figure is drawn and saved, so the libraries a first plot loads (Agg, Pillow) are in the
+ * snapshot too; then matplotlib's font cache is emptied, which closes the font files it holds open
+ * (open files are JavaScript state, which a snapshot cannot hold).
+ */
+const PREIMPORT = `import gc, importlib, json, sys
+for name in json.loads(modules):
+    importlib.import_module(name)
+if "matplotlib.pyplot" in sys.modules:
+    import io
+    plt = sys.modules["matplotlib.pyplot"]
+    fig, ax = plt.subplots()
+    ax.plot([1, 2, 3], [3, 1, 2])
+    ax.set_title("snapshot")
+    fig.savefig(io.BytesIO(), format="png")
+    plt.close("all")
+    del io, plt, fig, ax
+if "matplotlib.font_manager" in sys.modules:
+    sys.modules["matplotlib.font_manager"]._get_font.cache_clear()
+del name, modules
+gc.collect()`;
 /** The message of every refusal when runtime package installation is disabled. */
 const DISABLED = "Runtime package installation is disabled";
 
@@ -105,6 +129,8 @@ export async function boot() {
   // The snapshot's bytes are shared by every isolate: this ArrayBuffer is detached right after the
   // restore, so nothing reachable later can read or write them.
   const snapshot = cfg.loadSnapshot ? op_sandbox_snapshot() : null;
+  // A snapshot with pre-imported modules comes with the record of its shared libraries.
+  const dylibs = snapshot && cfg.relink ? JSON.parse(cfg.relink) : null;
   const snapshotOptions = cfg.kind === "snapshot"
     ? { _makeSnapshot: true }
     : snapshot
@@ -154,7 +180,10 @@ export async function boot() {
         settings.sandboxRestored = true;
         // Called by Pyodide's restoreSnapshot (see modules.rs) with the snapshot's memory part.
         settings.sandboxRestoreMemory = (memory) => {
+          // (Pyodide sizes the memory to its own start-up, smaller than what imports grew it to.)
+          if (settings.HEAP8.length < memory.byteLength) settings.growMemory(memory.byteLength);
           op_sandbox_restore_memory(new Uint8Array(settings.HEAP8.buffer), memory.byteOffset);
+          if (dylibs) relinkDylibs(settings, dylibs, op_sandbox_layer_module);
         };
       }
       try {
@@ -179,11 +208,12 @@ export async function boot() {
   }
   if (!cfg.loadSnapshot) defineRunner(cfg.runnerSource);
   if (cfg.kind === "snapshot") {
-    // The runner and the modules it imports go into the snapshot; nothing else happens before it.
-    // The package layer is not in it: MEMFS is not part of a memory snapshot, so every sandbox
-    // copies the layer in after restoring.
+    // The runner and the modules it imports go into the snapshot, and with `preimport` those
+    // modules; nothing else happens before it. The package layer is not in it: MEMFS is not part of
+    // a memory snapshot, so every sandbox copies the layer in after restoring.
+    const record = cfg.preimport.length > 0 ? preimport(cfg.preimport) : null;
     pyodide.runPython(FREEZE_HEAP, { filename: "<sandbox-snapshot>" });
-    op_sandbox_store_snapshot(pyodide.makeMemorySnapshot());
+    op_sandbox_store_snapshot(pyodide.makeMemorySnapshot(), record ? JSON.stringify(record) : "");
     return;
   }
   copyLayer();
@@ -209,6 +239,37 @@ export async function boot() {
     delete config._loadSnapshot;
   }
   lockDown();
+}
+
+/**
+ * The snapshot maker's pre-import: the package layer copied in and the runner prepared as in a
+ * sandbox, then `modules` imported while the shared libraries they load are recorded. Returns the
+ * record (see dylink.js).
+ */
+function preimport(modules) {
+  // (Not Pyodide's package records: the snapshot requires them as they were at start-up, and every
+  // restored sandbox adds them with the files.)
+  copyLayer({ records: false });
+  const module = pyodide.pyimport("_sandbox_runner");
+  module.prepare();
+  module.destroy();
+  const finish = recordDylibs(pyodide._module);
+  const globals = pyodide.globals.get("dict")();
+  globals.set("modules", JSON.stringify(modules));
+  try {
+    pyodide.runPython(PREIMPORT, { globals, filename: "<sandbox-preimport>" });
+  } finally {
+    globals.destroy();
+  }
+  const record = finish();
+  const open = [];
+  pyodide.FS.streams.forEach((stream, fd) => {
+    if (stream && fd > 2) open.push(`${fd}: ${stream.path}`);
+  });
+  if (open.length > 0) {
+    throw new Error(`the pre-imported modules left files open (${open.join(", ")})`);
+  }
+  return record;
 }
 
 /**
@@ -323,8 +384,11 @@ function defineRunner(source) {
   globals.destroy();
 }
 
-/** Puts the package layer's files into this sandbox's MEMFS, as slices of its own copy-on-write map. */
-function copyLayer() {
+/**
+ * Puts the package layer's files into this sandbox's MEMFS, as slices of its own copy-on-write map,
+ * and (unless `records` is false) adds their packages to Pyodide's records of loaded packages.
+ */
+function copyLayer({ records = true } = {}) {
   const index = op_sandbox_layer_index();
   if (index.length === 0) return;
   const FS = pyodide.FS;
@@ -352,6 +416,7 @@ function copyLayer() {
     node.contents = data;
     node.usedBytes = length;
   }
+  if (!records) return;
   for (const [name, channel] of op_sandbox_layer_loaded()) {
     pyodide.loadedPackages[name] = channel;
   }

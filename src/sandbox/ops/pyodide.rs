@@ -27,6 +27,12 @@ struct BootConfig {
     requirements: Vec<String>,
     /// Installer only: micropip index URLs (empty: micropip's default).
     index_urls: Vec<String>,
+    /// Snapshot maker only: the modules to import before the snapshot (empty: none, and the package
+    /// layer is not copied in).
+    preimport: Vec<String>,
+    /// The record of the shared libraries in the snapshot being restored (JSON, see `dylink.js`),
+    /// when it was taken with pre-imported modules.
+    relink: Option<String>,
     /// Why `import micropip` fails, on a server whose package layer has none (else null).
     micropip_unavailable: Option<&'static str>,
     env: std::collections::BTreeMap<&'static str, &'static str>,
@@ -49,6 +55,11 @@ pub(super) fn op_sandbox_boot_config(op_state: &mut OpState) -> Result<BootConfi
             Vec::new()
         },
         index_urls: s.shared.config.package_index_urls.clone(),
+        preimport: match &s.role {
+            Role::MemorySnapshotMaker { preimport, .. } => preimport.clone(),
+            _ => Vec::new(),
+        },
+        relink: s.restore_from().and_then(|snapshot| snapshot.dylibs()),
         micropip_unavailable: s
             .shared
             .layer
@@ -99,16 +110,21 @@ pub(super) fn op_sandbox_restore_memory(
         .map_err(JsErrorBox::generic)
 }
 
+/// Snapshot maker only: the snapshot taken, and the record of its shared libraries (empty: none).
 #[op2(fast)]
 pub(super) fn op_sandbox_store_snapshot(
     op_state: &mut OpState,
     #[buffer] data: &[u8],
+    #[string] dylibs: String,
 ) -> Result<(), JsErrorBox> {
     let s = state_mut(op_state);
     s.booting("op_sandbox_store_snapshot")?;
     match &mut s.role {
-        Role::MemorySnapshotMaker { taken } => {
-            *taken = Some(data.to_vec());
+        Role::MemorySnapshotMaker { taken, .. } => {
+            *taken = Some(super::TakenSnapshot {
+                bytes: data.to_vec(),
+                dylibs: (!dylibs.is_empty()).then_some(dylibs),
+            });
             Ok(())
         }
         _ => Err(JsErrorBox::generic("this sandbox does not take snapshots")),
@@ -304,6 +320,31 @@ pub(super) fn op_sandbox_layer_loaded(
         .get()
         .map(|l| l.loaded_packages.clone())
         .unwrap_or_default())
+}
+
+/// The shared library at `path` of the package layer, compiled once per process (start-up only: a
+/// sandbox restored from a snapshot with pre-imported packages relinks them, see `dylink.js`).
+#[op2]
+pub(super) fn op_sandbox_layer_module<'s, 'i>(
+    scope: &mut v8::PinScope<'s, 'i>,
+    op_state: &mut OpState,
+    #[string] path: &str,
+) -> Result<v8::Local<'s, v8::Value>, JsErrorBox> {
+    let s = state(op_state);
+    s.booting("op_sandbox_layer_module")?;
+    let shared = s.shared.clone();
+    let layer = shared
+        .layer
+        .get()
+        .ok_or_else(|| JsErrorBox::generic("no package layer"))?;
+    let bytes = layer
+        .file(path)
+        .ok_or_else(|| JsErrorBox::generic(format!("{path} is not in the package layer")))?;
+    shared
+        .wasm_modules
+        .compile_named(scope, &format!("layer:{path}"), bytes)
+        .map(Into::into)
+        .map_err(|e| JsErrorBox::type_error(e.to_string()))
 }
 
 /// What the installer has captured so far; an error in any other role.

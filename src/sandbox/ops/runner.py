@@ -200,8 +200,19 @@ def prepare(micropip_unavailable=None):
     if micropip_unavailable is not None:
         _UnavailableFinder.message = micropip_unavailable
         sys.meta_path.insert(0, _UnavailableFinder)
-    # The snapshot froze whatever random state existed: draw fresh OS entropy.
+    # The snapshot froze whatever random state existed: draw fresh OS entropy (numpy's legacy
+    # global generator too, when numpy was pre-imported into the snapshot).
     random.seed()
+    np_random = sys.modules.get("numpy.random")
+    if np_random is not None:
+        np_random.seed()
+    # matplotlib, if pre-imported, made its config directory in a file system that did not survive.
+    mpl = sys.modules.get("matplotlib")
+    if mpl is not None:
+        try:
+            os.makedirs(mpl.get_cachedir(), exist_ok=True)
+        except Exception:
+            pass
     # matplotlib draws with Agg; plt.show() and figures left open become PNG files.
     if _BackendFinder not in sys.meta_path:
         sys.meta_path.append(_BackendFinder)

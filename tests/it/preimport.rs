@@ -1,0 +1,170 @@
+//! Pre-imported modules: sandboxes restored from the snapshot taken after `import pandas` and
+//! `import matplotlib.pyplot` (their shared libraries relinked at the recorded bases) find them
+//! imported and working, still get a fresh interpreter each, and a snapshot that does not restore
+//! is never used: the engine falls back to the plain snapshot with a warning.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use code_interpreter_mcp::sandbox::{Engine, EngineConfig};
+use sha2::{Digest, Sha256};
+
+use crate::common::{engine_config, ok, request, returned_file, temp_dir};
+
+const PREINSTALL: [&str; 2] = ["pandas", "matplotlib"];
+
+fn config(cache: &Path, preimport: &[&str]) -> EngineConfig {
+    EngineConfig {
+        preinstall_packages: PREINSTALL.iter().map(|s| s.to_string()).collect(),
+        preimport_modules: preimport.iter().map(|s| s.to_string()).collect(),
+        package_cache_dir: cache.to_path_buf(),
+        ..engine_config()
+    }
+}
+
+/// The stored snapshots with pre-imported modules under `cache`.
+fn stored(cache: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(cache.join("snapshot-preimported"))
+        .map(|dir| dir.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.retain(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'));
+    files
+}
+
+fn result(engine: &Engine, code: &str) -> String {
+    let r = engine.execute(request(code));
+    ok(&r).result.clone().unwrap_or_default()
+}
+
+#[test]
+fn preimported_modules_work_in_every_fresh_sandbox_and_nothing_leaks_between_them() {
+    let cache = temp_dir("preimport-fresh");
+    let engine = Engine::new(config(&cache, &["pandas", "matplotlib.pyplot"])).expect("engine");
+    assert!(engine.preimported(), "the snapshot with pandas is in use");
+    assert_eq!(stored(&cache).len(), 1);
+
+    // Imported before the call starts: the import itself is only a dictionary lookup.
+    let started = Instant::now();
+    let out = result(
+        &engine,
+        "import sys\nalready = 'pandas' in sys.modules and 'matplotlib.pyplot' in sys.modules\nimport pandas as pd\ndf = pd.DataFrame({'k': ['a', 'b', 'a'], 'v': [1, 2, 3], 't': pd.date_range('2024-01-01', periods=3)})\n(already, df.groupby('k').v.sum().to_dict(), df.t.dt.day.tolist())",
+    );
+    assert_eq!(out, "(True, {'a': 4, 'b': 2}, [1, 2, 3])");
+    let first = started.elapsed();
+
+    // A plot with text (matplotlib's fonts are opened again after the restore) saved as PNG.
+    let r = engine.execute(request(
+        "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 2, 3], [2, 3, 1])\nax.set_title('restored')\nfig.savefig('plot.png')",
+    ));
+    ok(&r);
+    assert!(returned_file(&r, "plot.png").starts_with(b"\x89PNG"));
+
+    // Libraries loaded after the restore link next to the relinked ones: numpy.fft's (in the
+    // layer) and regex's (a package loaded from its import).
+    assert_eq!(
+        result(
+            &engine,
+            "import numpy as np\nimport numpy.fft\nimport regex\n(np.fft.fft([1, 0, 0, 0]).real.tolist(), regex.sub(r'\\d', '#', 'a1b2'))",
+        ),
+        "([1.0, 1.0, 1.0, 1.0], 'a#b#')"
+    );
+
+    // What one call does to the pre-imported modules is gone in the next sandbox.
+    ok(&engine.execute(request(
+        "import pandas as pd, numpy as np\npd.leaked = 1\nnp.set_printoptions(precision=1)\npd.set_option('display.max_rows', 3)",
+    )));
+    assert_eq!(
+        result(
+            &engine,
+            "import pandas as pd, numpy as np\n(hasattr(pd, 'leaked'), np.get_printoptions()['precision'], pd.get_option('display.max_rows'))",
+        ),
+        "(False, 8, 60)"
+    );
+
+    // Every sandbox draws its own random numbers (the snapshot froze the generators' state).
+    let draw = "import numpy as np, random\n(float(np.random.random()), random.random(), int(np.random.default_rng().integers(1 << 30)))";
+    assert_ne!(result(&engine, draw), result(&engine, draw));
+
+    // A Python error in a restored sandbox is an ordinary one.
+    let r = engine.execute(request(
+        "import pandas as pd\npd.DataFrame({'a': [1]})['b']",
+    ));
+    let error = r.error.expect("KeyError");
+    assert_eq!(error.error_type, "KeyError");
+
+    eprintln!("first call with pandas pre-imported: {first:?}");
+}
+
+/// The stored file's body (without its sha256 trailer), its record and Pyodide's snapshot.
+fn split(file: &Path) -> (serde_json::Value, Vec<u8>) {
+    let bytes = std::fs::read(file).unwrap();
+    let body = &bytes[..bytes.len() - 32];
+    let len = u64::from_le_bytes(body[..8].try_into().unwrap()) as usize;
+    let record = serde_json::from_slice(&body[8..8 + len]).unwrap();
+    (record, body[8 + len..].to_vec())
+}
+
+/// Writes a stored snapshot back with a checksum that holds.
+fn write(file: &Path, record: &serde_json::Value, snapshot: &[u8]) {
+    let record = serde_json::to_vec(record).unwrap();
+    let mut body = (record.len() as u64).to_le_bytes().to_vec();
+    body.extend_from_slice(&record);
+    body.extend_from_slice(snapshot);
+    let digest = Sha256::digest(&body);
+    body.extend_from_slice(&digest);
+    std::fs::write(file, body).unwrap();
+}
+
+#[test]
+fn a_snapshot_that_does_not_restore_is_never_used_and_a_changed_list_makes_a_new_one() {
+    let cache = temp_dir("preimport-fallback");
+    let engine = Engine::new(config(&cache, &["pandas"])).expect("engine");
+    assert!(engine.preimported());
+    drop(engine);
+    let [file] = stored(&cache).try_into().expect("one stored snapshot");
+
+    // A damaged file fails its checksum: taken again.
+    let mut bytes = std::fs::read(&file).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&file, &bytes).unwrap();
+    let engine = Engine::new(config(&cache, &["pandas"])).expect("engine");
+    assert!(engine.preimported(), "taken again");
+    drop(engine);
+
+    // A file whose checksum holds but whose libraries do not relink as recorded (a library's
+    // recorded table base moved): the check sandbox fails, the file is discarded, and sandboxes
+    // restore the plain snapshot and import pandas themselves.
+    let (mut record, snapshot) = split(&file);
+    let before = record["loads"][0]["tableLenBefore"].as_u64().unwrap();
+    record["loads"][0]["tableLenBefore"] = (before + 7).into();
+    write(&file, &record, &snapshot);
+    let engine = Engine::new(config(&cache, &["pandas"])).expect("engine");
+    assert!(!engine.preimported(), "the broken snapshot is not used");
+    assert!(stored(&cache).is_empty(), "and it is discarded");
+    assert_eq!(
+        result(
+            &engine,
+            "import sys\nbefore = 'pandas' in sys.modules\nimport pandas as pd\n(before, int(pd.Series([1, 2]).sum()))"
+        ),
+        "(False, 3)"
+    );
+    drop(engine);
+
+    // Another list of modules is another snapshot (and replaces the old one on disk).
+    let engine = Engine::new(config(&cache, &["pandas"])).expect("engine");
+    assert!(engine.preimported());
+    let [pandas_only] = stored(&cache).try_into().expect("one stored snapshot");
+    drop(engine);
+    let engine = Engine::new(config(&cache, &["numpy"])).expect("engine");
+    assert!(engine.preimported());
+    let [numpy_only] = stored(&cache).try_into().expect("one stored snapshot");
+    assert_ne!(pandas_only, numpy_only);
+    assert_eq!(
+        result(
+            &engine,
+            "import sys\n('numpy' in sys.modules, 'pandas' in sys.modules)"
+        ),
+        "(True, False)"
+    );
+}
