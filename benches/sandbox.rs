@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use code_interpreter_mcp::config::AppConfig;
 use code_interpreter_mcp::packages::PackageSource;
-use code_interpreter_mcp::sandbox::{BootMode, Engine, EngineConfig, ExecRequest};
+use code_interpreter_mcp::sandbox::{BootMode, Engine, EngineConfig, ExecRequest, Flavor};
 
 fn main() {
     let iterations: usize = std::env::var("BENCH_ITERATIONS")
@@ -73,6 +73,13 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
         .and_then(|v| v.parse().ok())
         .map(Duration::from_millis);
 
+    // BENCH_PREIMPORT: every sandbox is restored from the snapshot with the pre-imported modules.
+    let flavor = if engine.preimported() {
+        Flavor::Preimported
+    } else {
+        Flavor::Plain
+    };
+
     // One warm-up call, not counted.
     let _ = engine.execute(request());
 
@@ -81,7 +88,7 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
     let mut teardowns = Vec::with_capacity(iterations);
     for _ in 0..iterations {
         let started = Instant::now();
-        let sandbox = engine.boot().expect("boot");
+        let sandbox = engine.boot_flavor(flavor).expect("boot");
         boots.push(started.elapsed());
         let mut sandbox = sandbox;
         if let Some(idle) = idle {

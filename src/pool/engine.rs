@@ -6,16 +6,21 @@ use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use super::Backend;
-use crate::sandbox::{Engine, ExecRequest, ExecResult, Sandbox};
+use crate::sandbox::{Engine, ExecRequest, ExecResult, Flavor, Sandbox};
 use crate::telemetry;
 
 impl Backend for Engine {
     type Sandbox = Sandbox;
     type Job = ExecRequest;
     type Output = ExecResult;
+    type Flavor = Flavor;
 
-    fn boot(&self) -> Result<Sandbox, String> {
-        Engine::boot(self).map_err(|e| e.to_string())
+    fn flavor(&self, job: &ExecRequest) -> Flavor {
+        self.flavor_for(&job.code)
+    }
+
+    fn boot(&self, flavor: Flavor) -> Result<Sandbox, String> {
+        self.boot_flavor(flavor).map_err(|e| e.to_string())
     }
 
     /// Finishes the garbage collection that booting started (see `Sandbox::collect_garbage`).

@@ -27,9 +27,15 @@ pub trait Backend: Send + Sync + 'static {
     type Job: Send + 'static;
     /// What a call gets back.
     type Output: Send + 'static;
+    /// The kinds of sandbox there are (`()` for one kind). A worker keeps a sandbox of the kind its
+    /// last call needed ready for the next.
+    type Flavor: Copy + PartialEq + Default + std::fmt::Debug + Send + 'static;
 
-    /// Boots a fresh sandbox; the error is the reason, for the caller and the log.
-    fn boot(&self) -> Result<Self::Sandbox, String>;
+    /// The kind of sandbox that serves `job` best.
+    fn flavor(&self, job: &Self::Job) -> Self::Flavor;
+
+    /// Boots a fresh sandbox of `flavor`; the error is the reason, for the caller and the log.
+    fn boot(&self, flavor: Self::Flavor) -> Result<Self::Sandbox, String>;
 
     /// Settles a sandbox booted ahead of its call (skipped when a job is already waiting for it).
     fn settle(&self, _sandbox: &mut Self::Sandbox) {}
@@ -420,11 +426,12 @@ impl<B: Backend> Worker<B> {
             WorkerState::Idle
         };
         let guard = LiveGuard::new(self.shared.health.clone(), initial);
-        let mut ready: Option<B::Sandbox> = None;
+        let mut ready: Option<(B::Flavor, B::Sandbox)> = None;
         if self.prewarmed {
-            match self.boot(&guard, InitPhase::Startup) {
+            let flavor = B::Flavor::default();
+            match self.boot(&guard, InitPhase::Startup, flavor) {
                 Ok(sandbox) => {
-                    ready = Some(sandbox);
+                    ready = Some((flavor, sandbox));
                     let _ = ack.send(Ok(()));
                 }
                 Err(e) => {
@@ -439,9 +446,14 @@ impl<B: Backend> Worker<B> {
             let queue_wait = job.enqueued.elapsed();
             telemetry::queue_wait(QueueExit::Dispatched, queue_wait);
             let started = Instant::now();
+            let flavor = self.backend.flavor(&job.job);
+            // A ready sandbox of another kind waits for a later call.
             let sandbox = match ready.take() {
-                Some(sandbox) => Ok(sandbox),
-                None => self.boot(&guard, InitPhase::OnDemand),
+                Some((f, sandbox)) if f == flavor => Ok(sandbox),
+                other => {
+                    ready = other;
+                    self.boot(&guard, InitPhase::OnDemand, flavor)
+                }
             };
             let (result, used) = match sandbox {
                 Ok(mut sandbox) => {
@@ -459,9 +471,13 @@ impl<B: Backend> Worker<B> {
             // The caller has its result; now tear the used isolate down (reported as preparing).
             guard.set(WorkerState::Initializing);
             drop(used);
-            if self.prewarmed && !self.closed() {
-                match self.boot(&guard, InitPhase::Replenishment) {
-                    Ok(sandbox) => ready = Some(sandbox),
+            // The next call is likely to need what this one did: a ready sandbox of another kind
+            // makes way for one of this kind.
+            if self.prewarmed && !self.closed() && ready.as_ref().is_none_or(|(f, _)| *f != flavor)
+            {
+                drop(ready.take());
+                match self.boot(&guard, InitPhase::Replenishment, flavor) {
+                    Ok(sandbox) => ready = Some((flavor, sandbox)),
                     Err(e) => {
                         tracing::error!(worker = self.index, error = %e, "replacement sandbox failed to boot")
                     }
@@ -473,15 +489,21 @@ impl<B: Backend> Worker<B> {
     }
 
     /// Boots a sandbox, as the worker's `initializing` state, recording how long it took.
-    fn boot(&self, guard: &LiveGuard, phase: InitPhase) -> Result<B::Sandbox, String> {
+    fn boot(
+        &self,
+        guard: &LiveGuard,
+        phase: InitPhase,
+        flavor: B::Flavor,
+    ) -> Result<B::Sandbox, String> {
         guard.set(WorkerState::Initializing);
         let started = Instant::now();
-        let mut sandbox = self.backend.boot();
+        let mut sandbox = self.backend.boot(flavor);
         let took = started.elapsed();
         telemetry::isolate_initialization(phase, sandbox.is_ok(), took);
         tracing::debug!(
             worker = self.index,
             phase = ?phase,
+            flavor = ?flavor,
             ok = sandbox.is_ok(),
             ms = took.as_secs_f64() * 1000.0,
             "sandbox boot"

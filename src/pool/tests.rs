@@ -20,6 +20,8 @@ struct Fake {
     settled: AtomicUsize,
     /// The cancellation flag of the last job run.
     cancelled: Mutex<Option<Arc<AtomicBool>>>,
+    /// The flavor of every sandbox booted, in order.
+    flavors: Mutex<Vec<u8>>,
 }
 
 struct FakeJob {
@@ -29,6 +31,8 @@ struct FakeJob {
     /// The job runs until this is released (or dropped).
     hold: Option<Receiver<()>>,
     panic: bool,
+    /// The kind of sandbox it asks for.
+    flavor: u8,
 }
 
 impl FakeJob {
@@ -38,6 +42,14 @@ impl FakeJob {
             started: None,
             hold: None,
             panic: false,
+            flavor: 0,
+        }
+    }
+
+    fn of_flavor(name: &'static str, flavor: u8) -> Self {
+        Self {
+            flavor,
+            ..Self::quick(name)
         }
     }
 
@@ -50,6 +62,7 @@ impl FakeJob {
             started: Some(started_tx),
             hold: Some(release_rx),
             panic: false,
+            flavor: 0,
         };
         (job, started_rx, release_tx)
     }
@@ -59,11 +72,17 @@ impl Backend for Fake {
     type Sandbox = usize;
     type Job = FakeJob;
     type Output = (&'static str, usize);
+    type Flavor = u8;
 
-    fn boot(&self) -> Result<usize, String> {
+    fn flavor(&self, job: &FakeJob) -> u8 {
+        job.flavor
+    }
+
+    fn boot(&self, flavor: u8) -> Result<usize, String> {
         if self.fail_boots.load(Ordering::SeqCst) {
             return Err("no sandbox today".into());
         }
+        self.flavors.lock().unwrap().push(flavor);
         Ok(self.boots.fetch_add(1, Ordering::SeqCst) + 1)
     }
 
@@ -319,4 +338,29 @@ fn a_worker_without_a_sandbox_leaves_the_call_to_an_idle_prewarmed_one() {
         assert_eq!(fake.boots.load(Ordering::SeqCst), sandbox + 1);
     }
     assert_eq!(fake.boots.load(Ordering::SeqCst), 4);
+}
+
+#[test]
+fn a_call_gets_a_sandbox_of_its_flavor_and_the_next_ready_one_follows_it() {
+    let fake = Arc::new(Fake::default());
+    let pool = pool(&fake, 1, 8, 1);
+    wait_until("the prewarmed worker to wait", || ready_idle(&pool));
+    let flavors = || fake.flavors.lock().unwrap().clone();
+    // Start-up prepares the default flavor.
+    assert_eq!(flavors(), [0]);
+    // A call of another flavor: booted on demand, then the ready sandbox follows the call's flavor.
+    let mut t = pool.submit(FakeJob::of_flavor("data", 1)).unwrap();
+    assert_eq!(block_on(t.wait()).result.unwrap(), ("data", 2));
+    wait_until("the replacement", || ready_idle(&pool));
+    assert_eq!(flavors(), [0, 1, 1]);
+    // The next call of that flavor finds it ready.
+    let mut t = pool.submit(FakeJob::of_flavor("more data", 1)).unwrap();
+    assert_eq!(block_on(t.wait()).result.unwrap(), ("more data", 3));
+    wait_until("the replacement", || ready_idle(&pool));
+    assert_eq!(flavors(), [0, 1, 1, 1]);
+    // And a default call after it boots its own.
+    let mut t = pool.submit(FakeJob::quick("plain")).unwrap();
+    assert_eq!(block_on(t.wait()).result.unwrap(), ("plain", 5));
+    wait_until("the replacement", || ready_idle(&pool));
+    assert_eq!(flavors(), [0, 1, 1, 1, 0, 0]);
 }

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::flavor::{Flavor, Preimported, PreimportedSet};
 use super::isolate::Sandbox;
 use super::memory_snapshot::Kind;
 use super::memory_snapshot::{self, SharedSnapshot};
@@ -162,6 +163,12 @@ impl Engine {
                 &memory_snapshot::encode_preimported(&bytes, &dylibs),
             );
         }
+        let packages = serde_json::from_str::<serde_json::Value>(&dylibs)
+            .ok()
+            .and_then(|record| {
+                serde_json::from_value::<Vec<String>>(record["modules"].clone()).ok()
+            })
+            .unwrap_or_default();
         let candidate = Arc::new(SharedSnapshot::with_dylibs(bytes, dylibs));
         match self.check_preimported(&candidate) {
             Ok(()) => {
@@ -172,7 +179,10 @@ impl Engine {
                     ms = started.elapsed().as_millis() as u64,
                     "snapshot with pre-imported modules ready"
                 );
-                let _ = self.shared.preimported.set(candidate);
+                let _ = self.shared.preimported.set(Preimported {
+                    snapshot: candidate,
+                    packages: PreimportedSet::new(packages),
+                });
             }
             Err(e) => {
                 memory_snapshot::discard(cache_dir, Kind::Preimported, &key);
@@ -369,12 +379,26 @@ check({modules})"
         self.shared.layer.get().map(|l| l.origin)
     }
 
-    /// Boots a fresh sandbox: new isolate, new Pyodide, locked-down globals; with the pre-imported
-    /// modules when there is a snapshot of them (falling back, with a warning, to the plain snapshot
-    /// if it does not restore).
+    /// Boots a fresh sandbox: new isolate, new Pyodide, locked-down globals.
     pub fn boot(&self) -> Result<Sandbox, EngineError> {
-        if let Some(preimported) = self.shared.preimported.get() {
-            match Sandbox::boot(self.shared.clone(), Some(preimported.clone())) {
+        self.boot_flavor(Flavor::Plain)
+    }
+
+    /// The kind of sandbox that serves `code` best (see `flavor.rs`).
+    pub fn flavor_for(&self, code: &str) -> Flavor {
+        match self.shared.preimported.get() {
+            Some(p) if p.packages.imported_by(code) => Flavor::Preimported,
+            _ => Flavor::Plain,
+        }
+    }
+
+    /// Boots a fresh sandbox of `flavor`: with the pre-imported modules when asked and there is a
+    /// snapshot of them (falling back, with a warning, to the plain snapshot if it does not restore).
+    pub fn boot_flavor(&self, flavor: Flavor) -> Result<Sandbox, EngineError> {
+        if flavor == Flavor::Preimported
+            && let Some(preimported) = self.shared.preimported.get()
+        {
+            match Sandbox::boot(self.shared.clone(), Some(preimported.snapshot.clone())) {
                 Ok(sandbox) => return Ok(sandbox),
                 Err(e) => tracing::warn!(
                     error = %e,
@@ -390,9 +414,10 @@ check({modules})"
         self.shared.preimported.get().is_some()
     }
 
-    /// Boots a sandbox and runs `request` in it. Start-up failures become a runtime error result.
+    /// Boots a sandbox (of the flavor that serves it) and runs `request` in it. Start-up failures
+    /// become a runtime error result.
     pub fn execute(&self, request: ExecRequest) -> ExecResult {
-        match self.boot() {
+        match self.boot_flavor(self.flavor_for(&request.code)) {
             Ok(sandbox) => sandbox.execute(request),
             Err(e) => ExecResult::failure(ExecError::new(
                 ErrorKind::Runtime,

@@ -7,6 +7,7 @@
 //! the configuration, and rebuilt otherwise. A cache directory that cannot be written is not fatal: the
 //! layer then lives in memory for this process only.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -57,7 +58,13 @@ pub struct PackageLayer {
     pub loaded_packages: Vec<(String, String)>,
     /// Where this layer came from.
     pub origin: LayerOrigin,
+    /// The layer as a tree: each directory's entries (made on first use; see `children`).
+    tree: std::sync::OnceLock<HashMap<String, Vec<Child>>>,
 }
+
+/// One entry of a directory of the layer: (name, is a directory, offset, length); a directory's
+/// offset and length are 0.
+pub type Child = (String, bool, u32, u32);
 
 /// Where a prepared layer came from (for logs and tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -110,6 +117,39 @@ impl PackageLayer {
     /// Total bytes of file content.
     pub fn bytes(&self) -> usize {
         self.blob.len()
+    }
+
+    /// The entries of directory `dir` (an absolute path without a trailing slash) in the layer:
+    /// sandboxes put files into MEMFS a directory at a time, when first looked up.
+    pub fn children(&self, dir: &str) -> &[Child] {
+        let tree = self.tree.get_or_init(|| {
+            let mut tree: HashMap<String, Vec<Child>> = HashMap::new();
+            let mut dirs = std::collections::HashSet::new();
+            for (path, offset, length) in &self.index {
+                let Some((parent, name)) = path.rsplit_once('/') else {
+                    continue;
+                };
+                tree.entry(parent.to_string()).or_default().push((
+                    name.to_string(),
+                    false,
+                    *offset,
+                    *length,
+                ));
+                // Each ancestor directory is an entry of its own parent, once.
+                let mut dir = parent;
+                while let Some((up, name)) = dir.rsplit_once('/') {
+                    if !dirs.insert(dir.to_string()) {
+                        break;
+                    }
+                    tree.entry(up.to_string())
+                        .or_default()
+                        .push((name.to_string(), true, 0, 0));
+                    dir = up;
+                }
+            }
+            tree
+        });
+        tree.get(dir).map_or(&[], Vec::as_slice)
     }
 
     /// The contents of the file at `path` (an absolute path in the sandbox).
@@ -236,6 +276,40 @@ fn local_path(root: &Path, sandbox_path: &str) -> Result<PathBuf, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_layer_lists_each_directory_with_its_files_and_subdirectories() {
+        let files = ["/sp/a/x.py", "/sp/a/b/y.so", "/sp/c.pth", "/sp/a/z.py"]
+            .map(|p| (p.to_string(), p.as_bytes().to_vec()))
+            .to_vec();
+        let layer =
+            PackageLayer::from_files(files, Vec::new(), LayerOrigin::Built, |_, d| d).unwrap();
+        let names = |dir: &str| {
+            let mut v: Vec<(String, bool)> = layer
+                .children(dir)
+                .iter()
+                .map(|(n, d, _, _)| (n.clone(), *d))
+                .collect();
+            v.sort();
+            v
+        };
+        let e = |n: &str, d: bool| (n.to_string(), d);
+        assert_eq!(names(""), [e("sp", true)]);
+        assert_eq!(names("/sp"), [e("a", true), e("c.pth", false)]);
+        assert_eq!(
+            names("/sp/a"),
+            [e("b", true), e("x.py", false), e("z.py", false)]
+        );
+        assert_eq!(names("/sp/a/b"), [e("y.so", false)]);
+        assert!(names("/sp/a/b/y.so").is_empty());
+        assert!(names("/nowhere").is_empty());
+        let (_, _, offset, length) = layer.children("/sp/a/b")[0].clone();
+        assert_eq!(
+            &layer.blob[offset as usize..(offset + length) as usize],
+            b"/sp/a/b/y.so"
+        );
+        assert_eq!(layer.file("/sp/a/b/y.so"), Some(&b"/sp/a/b/y.so"[..]));
+    }
 
     #[test]
     fn layer_paths_cannot_escape() {

@@ -21,6 +21,7 @@
 mod callbacks;
 mod cow;
 mod engine;
+mod flavor;
 mod isolate;
 pub mod layer;
 mod memory;
@@ -35,6 +36,7 @@ mod wasm;
 mod watchdog;
 
 pub use engine::Engine;
+pub use flavor::Flavor;
 pub use isolate::{FileRead, Sandbox};
 pub use shared::{BootMode, EngineConfig, EngineError};
 pub use types::{ErrorKind, ExecError, ExecRequest, ExecResult, InputFile, OutputFile};

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use deno_core::v8;
 
+use super::flavor::Preimported;
 use super::memory_snapshot::SharedSnapshot;
 use super::wasm::WasmModules;
 use super::{cow, layer, modules};
@@ -82,7 +83,7 @@ pub(crate) struct EngineShared {
     /// The Pyodide memory snapshot sandboxes restore (snapshot boot mode).
     pub snapshot: OnceLock<Arc<SharedSnapshot>>,
     /// The snapshot with `preimport_modules` imported, when there is a working one: restored instead.
-    pub preimported: OnceLock<Arc<SharedSnapshot>>,
+    pub preimported: OnceLock<Preimported>,
     /// The package layer copied into every sandbox (micropip and the preinstalled packages).
     pub layer: OnceLock<Arc<layer::PackageLayer>>,
     /// The package layer's file contents, as every sandbox maps them (copy-on-write).

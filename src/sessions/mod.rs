@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use tokio::sync::oneshot;
 
-use crate::sandbox::{Engine, ExecRequest, ExecResult, FileRead, Sandbox};
+use crate::sandbox::{Engine, ExecRequest, ExecResult, FileRead, Flavor, Sandbox};
 use crate::telemetry::{self, SessionEnd};
 
 /// Session settings (from `[sessions]`, and the replica's name).
@@ -164,8 +164,13 @@ impl Sessions {
         sessions
     }
 
-    /// Creates a session (booting its sandbox on a thread of its own) owned by `owner`; its id.
-    pub async fn create(&self, owner: Option<String>) -> Result<String, SessionError> {
+    /// Creates a session (booting its sandbox on a thread of its own) owned by `owner`; its id. The
+    /// sandbox is of the flavor that serves `first_code`, the code of the session's first call.
+    pub async fn create(
+        &self,
+        owner: Option<String>,
+        first_code: &str,
+    ) -> Result<String, SessionError> {
         let inner = &self.inner;
         if inner.closed.load(Ordering::SeqCst) {
             return Err(SessionError::ShuttingDown);
@@ -185,11 +190,12 @@ impl Sessions {
         let (jobs, receiver) = mpsc::channel();
         let (booted, booted_rx) = oneshot::channel();
         let engine = inner.engine.clone();
+        let flavor = engine.flavor_for(first_code);
         let thread_id = id.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("session-{}", short(&id)))
             .stack_size(8 * 1024 * 1024)
-            .spawn(move || session_thread(engine, thread_id, receiver, booted));
+            .spawn(move || session_thread(engine, flavor, thread_id, receiver, booted));
         let outcome = match spawned {
             Ok(_) => booted_rx
                 .await
@@ -445,11 +451,12 @@ fn new_id(replica: &str) -> String {
 /// drops the session (or its interpreter is gone).
 fn session_thread(
     engine: Engine,
+    flavor: Flavor,
     id: String,
     jobs: mpsc::Receiver<Job>,
     booted: oneshot::Sender<Result<(), String>>,
 ) {
-    let mut sandbox: Sandbox = match engine.boot() {
+    let mut sandbox: Sandbox = match engine.boot_flavor(flavor) {
         Ok(sandbox) => sandbox,
         Err(e) => {
             let _ = booted.send(Err(e.to_string()));

@@ -302,7 +302,10 @@ async fn in_session(
     let started = std::time::Instant::now();
     let cancelled = context.as_ref().map(|c| c.ct.clone()).unwrap_or_default();
     let id = if session_id.is_empty() || session_id == "new" {
-        match sessions.create(session_owner(context.as_ref())).await {
+        match sessions
+            .create(session_owner(context.as_ref()), &request.code)
+            .await
+        {
             Ok(id) => id,
             Err(e) => return Ended::refused(Refusal::Session(e)),
         }

@@ -98,6 +98,38 @@ except Exception as e:
     );
 }
 
+/// The layer's directories are made when first looked up, but the layer looks whole: listed, walked,
+/// read, not removable while it holds files, replaceable file by file.
+#[test]
+fn the_package_layer_looks_whole_though_its_directories_are_made_when_first_used() {
+    let result = run(r#"
+import errno, os, sys
+sp = next(p for p in sys.path if p.endswith("site-packages"))
+names = os.listdir(sp)
+files = sum(len(f) for _, _, f in os.walk(os.path.join(sp, "micropip")))
+try:
+    os.rmdir(os.path.join(sp, "micropip"))
+    removed = "removed"
+except OSError as e:
+    removed = e.errno == errno.ENOTEMPTY
+with open(os.path.join(sp, "micropip", "__init__.py")) as f:
+    policy = "_code_interpreter_mcp_policy" in f.read()
+with open(os.path.join(sp, "micropip", "_version.py"), "w") as f:
+    f.write("replaced")
+with open(os.path.join(sp, "micropip", "_version.py")) as f:
+    replaced = f.read()
+("micropip" in names, any(n.endswith(".dist-info") for n in names), files > 30, removed, policy, replaced)
+"#);
+    assert_eq!(
+        ok(&result).result.as_deref(),
+        Some("(True, True, True, True, True, 'replaced')")
+    );
+    // The next sandbox has the layer's own file again.
+    let result = run("import micropip, os
+open(os.path.join(os.path.dirname(micropip.__file__), '_version.py')).read() != 'replaced'");
+    assert_eq!(ok(&result).result.as_deref(), Some("True"));
+}
+
 /// Preinstallation: the layer is built once, reused on the next start without a single wheel read
 /// (the mirror is emptied in between), rebuilt when the list changes; runtime installation disabled
 /// keeps the preinstalled packages importable and refuses everything else.

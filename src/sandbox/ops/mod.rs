@@ -214,6 +214,7 @@ deno_core::extension!(
         pyodide::op_sandbox_layer_capture,
         pyodide::op_sandbox_layer_capture_loaded,
         pyodide::op_sandbox_layer_index,
+        pyodide::op_sandbox_layer_dir,
         pyodide::op_sandbox_layer_loaded,
         pyodide::op_sandbox_layer_module,
         pyodide::op_sandbox_log,

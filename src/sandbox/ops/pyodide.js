@@ -16,6 +16,7 @@ const {
   op_sandbox_layer_capture,
   op_sandbox_layer_capture_loaded,
   op_sandbox_layer_index,
+  op_sandbox_layer_dir,
   op_sandbox_layer_loaded,
   op_sandbox_layer_module,
   op_sandbox_log,
@@ -65,6 +66,9 @@ del runner, source`;
  * the whole restored heap: ~20,000 objects, 10 ms for a full collection.
  */
 const FREEZE_HEAP = "import gc\ngc.collect()\ngc.freeze()";
+/** The top-level packages imported from site-packages, as JSON. */
+const IMPORTED_PACKAGES = `import json, sys
+json.dumps(sorted({n.split(".")[0] for n, m in list(sys.modules.items()) if "site-packages" in (getattr(m, "__file__", None) or "")}))`;
 /**
  * The snapshot maker's imports when modules are pre-imported (`modules`: their names as JSON). With
  * pyplot, one figure is drawn and saved, so the libraries a first plot loads (Agg, Pillow) are in the
@@ -249,19 +253,23 @@ export async function boot() {
 function preimport(modules) {
   // (Not Pyodide's package records: the snapshot requires them as they were at start-up, and every
   // restored sandbox adds them with the files.)
-  copyLayer({ records: false });
+  copyLayer({ records: false, lazy: false });
   const module = pyodide.pyimport("_sandbox_runner");
   module.prepare();
   module.destroy();
   const finish = recordDylibs(pyodide._module);
   const globals = pyodide.globals.get("dict")();
   globals.set("modules", JSON.stringify(modules));
+  let packages;
   try {
     pyodide.runPython(PREIMPORT, { globals, filename: "<sandbox-preimport>" });
+    // The packages now imported (a call importing any of them gets a sandbox from this snapshot).
+    packages = pyodide.runPython(IMPORTED_PACKAGES, { globals, filename: "<sandbox-preimport>" });
   } finally {
     globals.destroy();
   }
   const record = finish();
+  record.modules = JSON.parse(packages);
   const open = [];
   pyodide.FS.streams.forEach((stream, fd) => {
     if (stream && fd > 2) open.push(`${fd}: ${stream.path}`);
@@ -387,14 +395,26 @@ function defineRunner(source) {
 /**
  * Puts the package layer's files into this sandbox's MEMFS, as slices of its own copy-on-write map,
  * and (unless `records` is false) adds their packages to Pyodide's records of loaded packages.
+ * Directories the layer adds are made when first looked up (`lazy`, the default): a sandbox pays for
+ * the files its code touches, not for the whole layer.
  */
-function copyLayer({ records = true } = {}) {
-  const index = op_sandbox_layer_index();
-  if (index.length === 0) return;
+function copyLayer({ records = true, lazy = true } = {}) {
   const FS = pyodide.FS;
+  if (op_sandbox_layer_dir("").length === 0) return;
   const blob = new Uint8Array(op_sandbox_layer_blob());
+  if (lazy) attachLayer(FS, blob, "", FS.root);
+  else writeLayer(FS, blob);
+  if (!records) return;
+  for (const [name, channel] of op_sandbox_layer_loaded()) {
+    pyodide.loadedPackages[name] = channel;
+  }
+  // The runner's prepare() makes Python's import system see the new files.
+}
+
+/** Every file of the layer written now. */
+function writeLayer(FS, blob) {
   const dirs = new Map();
-  for (const [path, offset, length] of index) {
+  for (const [path, offset, length] of op_sandbox_layer_index()) {
     const slash = path.lastIndexOf("/");
     const dir = path.slice(0, slash);
     let parent = dirs.get(dir);
@@ -416,12 +436,69 @@ function copyLayer({ records = true } = {}) {
     node.contents = data;
     node.usedBytes = length;
   }
-  if (!records) return;
-  for (const [name, channel] of op_sandbox_layer_loaded()) {
-    pyodide.loadedPackages[name] = channel;
-  }
-  // The runner's prepare() makes Python's import system see the new files.
 }
+
+/**
+ * Merges the layer's directory `path` into the existing directory `node`: existing subdirectories
+ * are merged in turn, files the layer replaces are written now, and the rest waits in `node` until
+ * it is looked up.
+ */
+function attachLayer(FS, blob, path, node) {
+  const pending = new Map();
+  for (const [name, isDir, offset, length] of op_sandbox_layer_dir(path)) {
+    const existing = node.contents && Object.hasOwn(node.contents, name) ? node.contents[name] : undefined;
+    if (existing === undefined) pending.set(name, [isDir, offset, length]);
+    else if (isDir && FS.isDir(existing.mode)) attachLayer(FS, blob, `${path}/${name}`, existing);
+    else FS.writeFile(`${path}/${name}`, blob.subarray(offset, offset + length), { canOwn: true });
+  }
+  if (pending.size > 0) lazyDirectory(FS, blob, path, node, pending);
+}
+
+/**
+ * Makes MEMFS directory `node` (the layer's `path`) hold the layer's entries not made yet
+ * (`pending`, or all of the directory's, fetched on first use): a lookup makes the entry (a file
+ * owning its slice of the layer, or a directory that is lazy in turn), a listing names them all.
+ */
+function lazyDirectory(FS, blob, path, node, pending) {
+  const ops = node.node_ops;
+  const entries = () =>
+    (pending ??= new Map(
+      op_sandbox_layer_dir(path).map(([name, isDir, offset, length]) => [name, [isDir, offset, length]]),
+    ));
+  node.node_ops = {
+    ...ops,
+    lookup(parent, name) {
+      const entry = entries().get(name);
+      if (entry === undefined) return ops.lookup(parent, name);
+      pending.delete(name);
+      const [isDir, offset, length] = entry;
+      if (isDir) {
+        const dir = ops.mknod(parent, name, DIR_MODE, 0);
+        lazyDirectory(FS, blob, `${path}/${name}`, dir, null);
+        return dir;
+      }
+      const file = ops.mknod(parent, name, FILE_MODE, 0);
+      file.contents = blob.subarray(offset, offset + length);
+      file.usedBytes = length;
+      return file;
+    },
+    readdir(dir) {
+      const names = ops.readdir(dir);
+      for (const name of entries().keys()) names.push(name);
+      return names;
+    },
+    rmdir(parent, name) {
+      if (FS.lookupNode(parent, name).sandboxLayerPending?.()) throw new FS.ErrnoError(ENOTEMPTY);
+      return ops.rmdir(parent, name);
+    },
+  };
+  node.sandboxLayerPending = () => entries().size > 0;
+}
+
+/** A directory, rwxrwxrwx (what FS.mkdir creates). */
+const DIR_MODE = 0o40777;
+/** ENOTEMPTY in Emscripten's (WASI's) errno numbering. */
+const ENOTEMPTY = 55;
 
 /** A regular file, rw-rw-rw- (what FS.writeFile creates). */
 const FILE_MODE = 0o100666;

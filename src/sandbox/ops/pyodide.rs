@@ -277,6 +277,22 @@ pub(super) fn op_sandbox_layer_index(
         .unwrap_or_default())
 }
 
+/// The entries of one directory of the package layer: (name, is a directory, offset in the blob,
+/// length). Also after boot: a sandbox makes the layer's directories when first looked up.
+#[op2]
+#[serde]
+pub(super) fn op_sandbox_layer_dir(
+    op_state: &mut OpState,
+    #[string] path: &str,
+) -> Vec<crate::sandbox::layer::Child> {
+    state(op_state)
+        .shared
+        .layer
+        .get()
+        .map(|l| l.children(path).to_vec())
+        .unwrap_or_default()
+}
+
 /// The package layer's file contents, back to back, as a new ArrayBuffer that the sandbox owns
 /// (mapped copy-on-write: see `cow.rs`).
 #[op2]

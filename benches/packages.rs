@@ -1,0 +1,251 @@
+//! Data-science calls in fresh sandboxes, over MCP against the real server (default pool: 2
+//! workers, 1 prewarmed), every call a new sandbox, back to back at concurrency 1 (no pause between
+//! calls, so a caller meets the pool as it is right after the previous call), in three set-ups:
+//! - `empty`: the package layer holds micropip only (packages load from their imports);
+//! - `preinstall`: `preinstall_packages = ["pandas", "matplotlib"]`;
+//! - `preimport`: the same plus `preimport_modules = ["pandas", "matplotlib.pyplot"]`.
+//!
+//! For each: p50/p90 of `print(1)`, `import numpy`, a pandas sum, a matplotlib PNG; `print(1)` at
+//! concurrency 8 (calls/s); sandbox creation inside the server (ms, from its debug log) and the
+//! server's CPU time per `print(1)` call at concurrency 8 (creation dominates it). Ratios against
+//! the `preinstall` set-up (the baseline) close the report.
+//!
+//! `cargo bench --bench packages`; `PACKAGES_CALLS` (default 12) calls per cell, `PACKAGES_SETUPS`
+//! (comma-separated names) to run only some set-ups.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+#[path = "../tests/it/fixture.rs"]
+mod fixture;
+
+const WORKLOADS: [(&str, &str); 4] = [
+    ("print(1)", "print(1)"),
+    ("numpy", "import numpy as np\nnp.arange(3).sum()"),
+    (
+        "pandas",
+        "import pandas as pd\npd.DataFrame({'a': [1, 2]}).a.sum()",
+    ),
+    (
+        "matplotlib",
+        "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 2, 3], [2, 3, 1])\nax.set_title('line')\nfig.savefig('plot.png')",
+    ),
+];
+
+struct Setup {
+    name: &'static str,
+    env: Vec<(&'static str, String)>,
+}
+
+fn setups() -> Vec<Setup> {
+    let cache = |name: &str| {
+        format!(
+            "{}/bench-packages-{name}",
+            env!("CARGO_TARGET_TMPDIR").trim_end_matches('/')
+        )
+    };
+    let preinstall = (
+        "CODE_INTERPRETER_MCP_PREINSTALL_PACKAGES",
+        "pandas matplotlib".to_string(),
+    );
+    let all = vec![
+        Setup {
+            name: "empty",
+            env: vec![("CODE_INTERPRETER_MCP_PACKAGE_CACHE_DIR", cache("empty"))],
+        },
+        Setup {
+            name: "preinstall",
+            env: vec![
+                (
+                    "CODE_INTERPRETER_MCP_PACKAGE_CACHE_DIR",
+                    cache("preinstall"),
+                ),
+                preinstall.clone(),
+            ],
+        },
+        Setup {
+            name: "preimport",
+            env: vec![
+                ("CODE_INTERPRETER_MCP_PACKAGE_CACHE_DIR", cache("preimport")),
+                preinstall,
+                (
+                    "CODE_INTERPRETER_MCP_PREIMPORT_MODULES",
+                    "pandas,matplotlib.pyplot".to_string(),
+                ),
+            ],
+        },
+    ];
+    match std::env::var("PACKAGES_SETUPS") {
+        Ok(chosen) => all
+            .into_iter()
+            .filter(|s| chosen.split(',').any(|c| c.trim() == s.name))
+            .collect(),
+        Err(_) => all,
+    }
+}
+
+fn start(setup: &Setup) -> (fixture::Server, Duration) {
+    let started = Instant::now();
+    let mut command = fixture::server_command();
+    command
+        .env("CODE_INTERPRETER_MCP_LOG_FORMAT", "json")
+        .env("RUST_LOG", "warn,code_interpreter_mcp::pool=debug")
+        .envs(setup.env.iter().map(|(k, v)| (*k, v.as_str())));
+    let server = fixture::Server::spawn(&mut command, true);
+    server.wait_ready();
+    (server, started.elapsed())
+}
+
+/// Sandbox creation times (ms) the server has logged so far.
+fn boots(server: &fixture::Server) -> Vec<f64> {
+    let mut v: Vec<f64> = server
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|event| event["fields"]["message"] == "sandbox boot")
+        .filter_map(|event| event["fields"]["ms"].as_f64())
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+fn call(http: &reqwest::blocking::Client, url: &str, code: &str) -> Duration {
+    let started = Instant::now();
+    let reply = fixture::call_tool_with(http, url, "run_python_code", json!({"code": code}));
+    let elapsed = started.elapsed();
+    assert_eq!(
+        reply["result"]["structuredContent"]["success"], true,
+        "{reply}"
+    );
+    elapsed
+}
+
+/// The process's user + system CPU time.
+fn cpu(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) : utime is the 14th field overall.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields
+        .get(11..13)
+        .map(|f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum())
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Duration::from_millis(ticks * 1000 / hz)
+}
+
+fn pct(samples: &[Duration], q: f64) -> f64 {
+    samples[((samples.len() as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1000.0
+}
+
+struct Row {
+    name: &'static str,
+    start_to_ready: Duration,
+    c1: Vec<Vec<Duration>>,
+    c8_rate: f64,
+    cpu_per_call_ms: f64,
+    boots: Vec<f64>,
+}
+
+fn main() {
+    let calls: usize = std::env::var("PACKAGES_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(12);
+    let mut rows = Vec::new();
+    for setup in setups() {
+        // The first start builds the layer and the snapshots; start-to-ready is measured warm.
+        drop(start(&setup));
+        let (server, start_to_ready) = start(&setup);
+        let http = reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(300))
+            .build()
+            .unwrap();
+        let mut c1 = Vec::new();
+        for (_, code) in WORKLOADS {
+            // One call first, not counted: the pool settles into its back-to-back state.
+            call(&http, &server.url, code);
+            let mut samples: Vec<Duration> =
+                (0..calls).map(|_| call(&http, &server.url, code)).collect();
+            samples.sort();
+            c1.push(samples);
+        }
+        let cpu_before = cpu(server.child.id());
+        let started = Instant::now();
+        let c8_calls = calls * 4;
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                let url = server.url.clone();
+                std::thread::spawn(move || {
+                    let http = reqwest::blocking::Client::new();
+                    for _ in 0..c8_calls / 8 {
+                        call(&http, &url, "print(1)");
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        let wall = started.elapsed();
+        let cpu_used = cpu(server.child.id()).saturating_sub(cpu_before);
+        rows.push(Row {
+            name: setup.name,
+            start_to_ready,
+            c1,
+            c8_rate: (c8_calls / 8 * 8) as f64 / wall.as_secs_f64(),
+            cpu_per_call_ms: cpu_used.as_secs_f64() * 1000.0 / (c8_calls / 8 * 8) as f64,
+            boots: boots(&server),
+        });
+    }
+    println!(
+        "packages benchmark: {calls} back-to-back calls per cell at concurrency 1, fresh sandbox each; p50/p90 ms"
+    );
+    print!("{:<11} {:>9}", "set-up", "ready ms");
+    for (name, _) in WORKLOADS {
+        print!(" {name:>16}");
+    }
+    println!(
+        " {:>10} {:>12} {:>22}",
+        "c=8 call/s", "CPU/call ms", "creation p50/p90 ms"
+    );
+    for r in &rows {
+        print!(
+            "{:<11} {:>9.0}",
+            r.name,
+            r.start_to_ready.as_secs_f64() * 1000.0
+        );
+        for samples in &r.c1 {
+            print!(
+                " {:>16}",
+                format!("{:.0}/{:.0}", pct(samples, 0.5), pct(samples, 0.9))
+            );
+        }
+        let q = |p: f64| {
+            r.boots
+                .get(((r.boots.len() as f64 - 1.0) * p).round() as usize)
+                .copied()
+                .unwrap_or(f64::NAN)
+        };
+        println!(
+            " {:>10.1} {:>12.1} {:>22}",
+            r.c8_rate,
+            r.cpu_per_call_ms,
+            format!("{:.0}/{:.0}", q(0.5), q(0.9))
+        );
+    }
+    let Some(base) = rows.iter().find(|r| r.name == "preinstall") else {
+        return;
+    };
+    for r in rows.iter().filter(|r| r.name != "preinstall") {
+        print!("{} vs preinstall (p50, >1 is faster):", r.name);
+        for (i, (name, _)) in WORKLOADS.iter().enumerate() {
+            print!(" {name} {:.2}x", pct(&base.c1[i], 0.5) / pct(&r.c1[i], 0.5));
+        }
+        println!(" c=8 throughput {:.2}x", r.c8_rate / base.c8_rate);
+    }
+}
