@@ -71,15 +71,23 @@ function sandboxAddNewFunction(func) {
 // going to add, all made by one instantiation (see sandboxWrapAll).
 var sandboxBatchWrappers = null;
 
+// GOT entries made unresolved (value -1, by a module's import of a symbol nothing defines yet) since
+// the last reportUndefinedSymbols(), in the order they were made: the only ones it has to resolve,
+// since each run leaves none unresolved (or throws, and the rest wait for the next run). (Declared
+// without a value: the first entries are made while this module function is still being evaluated.)
+var sandboxUnresolvedGOT;
+
 // Emscripten's reportUndefinedSymbols(), with the wrappers of the JavaScript functions it adds made
-// beforehand in one go.
+// beforehand in one go, over the entries left unresolved since its last run instead of the whole GOT
+// (thousands of entries, walked after every shared library a package loads: ~30 ms for pandas and
+// matplotlib). It resolves the same entries in the same order (the GOT's), so every function gets
+// the slot it got before.
 function sandboxReportUndefinedSymbols() {
+  var pending = (sandboxUnresolvedGOT ?? []).filter((symName) => GOT[symName].value == -1);
+  sandboxUnresolvedGOT = pending;
   var funcs = [];
   var seen = new Set();
-  for (var [symName, entry] of Object.entries(GOT)) {
-    if (entry.value != -1) {
-      continue;
-    }
+  for (var symName of pending) {
     var value = resolveGlobalSymbol(symName, true).sym;
     if (
       typeof value == "function" &&
@@ -99,7 +107,32 @@ function sandboxReportUndefinedSymbols() {
     sandboxBatchWrappers = null;
   }
   try {
-    emscriptenReportUndefinedSymbols();
+    for (var i = 0; i < pending.length; i++) {
+      var name = pending[i];
+      var entry = GOT[name];
+      if (entry.value != -1) {
+        continue;
+      }
+      var sym = resolveGlobalSymbol(name, true).sym;
+      if (!sym && !entry.required) {
+        entry.value = 0;
+        continue;
+      } else if (!sym) {
+        sandboxUnresolvedGOT = pending.slice(i);
+        throw new Error(`Dynamic linking error: undefined symbol '${name}'`);
+      }
+      if (typeof sym == "function") {
+        entry.value = addFunction(sym, sym.sig);
+      } else if (typeof sym == "number") {
+        entry.value = sym;
+      } else if (typeof sym.value == "number") {
+        entry.value = sym;
+      } else {
+        sandboxUnresolvedGOT = pending.slice(i);
+        throw new Error(`bad export type for '${name}': ${typeof sym} (${sym})`);
+      }
+    }
+    sandboxUnresolvedGOT = [];
   } finally {
     sandboxBatchWrappers = null;
   }

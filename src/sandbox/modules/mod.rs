@@ -61,7 +61,7 @@ const LAZY_IMPORTS_CALL_SITE: (&str, &str) = (
 
 /// Emscripten's function-table helpers, replaced by those in function_table.js.
 const FUNCTION_TABLE_JS: &str = include_str!("function_table.js");
-const FUNCTION_TABLE_CALL_SITES: [(&str, &str); 5] = [
+const FUNCTION_TABLE_CALL_SITES: [(&str, &str); 6] = [
     (
         "var getFunctionAddress=func=>{if(!functionsInTableMap){functionsInTableMap=new WeakMap;updateTableMap(0,wasmTable.length)}return functionsInTableMap.get(func)||0};",
         "var getFunctionAddress=sandboxGetFunctionAddress;",
@@ -81,6 +81,11 @@ const FUNCTION_TABLE_CALL_SITES: [(&str, &str); 5] = [
     (
         "var reportUndefinedSymbols=()=>{",
         "var reportUndefinedSymbols=sandboxReportUndefinedSymbols;var emscriptenReportUndefinedSymbols=()=>{",
+    ),
+    // The GOT handler records each entry it makes unresolved.
+    (
+        "if(!rtn){rtn=GOT[symName]=new WebAssembly.Global({value:\"i32\",mutable:true},-1)}",
+        "if(!rtn){rtn=GOT[symName]=new WebAssembly.Global({value:\"i32\",mutable:true},-1);(sandboxUnresolvedGOT??=[]).push(symName)}",
     ),
 ];
 
