@@ -10,7 +10,11 @@
 # Build arguments:
 #   PACKAGE_BASE_URL     where wheels come from, at build time and at run time (default: the Pyodide
 #                        CDN directory of the pinned version)
-#   PREINSTALL_PACKAGES  packages baked into the package layer, comma-separated (e.g. "numpy,pandas")
+#   PREINSTALL_PACKAGES  packages baked into the package layer, whitespace-separated (e.g. "numpy pandas")
+#   PREIMPORT_MODULES    modules of those packages baked, imported, into a second memory snapshot,
+#                        comma-separated (e.g. "pandas,matplotlib.pyplot")
+# Both are kept in the runtime stage's environment (overriding a mounted file's lists): the baked
+# files are used only while the server's configuration matches what they were made from.
 # scripts/container-layout reproduces the runtime stage's layout, user, command and environment in a
 # directory and starts the server from it (CI runs it; no Docker engine needed).
 
@@ -40,22 +44,28 @@ RUN cargo build --release --locked --bin code-interpreter-mcp \
 FROM build AS prepare
 ARG PACKAGE_BASE_URL=""
 ARG PREINSTALL_PACKAGES=""
+ARG PREIMPORT_MODULES=""
 # Downloads micropip and the preinstalled packages (checked against pyodide-lock.json's sha256), builds
 # the package layer and the memory snapshot, test-boots a sandbox from them, and exits.
 RUN CODE_INTERPRETER_MCP_ASSET_DIR=/out/app/pyodide \
     CODE_INTERPRETER_MCP_PACKAGE_CACHE_DIR=/out/app/package-cache \
     CODE_INTERPRETER_MCP_PACKAGE_BASE_URL="${PACKAGE_BASE_URL}" \
     CODE_INTERPRETER_MCP_PREINSTALL_PACKAGES="${PREINSTALL_PACKAGES}" \
+    CODE_INTERPRETER_MCP_PREIMPORT_MODULES="${PREIMPORT_MODULES}" \
     /out/app/code-interpreter-mcp prepare
 
 FROM gcr.io/distroless/cc-debian12:nonroot AS runtime
 ARG PACKAGE_BASE_URL=""
+ARG PREINSTALL_PACKAGES=""
+ARG PREIMPORT_MODULES=""
 COPY --from=prepare --chown=0:0 /out/app /app
 # The configuration file (code-interpreter-mcp.toml) is read from the working directory; mount one there.
 WORKDIR /etc/code-interpreter-mcp
 ENV CODE_INTERPRETER_MCP_ASSET_DIR=/app/pyodide \
     CODE_INTERPRETER_MCP_PACKAGE_CACHE_DIR=/app/package-cache \
     CODE_INTERPRETER_MCP_PACKAGE_BASE_URL=${PACKAGE_BASE_URL} \
+    CODE_INTERPRETER_MCP_PREINSTALL_PACKAGES="${PREINSTALL_PACKAGES}" \
+    CODE_INTERPRETER_MCP_PREIMPORT_MODULES="${PREIMPORT_MODULES}" \
     CODE_INTERPRETER_MCP_BIND_ADDR=0.0.0.0:8000 \
     CODE_INTERPRETER_MCP_LOG_FORMAT=json
 USER 65532:65532

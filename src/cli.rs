@@ -158,11 +158,21 @@ pub fn prepare(config: &AppConfig) -> anyhow::Result<i32> {
         "no memory snapshot was written to {}",
         snapshot.display()
     );
+    anyhow::ensure!(
+        config.preimport_modules.is_empty() || engine.preimported(),
+        "the snapshot with preimport_modules {:?} could not be made or does not work (see the warning above)",
+        config.preimport_modules
+    );
     println!(
-        "prepared {} in {:.1} s: package layer {layer:?} ({} preinstalled), memory snapshot on disk",
+        "prepared {} in {:.1} s: package layer {layer:?} ({} preinstalled), memory snapshot on disk{}",
         dir.display(),
         started.elapsed().as_secs_f64(),
-        config.preinstall_packages.len()
+        config.preinstall_packages.len(),
+        if engine.preimported() {
+            ", with pre-imported modules"
+        } else {
+            ""
+        }
     );
     Ok(0)
 }
