@@ -78,6 +78,17 @@ pub(crate) fn check_module(bytes: &[u8]) -> Result<(), ModuleError> {
     Ok(())
 }
 
+/// `bytes` checked and compiled for the calling isolate (not cached).
+fn compile_checked<'s>(
+    scope: &v8::PinScope<'s, '_>,
+    bytes: &[u8],
+) -> Result<v8::Local<'s, v8::WasmModuleObject>, ModuleError> {
+    check_module(bytes)?;
+    let _allowed = CodegenAllowed::new();
+    v8::WasmModuleObject::compile(scope, bytes)
+        .ok_or_else(|| ModuleError::Invalid("V8 could not compile it".into()))
+}
+
 /// Compiled modules by the sha256 of their bytes, shared by every isolate of the engine.
 #[derive(Default)]
 pub(crate) struct WasmModules {
@@ -105,12 +116,7 @@ impl WasmModules {
         if let Some(module) = self.cached(scope, &key) {
             return Ok(module);
         }
-        check_module(bytes)?;
-        let module = {
-            let _allowed = CodegenAllowed::new();
-            v8::WasmModuleObject::compile(scope, bytes)
-        }
-        .ok_or_else(|| ModuleError::Invalid("V8 could not compile it".into()))?;
+        let module = compile_checked(scope, bytes)?;
         self.insert(key, module.get_compiled_module(), bytes.len());
         Ok(module)
     }
@@ -133,12 +139,7 @@ impl WasmModules {
         if let Some(module) = found {
             return Ok(module);
         }
-        check_module(bytes)?;
-        let module = {
-            let _allowed = CodegenAllowed::new();
-            v8::WasmModuleObject::compile(scope, bytes)
-        }
-        .ok_or_else(|| ModuleError::Invalid("V8 could not compile it".into()))?;
+        let module = compile_checked(scope, bytes)?;
         self.named
             .lock()
             .unwrap_or_else(|e| e.into_inner())
