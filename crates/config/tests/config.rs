@@ -187,7 +187,8 @@ fn every_environment_override_applies_after_files() {
         ("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "2"),
         ("CODE_INTERPRETER_MCP_MEMORY_LIMIT_MB", "256"),
         ("CODE_INTERPRETER_MCP_WASM_MEMORY_LIMIT_MB", "1024"),
-        ("CODE_INTERPRETER_MCP_BOOT", "full"),
+        // (snapshot, not the default's spelling of it: preimport_modules below needs it)
+        ("CODE_INTERPRETER_MCP_BOOT", "snapshot"),
         ("CODE_INTERPRETER_MCP_SANDBOX_MEMORY_LIMIT_MB", "1500"),
         ("CODE_INTERPRETER_MCP_SETUP_TIMEOUT_S", "20"),
         ("CODE_INTERPRETER_MCP_SESSIONS_ENABLED", "false"),
@@ -208,6 +209,10 @@ fn every_environment_override_applies_after_files() {
         (
             "CODE_INTERPRETER_MCP_PREINSTALL_PACKAGES",
             " numpy>=2,<3  snowballstemmer==3.0.1\n",
+        ),
+        (
+            "CODE_INTERPRETER_MCP_PREIMPORT_MODULES",
+            "pandas, matplotlib.pyplot,",
         ),
         ("CODE_INTERPRETER_MCP_REPLICA_ID", "pod-7"),
         (
@@ -242,7 +247,11 @@ fn every_environment_override_applies_after_files() {
     assert_eq!(c.workers.prewarmed_workers, 2);
     assert_eq!(c.workers.memory_limit_mb, 256);
     assert_eq!(c.workers.wasm_memory_limit_mb, 1024);
-    assert_eq!(c.workers.boot, BootMode::Full);
+    assert_eq!(c.workers.boot, BootMode::Snapshot);
+    assert_eq!(
+        loaded.sources["workers.boot"],
+        Source::Env("CODE_INTERPRETER_MCP_BOOT".into())
+    );
     assert_eq!(
         c.http_allowed_hosts,
         ["mcp.example.com", "proxy.example.com:8443"]
@@ -255,6 +264,7 @@ fn every_environment_override_applies_after_files() {
         ["numpy>=2,<3", "snowballstemmer==3.0.1"],
         "whitespace-separated: requirements keep their commas"
     );
+    assert_eq!(c.preimport_modules, ["pandas", "matplotlib.pyplot"]);
     assert_eq!(c.replica_id, "pod-7");
     assert_eq!(c.auth.bearer_tokens_file, "/run/secrets/tokens");
     assert_eq!(c.workers.sandbox_memory_limit_mb, 1500);
@@ -331,6 +341,14 @@ fn validation_rules_name_the_key_the_source_and_what_is_allowed() {
         (
             "preinstall_packages = [\"pandas\", \" \"]\n",
             &["preinstall_packages", "micropip requirements"],
+        ),
+        (
+            "preimport_modules = [\"pandas\", \"matplotlib/pyplot\"]\n",
+            &["preimport_modules", "Python module name"],
+        ),
+        (
+            "preimport_modules = [\"pandas\"]\n[workers]\nboot = \"full\"\n",
+            &["preimport_modules", "workers.boot = \"snapshot\""],
         ),
         (
             "package_index_urls = [\"http://pypi.internal/simple\"]\n",
