@@ -4,7 +4,8 @@
 //! - [`web`] and `web.js`: the Web APIs Pyodide needs (encoding, URL, Base64, time, randomness, fetch);
 //! - [`call`] and `call.js` (with `runner.py`): one call's lifecycle;
 //! - [`pyodide`] and `pyodide.js`: booting Pyodide, the memory snapshot, the package layer (with
-//!   `dylink.js`: the shared libraries of a snapshot with pre-imported packages).
+//!   `dylink.js`: the shared libraries of a snapshot with pre-imported packages; `layer.js`: the
+//!   package layer in MEMFS).
 //!
 //! `runtime.js` is the extension's entry point: it imports the three modules and hands `boot` and
 //! `run` to Rust through `op_sandbox_register`.
@@ -33,13 +34,14 @@ pub(crate) const RUNNER_PY: &str = include_str!("runner.py");
 
 /// The sandbox's JavaScript and Python glue as compiled into the binary (for the memory snapshot's
 /// key: the snapshot is taken by this code).
-pub(crate) fn glue() -> [&'static str; 6] {
+pub(crate) fn glue() -> [&'static str; 7] {
     [
         include_str!("runtime.js"),
         include_str!("web.js"),
         include_str!("call.js"),
         include_str!("pyodide.js"),
         include_str!("dylink.js"),
+        include_str!("layer.js"),
         RUNNER_PY,
     ]
 }
@@ -236,7 +238,7 @@ deno_core::extension!(
         web::op_sandbox_yield,
     ],
     esm_entry_point = "ext:sandbox/runtime.js",
-    esm = [dir "src/sandbox/ops", "runtime.js", "web.js", "call.js", "pyodide.js", "dylink.js"],
+    esm = [dir "src/sandbox/ops", "runtime.js", "web.js", "call.js", "pyodide.js", "dylink.js", "layer.js"],
     options = { shared: Arc<EngineShared>, role: Role, budget: Arc<MemoryBudget> },
     state = |state, options| {
         state.put(SandboxState::new(options.shared, options.role, options.budget));

@@ -6,18 +6,15 @@
 import { core } from "ext:core/mod.js";
 import { setTimeOrigin } from "ext:sandbox/web.js";
 import { recordDylibs, relinkDylibs } from "ext:sandbox/dylink.js";
+import { copyLayer } from "ext:sandbox/layer.js";
 
 const {
   op_sandbox_boot_config,
   op_sandbox_compile_wasm,
   op_sandbox_main_memory,
   op_sandbox_memory_room,
-  op_sandbox_layer_blob,
   op_sandbox_layer_capture,
   op_sandbox_layer_capture_loaded,
-  op_sandbox_layer_index,
-  op_sandbox_layer_dir,
-  op_sandbox_layer_loaded,
   op_sandbox_layer_module,
   op_sandbox_log,
   op_sandbox_read_asset,
@@ -220,7 +217,7 @@ export async function boot() {
     op_sandbox_store_snapshot(pyodide.makeMemorySnapshot(), record ? JSON.stringify(record) : "");
     return;
   }
-  copyLayer();
+  copyLayer(pyodide);
 
   // Raw byte streams: Python's own buffering decides when to write; Rust keeps the bytes.
   pyodide.setStdout({ write: (buf) => op_sandbox_write(1, buf) });
@@ -253,7 +250,7 @@ export async function boot() {
 function preimport(modules) {
   // (Not Pyodide's package records: the snapshot requires them as they were at start-up, and every
   // restored sandbox adds them with the files.)
-  copyLayer({ records: false, lazy: false });
+  copyLayer(pyodide, { records: false, lazy: false });
   const module = pyodide.pyimport("_sandbox_runner");
   module.prepare();
   module.destroy();
@@ -391,117 +388,6 @@ function defineRunner(source) {
   pyodide.runPython(DEFINE_RUNNER, { globals, filename: "<sandbox-runner-setup>" });
   globals.destroy();
 }
-
-/**
- * Puts the package layer's files into this sandbox's MEMFS, as slices of its own copy-on-write map,
- * and (unless `records` is false) adds their packages to Pyodide's records of loaded packages.
- * Directories the layer adds are made when first looked up (`lazy`, the default): a sandbox pays for
- * the files its code touches, not for the whole layer.
- */
-function copyLayer({ records = true, lazy = true } = {}) {
-  const FS = pyodide.FS;
-  if (op_sandbox_layer_dir("").length === 0) return;
-  const blob = new Uint8Array(op_sandbox_layer_blob());
-  if (lazy) attachLayer(FS, blob, "", FS.root);
-  else writeLayer(FS, blob);
-  if (!records) return;
-  for (const [name, channel] of op_sandbox_layer_loaded()) {
-    pyodide.loadedPackages[name] = channel;
-  }
-  // The runner's prepare() makes Python's import system see the new files.
-}
-
-/** Every file of the layer written now. */
-function writeLayer(FS, blob) {
-  const dirs = new Map();
-  for (const [path, offset, length] of op_sandbox_layer_index()) {
-    const slash = path.lastIndexOf("/");
-    const dir = path.slice(0, slash);
-    let parent = dirs.get(dir);
-    if (parent === undefined) {
-      FS.mkdirTree(dir);
-      parent = FS.lookupPath(dir).node;
-      dirs.set(dir, parent);
-    }
-    const data = blob.subarray(offset, offset + length);
-    // What FS.writeFile(path, data, { canOwn: true }) makes (a MEMFS file that owns `data`), made
-    // in the directory node directly instead of resolving the whole path again for every file.
-    let node;
-    try {
-      node = parent.node_ops.mknod(parent, path.slice(slash + 1), FILE_MODE, 0);
-    } catch {
-      FS.writeFile(path, data, { canOwn: true });
-      continue;
-    }
-    node.contents = data;
-    node.usedBytes = length;
-  }
-}
-
-/**
- * Merges the layer's directory `path` into the existing directory `node`: existing subdirectories
- * are merged in turn, files the layer replaces are written now, and the rest waits in `node` until
- * it is looked up.
- */
-function attachLayer(FS, blob, path, node) {
-  const pending = new Map();
-  for (const [name, isDir, offset, length] of op_sandbox_layer_dir(path)) {
-    const existing = node.contents && Object.hasOwn(node.contents, name) ? node.contents[name] : undefined;
-    if (existing === undefined) pending.set(name, [isDir, offset, length]);
-    else if (isDir && FS.isDir(existing.mode)) attachLayer(FS, blob, `${path}/${name}`, existing);
-    else FS.writeFile(`${path}/${name}`, blob.subarray(offset, offset + length), { canOwn: true });
-  }
-  if (pending.size > 0) lazyDirectory(FS, blob, path, node, pending);
-}
-
-/**
- * Makes MEMFS directory `node` (the layer's `path`) hold the layer's entries not made yet
- * (`pending`, or all of the directory's, fetched on first use): a lookup makes the entry (a file
- * owning its slice of the layer, or a directory that is lazy in turn), a listing names them all.
- */
-function lazyDirectory(FS, blob, path, node, pending) {
-  const ops = node.node_ops;
-  const entries = () =>
-    (pending ??= new Map(
-      op_sandbox_layer_dir(path).map(([name, isDir, offset, length]) => [name, [isDir, offset, length]]),
-    ));
-  node.node_ops = {
-    ...ops,
-    lookup(parent, name) {
-      const entry = entries().get(name);
-      if (entry === undefined) return ops.lookup(parent, name);
-      pending.delete(name);
-      const [isDir, offset, length] = entry;
-      if (isDir) {
-        const dir = ops.mknod(parent, name, DIR_MODE, 0);
-        lazyDirectory(FS, blob, `${path}/${name}`, dir, null);
-        return dir;
-      }
-      const file = ops.mknod(parent, name, FILE_MODE, 0);
-      file.contents = blob.subarray(offset, offset + length);
-      file.usedBytes = length;
-      return file;
-    },
-    readdir(dir) {
-      const names = ops.readdir(dir);
-      for (const name of entries().keys()) names.push(name);
-      return names;
-    },
-    rmdir(parent, name) {
-      if (FS.lookupNode(parent, name).sandboxLayerPending?.()) throw new FS.ErrnoError(ENOTEMPTY);
-      return ops.rmdir(parent, name);
-    },
-  };
-  node.sandboxLayerPending = () => entries().size > 0;
-}
-
-/** A directory, rwxrwxrwx (what FS.mkdir creates). */
-const DIR_MODE = 0o40777;
-/** ENOTEMPTY in Emscripten's (WASI's) errno numbering. */
-const ENOTEMPTY = 55;
-
-/** A regular file, rw-rw-rw- (what FS.writeFile creates). */
-const FILE_MODE = 0o100666;
 
 /** Runtime installation disabled: Pyodide's package-loading APIs refuse. */
 function disablePackageLoading() {
