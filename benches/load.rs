@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 #[path = "../tests/it/fixture.rs"]
 mod fixture;
@@ -16,21 +16,6 @@ mod fixture;
 struct Started {
     server: fixture::Server,
     start_to_ready: Duration,
-}
-
-impl Started {
-    /// Sandbox creation times (ms) the server has logged so far.
-    fn boots(&self) -> Vec<f64> {
-        self.server
-            .log
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-            .filter(|event| event["fields"]["message"] == "sandbox boot")
-            .filter_map(|event| event["fields"]["ms"].as_f64())
-            .collect()
-    }
 }
 
 fn start(mode: &str) -> Started {
@@ -200,8 +185,7 @@ fn main() {
         c1.sort();
         let (c8, wall) = drive(&server.url, calls, 8);
         let rss_loaded = rss_mib(server.child.id());
-        let mut boots = started.boots();
-        boots.sort_by(f64::total_cmp);
+        let boots = started.server.logged_boot_ms();
         drop(started);
         rows.push(Row {
             mode,

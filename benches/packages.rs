@@ -15,7 +15,7 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 #[path = "../tests/it/fixture.rs"]
 mod fixture;
@@ -95,21 +95,6 @@ fn start(setup: &Setup) -> (fixture::Server, Duration) {
     let server = fixture::Server::spawn(&mut command, true);
     server.wait_ready();
     (server, started.elapsed())
-}
-
-/// Sandbox creation times (ms) the server has logged so far.
-fn boots(server: &fixture::Server) -> Vec<f64> {
-    let mut v: Vec<f64> = server
-        .log
-        .lock()
-        .unwrap()
-        .iter()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|event| event["fields"]["message"] == "sandbox boot")
-        .filter_map(|event| event["fields"]["ms"].as_f64())
-        .collect();
-    v.sort_by(f64::total_cmp);
-    v
 }
 
 fn call(http: &reqwest::blocking::Client, url: &str, code: &str) -> Duration {
@@ -199,7 +184,7 @@ fn main() {
             c1,
             c8_rate: (c8_calls / 8 * 8) as f64 / wall.as_secs_f64(),
             cpu_per_call_ms: cpu_used.as_secs_f64() * 1000.0 / (c8_calls / 8 * 8) as f64,
-            boots: boots(&server),
+            boots: server.logged_boot_ms(),
         });
     }
     println!(

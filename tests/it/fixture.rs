@@ -88,6 +88,22 @@ impl Endpoint for Server {
 }
 
 impl Server {
+    /// The sandbox creation times (ms) a server started with a JSON log and the pool at debug level
+    /// has logged so far, sorted.
+    pub fn logged_boot_ms(&self) -> Vec<f64> {
+        let mut ms: Vec<f64> = self
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|event| event["fields"]["message"] == "sandbox boot")
+            .filter_map(|event| event["fields"]["ms"].as_f64())
+            .collect();
+        ms.sort_by(f64::total_cmp);
+        ms
+    }
+
     /// The server with the tests' defaults (warnings only, no sandbox booted before the first call;
     /// tests of prewarming set it) and `envs` on top.
     pub fn start(envs: &[(&str, &str)]) -> Self {
