@@ -11,8 +11,9 @@
 #   PACKAGE_BASE_URL     where wheels come from, at build time and at run time (default: the Pyodide
 #                        CDN directory of the pinned version)
 #   PREINSTALL_PACKAGES  packages baked into the package layer, whitespace-separated (e.g. "numpy pandas")
-#   PREIMPORT_MODULES    modules of those packages baked, imported, into a second memory snapshot,
-#                        comma-separated (e.g. "pandas,matplotlib.pyplot")
+#   PREIMPORT_MODULES    more modules baked, imported, into a second memory snapshot, comma-separated
+#                        (e.g. "scipy.stats"); the preinstalled packages' own top-level modules are
+#                        pre-imported anyway (preimport_preinstalled, on by default)
 # Both are kept in the runtime stage's environment (overriding a mounted file's lists): the baked
 # files are used only while the server's configuration matches what they were made from.
 # scripts/container-layout reproduces the runtime stage's layout, user, command and environment in a

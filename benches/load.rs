@@ -200,7 +200,7 @@ fn main() {
         });
     }
     println!(
-        "load benchmark: {calls} print(1) calls per level, default pool (2 workers, 1 prewarmed)"
+        "load benchmark: {calls} print(1) calls per level, default pool (2 workers, both prewarmed, 4 ready sandboxes each) unless CODE_INTERPRETER_MCP_* says otherwise"
     );
     println!(
         "{:<9} {:>14} {:>11} {:>12} {:>12} {:>24} {:>24} {:>10}",

@@ -1,5 +1,5 @@
 //! Data-science calls in fresh sandboxes, over MCP against the real server (default pool: 2
-//! workers, 1 prewarmed), every call a new sandbox, back to back at concurrency 1 (no pause between
+//! workers, both prewarmed with 4 ready sandboxes each), every call a new sandbox, back to back at concurrency 1 (no pause between
 //! calls, so a caller meets the pool as it is right after the previous call), in three set-ups:
 //! - `empty`: the package layer holds micropip only (packages load from their imports);
 //! - `preinstall`: `preinstall_packages = ["pandas", "matplotlib"]`;
@@ -62,6 +62,11 @@ fn setups() -> Vec<Setup> {
                     cache("preinstall"),
                 ),
                 preinstall.clone(),
+                // The baseline: preinstalled, not pre-imported.
+                (
+                    "CODE_INTERPRETER_MCP_PREIMPORT_PREINSTALLED",
+                    "false".to_string(),
+                ),
             ],
         },
         Setup {

@@ -152,7 +152,9 @@ fn main() {
     }
     let with_pandas = settled_pss(&server);
 
-    println!("session benchmark: back-to-back calls, default pool (2 workers, 1 prewarmed)");
+    println!(
+        "session benchmark: back-to-back calls, default pool (2 workers, both prewarmed, 4 ready sandboxes each) unless CODE_INTERPRETER_MCP_* says otherwise"
+    );
     show("stateless `x = 1` (fresh sandbox each)", &stateless);
     show("session `x += 1`", &in_session);
     println!(

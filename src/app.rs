@@ -35,6 +35,7 @@ pub fn engine_config(config: &AppConfig) -> EngineConfig {
         runtime_package_installation: config.runtime_package_installation,
         preinstall_packages: config.preinstall_packages.clone(),
         preimport_modules: config.preimport_modules.clone(),
+        preimport_preinstalled: config.preimport_preinstalled,
         package_cache_dir: PathBuf::from(&config.package_cache_dir),
         package_index_urls: config.package_index_urls.clone(),
         extra_ca_certs: config.extra_ca_certs.iter().map(PathBuf::from).collect(),
@@ -52,7 +53,8 @@ pub fn pool_config(config: &AppConfig) -> PoolConfig {
     PoolConfig {
         max_workers: config.workers.max_workers as usize,
         queue_capacity: config.workers.queue_capacity as usize,
-        prewarmed_workers: config.workers.prewarmed_workers as usize,
+        prewarmed_workers: config.workers.prewarmed() as usize,
+        ready_sandboxes: config.workers.ready_sandboxes as usize,
     }
 }
 
@@ -119,7 +121,8 @@ impl App {
         let pool = ExecPool::start(std::sync::Arc::new(engine), pool_config(config))?;
         tracing::info!(
             max_workers = config.workers.max_workers,
-            prewarmed_workers = config.workers.prewarmed_workers,
+            prewarmed_workers = config.workers.prewarmed(),
+            ready_sandboxes = config.workers.ready_sandboxes,
             queue_capacity = config.workers.queue_capacity,
             startup_ms = started.elapsed().as_millis() as u64,
             "workers ready"

@@ -64,6 +64,8 @@ pub struct Assets {
     pub lock_json: Arc<str>,
     /// Lock-file packages by wheel file name.
     pub lock_by_file: HashMap<String, LockPackage>,
+    /// The modules each lock-file package provides (its `imports`), by package name.
+    pub imports_by_package: HashMap<String, Vec<String>>,
 }
 
 impl Assets {
@@ -143,6 +145,21 @@ impl Assets {
             })
             .collect();
 
+        let imports_by_package = packages
+            .iter()
+            .map(|(name, entry)| {
+                let imports = entry["imports"]
+                    .as_array()
+                    .map(|list| {
+                        list.iter()
+                            .filter_map(|m| m.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                (name.clone(), imports)
+            })
+            .collect();
+
         let wasm = read("pyodide.asm.wasm")?;
         if !wasm.starts_with(b"\0asm") {
             return Err(malformed(
@@ -159,6 +176,7 @@ impl Assets {
             stdlib: read("python_stdlib.zip")?.into(),
             lock_json: lock_json.into(),
             lock_by_file,
+            imports_by_package,
         })
     }
 }

@@ -208,9 +208,85 @@ pub fn requirement_name(requirement: &str) -> String {
         .collect()
 }
 
+/// The modules `preimport_preinstalled` pre-imports for the preinstalled `requirement`: of the
+/// modules its Pyodide lock entry provides (`imports_by_package`), the one named like the package if
+/// there is one, else all but private ones (`scikit-learn` gives `sklearn`); a package outside the
+/// lock gives its own name as a module. `matplotlib` gives `matplotlib.pyplot`: what plotting code
+/// imports, and what loads the backend and the fonts.
+pub fn top_level_modules(
+    requirement: &str,
+    imports_by_package: &std::collections::HashMap<String, Vec<String>>,
+) -> Vec<String> {
+    let name = requirement_name(requirement).to_ascii_lowercase();
+    // The lock's package names: lower case, `-` between words (PEP 503).
+    let normalized: String = name
+        .split(['-', '_', '.'])
+        .filter(|part| !part.is_empty())
+        .collect::<Vec<_>>()
+        .join("-");
+    let own = normalized.replace('-', "_");
+    let modules: Vec<String> = match imports_by_package.get(&normalized) {
+        Some(listed) if listed.iter().any(|m| m.to_ascii_lowercase() == own) => listed
+            .iter()
+            .filter(|m| m.to_ascii_lowercase() == own)
+            .take(1)
+            .cloned()
+            .collect(),
+        Some(listed) if !listed.is_empty() => listed
+            .iter()
+            .filter(|m| !m.starts_with('_'))
+            .cloned()
+            .collect(),
+        _ => vec![own],
+    };
+    modules
+        .into_iter()
+        .filter(|m| {
+            m.chars()
+                .next()
+                .is_some_and(|c| c.is_alphabetic() || c == '_')
+                && m.chars().all(|c| c.is_alphanumeric() || c == '_')
+        })
+        .map(|m| {
+            if m == "matplotlib" {
+                "matplotlib.pyplot".to_string()
+            } else {
+                m
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn preinstalled_packages_give_their_top_level_modules() {
+        let lock: std::collections::HashMap<String, Vec<String>> = [
+            ("pandas", vec!["pandas"]),
+            ("matplotlib", vec!["pylab", "mpl_toolkits", "matplotlib"]),
+            ("scikit-learn", vec!["sklearn"]),
+            ("pyyaml", vec!["_yaml", "yaml"]),
+            ("python-dateutil", vec!["dateutil"]),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect()))
+        .collect();
+        let modules = |requirement| top_level_modules(requirement, &lock);
+        assert_eq!(modules("pandas>=2"), ["pandas"]);
+        assert_eq!(modules("matplotlib"), ["matplotlib.pyplot"]);
+        assert_eq!(modules("scikit_learn==1.5"), ["sklearn"]);
+        assert_eq!(modules("PyYAML"), ["yaml"]);
+        assert_eq!(modules("python-dateutil"), ["dateutil"]);
+        // Outside the lock: the package's own name.
+        assert_eq!(modules("seaborn"), ["seaborn"]);
+        assert_eq!(
+            modules("snowballstemmer @ https://example.org/x.whl"),
+            ["snowballstemmer"]
+        );
+        assert_eq!(modules("some-pkg[extra]"), ["some_pkg"]);
+    }
 
     #[test]
     fn requirement_names_drop_versions_extras_and_urls() {

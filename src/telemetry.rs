@@ -25,6 +25,7 @@ const ISOLATE_INIT: &str = "code_interpreter_mcp_isolate_initialization_duration
 const REJECTIONS: &str = "code_interpreter_mcp_execution_rejections_total";
 const UNEXPECTED_EXITS: &str = "code_interpreter_mcp_worker_unexpected_exits_total";
 const SESSIONS: &str = "code_interpreter_mcp_sessions";
+const READY_SANDBOXES: &str = "code_interpreter_mcp_ready_sandboxes";
 const SESSIONS_CREATED: &str = "code_interpreter_mcp_sessions_created_total";
 const SESSIONS_ENDED: &str = "code_interpreter_mcp_sessions_ended_total";
 
@@ -197,6 +198,11 @@ pub fn worker_unexpected_exit() {
 }
 
 /// How many sessions are live.
+/// Sandboxes booted and waiting in the workers' stocks changed by `delta`.
+pub fn ready_sandboxes(delta: f64) {
+    gauge!(READY_SANDBOXES).increment(delta);
+}
+
 pub fn sessions_live(live: usize) {
     gauge!(SESSIONS).set(live as f64);
 }
@@ -316,6 +322,10 @@ fn register_families(queue_capacity: u64) {
         "Worker exits outside normal shutdown, panics included"
     );
     metrics::describe_gauge!(SESSIONS, "Live sessions");
+    metrics::describe_gauge!(
+        READY_SANDBOXES,
+        "Sandboxes booted and ready in the workers' stocks"
+    );
     metrics::describe_counter!(SESSIONS_CREATED, "Sessions created");
     metrics::describe_counter!(SESSIONS_ENDED, "Sessions ended, by reason");
 
@@ -348,6 +358,7 @@ fn register_families(queue_capacity: u64) {
     }
     counter!(UNEXPECTED_EXITS).absolute(0);
     gauge!(SESSIONS).set(0.0);
+    gauge!(READY_SANDBOXES).set(0.0);
     counter!(SESSIONS_CREATED).absolute(0);
     for reason in SessionEnd::ALL {
         counter!(SESSIONS_ENDED, "reason" => reason.label()).absolute(0);

@@ -1,7 +1,8 @@
-//! The worker pool: dedicated OS threads (never the async runtime's), each owning at most one sandbox
-//! at a time, fed by one shared FIFO queue of bounded capacity. Prewarmed workers keep a booted sandbox
-//! ready and boot a clean replacement right after each execution. Health is published through atomics
-//! only, so probes never touch the queue lock.
+//! The worker pool: dedicated OS threads (never the async runtime's), each running one sandbox at a
+//! time, fed by one shared FIFO queue of bounded capacity. Prewarmed workers keep a stock of booted
+//! sandboxes ready (`ready_sandboxes` each): a call takes one, and the stock is refilled while no
+//! call waits, so calls back to back are served from it instead of waiting for a boot. Health is
+//! published through atomics only, so probes never touch the queue lock.
 //!
 //! The pool knows sandboxes only through [`Backend`] ("boot a ready sandbox", "run a job in it"), so
 //! its queue, prewarming, cancellation, overload and drain logic are tested without V8 (see the
@@ -56,7 +57,15 @@ pub struct PoolConfig {
     pub max_workers: usize,
     pub queue_capacity: usize,
     pub prewarmed_workers: usize,
+    /// Sandboxes each prewarmed worker keeps booted and ready (at least 1).
+    pub ready_sandboxes: usize,
 }
+
+/// How long a worker whose stock can still serve the next call waits for one before it boots a
+/// replacement. Calls back to back arrive well within it (the client's round trip), so a burst is
+/// served from the stock and the booting waits for the pause after it; without the pause every call
+/// would find its worker busy booting the previous call's replacement.
+const REFILL_PAUSE: Duration = Duration::from_millis(25);
 
 /// A job's outcome and where its time went.
 #[derive(Debug)]
@@ -139,7 +148,8 @@ struct Job<J, O> {
 struct Queue<J, O> {
     jobs: VecDeque<Job<J, O>>,
     closed: bool,
-    /// Idle workers holding a ready sandbox: while any exists, workers without one leave jobs to them.
+    /// Workers holding a ready sandbox that are idle or only tearing down their last one: while any
+    /// exists, workers without one leave jobs to them.
     ready_idle: usize,
 }
 
@@ -210,6 +220,8 @@ impl<B: Backend> Pool<B> {
             let worker = Worker {
                 index,
                 prewarmed,
+                stock_size: config.ready_sandboxes.max(1),
+                announced: Cell::new(false),
                 backend: backend.clone(),
                 shared: shared.clone(),
             };
@@ -381,8 +393,71 @@ impl<J, O> Drop for Ticket<J, O> {
 struct Worker<B: Backend> {
     index: usize,
     prewarmed: bool,
+    /// Sandboxes a prewarmed worker keeps ready.
+    stock_size: usize,
+    /// Whether this worker is counted in the queue's `ready_idle`.
+    announced: Cell<bool>,
     backend: Arc<B>,
     shared: Arc<Shared<B::Job, B::Output>>,
+}
+
+/// What an idle worker does next.
+enum Next<J, O> {
+    Run(Job<J, O>),
+    /// No job came: boot one for the stock.
+    Refill,
+    Closed,
+}
+
+/// A worker's ready sandboxes, all of one flavor (the last call's), the newest last. V8 requires the
+/// isolates of one thread to be dropped in the reverse order of their creation, so only the newest
+/// is ever taken, a sandbox booted on demand is dropped before anything older, and the stock is
+/// dropped newest first.
+struct Stock<F, S> {
+    sandboxes: Vec<(F, S)>,
+}
+
+impl<F: Copy + PartialEq, S> Stock<F, S> {
+    /// The newest sandbox if it is of `flavor`.
+    fn take(&mut self, flavor: F) -> Option<S> {
+        match self.sandboxes.last() {
+            Some((f, _)) if *f == flavor => {
+                telemetry::ready_sandboxes(-1.0);
+                self.sandboxes.pop().map(|(_, s)| s)
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the next call of `flavor` would find its sandbox here.
+    fn serves(&self, flavor: F) -> bool {
+        self.sandboxes.last().is_some_and(|(f, _)| *f == flavor)
+    }
+
+    fn len(&self) -> usize {
+        self.sandboxes.len()
+    }
+
+    fn push(&mut self, flavor: F, sandbox: S) {
+        self.sandboxes.push((flavor, sandbox));
+        telemetry::ready_sandboxes(1.0);
+    }
+}
+
+impl<F, S> Stock<F, S> {
+    /// Drops every sandbox, newest first.
+    fn clear(&mut self) {
+        while let Some(newest) = self.sandboxes.pop() {
+            drop(newest);
+            telemetry::ready_sandboxes(-1.0);
+        }
+    }
+}
+
+impl<F, S> Drop for Stock<F, S> {
+    fn drop(&mut self) {
+        self.clear();
+    }
 }
 
 /// Tracks the worker's state for the metrics and counts the worker out when its thread ends, as an
@@ -426,12 +501,15 @@ impl<B: Backend> Worker<B> {
             WorkerState::Idle
         };
         let guard = LiveGuard::new(self.shared.health.clone(), initial);
-        let mut ready: Option<(B::Flavor, B::Sandbox)> = None;
+        let mut stock = Stock {
+            sandboxes: Vec::new(),
+        };
+        // The flavor the stock is kept in: the last call's.
+        let mut wanted = B::Flavor::default();
         if self.prewarmed {
-            let flavor = B::Flavor::default();
-            match self.boot(&guard, InitPhase::Startup, flavor) {
+            match self.boot(&guard, InitPhase::Startup, wanted) {
                 Ok(sandbox) => {
-                    ready = Some((flavor, sandbox));
+                    stock.push(wanted, sandbox);
                     let _ = ack.send(Ok(()));
                 }
                 Err(e) => {
@@ -441,19 +519,49 @@ impl<B: Backend> Worker<B> {
             }
         }
         drop(ack);
-        while let Some(job) = self.next_job(ready.is_some()) {
+        // Set when booting for the stock failed: no retry before the next call.
+        let mut refill_failed = false;
+        loop {
+            let refill = (self.prewarmed && !refill_failed)
+                .then(|| {
+                    if !stock.serves(wanted) {
+                        // Nothing to serve the next call with: boot at once.
+                        Some(Duration::ZERO)
+                    } else {
+                        (stock.len() < self.stock_size).then_some(REFILL_PAUSE)
+                    }
+                })
+                .flatten();
+            let job = match self.next_job(stock.len() > 0, refill) {
+                Next::Run(job) => job,
+                Next::Closed => break,
+                Next::Refill => {
+                    // A stock of another flavor makes way for one of the wanted flavor.
+                    if stock.len() > 0 && !stock.serves(wanted) {
+                        guard.set(WorkerState::Initializing);
+                        stock.clear();
+                    }
+                    match self.boot(&guard, InitPhase::Replenishment, wanted) {
+                        Ok(sandbox) => stock.push(wanted, sandbox),
+                        Err(e) => {
+                            refill_failed = true;
+                            tracing::error!(worker = self.index, error = %e, "replacement sandbox failed to boot")
+                        }
+                    }
+                    continue;
+                }
+            };
             job.started.store(true, Ordering::SeqCst);
             let queue_wait = job.enqueued.elapsed();
             telemetry::queue_wait(QueueExit::Dispatched, queue_wait);
             let started = Instant::now();
             let flavor = self.backend.flavor(&job.job);
+            wanted = flavor;
+            refill_failed = false;
             // A ready sandbox of another kind waits for a later call.
-            let sandbox = match ready.take() {
-                Some((f, sandbox)) if f == flavor => Ok(sandbox),
-                other => {
-                    ready = other;
-                    self.boot(&guard, InitPhase::OnDemand, flavor)
-                }
+            let sandbox = match stock.take(flavor) {
+                Some(sandbox) => Ok(sandbox),
+                None => self.boot(&guard, InitPhase::OnDemand, flavor),
             };
             let (result, used) = match sandbox {
                 Ok(mut sandbox) => {
@@ -469,22 +577,16 @@ impl<B: Backend> Worker<B> {
                 execution: started.elapsed(),
             });
             // The caller has its result; now tear the used isolate down (reported as preparing).
+            // A worker with stock left counts as ready meanwhile: the next call waits the few
+            // milliseconds for it rather than for a boot on a worker without one.
             guard.set(WorkerState::Initializing);
-            drop(used);
-            // The next call is likely to need what this one did: a ready sandbox of another kind
-            // makes way for one of this kind.
-            if self.prewarmed && !self.closed() && ready.as_ref().is_none_or(|(f, _)| *f != flavor)
-            {
-                drop(ready.take());
-                match self.boot(&guard, InitPhase::Replenishment, flavor) {
-                    Ok(sandbox) => ready = Some((flavor, sandbox)),
-                    Err(e) => {
-                        tracing::error!(worker = self.index, error = %e, "replacement sandbox failed to boot")
-                    }
-                }
+            if stock.len() > 0 {
+                self.announce(true);
             }
+            drop(used);
             guard.set(WorkerState::Idle);
         }
+        drop(stock);
         tracing::debug!(worker = self.index, "worker stopped");
     }
 
@@ -520,45 +622,84 @@ impl<B: Backend> Worker<B> {
         sandbox
     }
 
-    fn closed(&self) -> bool {
-        self.shared.lock().is_none_or(|q| q.closed)
-    }
-
     fn jobs_waiting(&self) -> bool {
         self.shared.lock().is_some_and(|q| !q.jobs.is_empty())
     }
 
-    /// The next job in FIFO order; `None` when the pool shuts down (or its queue broke). A worker
-    /// without a ready sandbox takes a job only when no idle worker has one, so a call finds a
-    /// prewarmed sandbox whenever one exists.
-    fn next_job(&self, has_ready_sandbox: bool) -> Option<Job<B::Job, B::Output>> {
-        let mut queue = self.shared.lock()?;
-        if has_ready_sandbox {
-            queue.ready_idle += 1;
+    /// Counts this worker in or out of the workers with a ready sandbox.
+    fn announce(&self, ready: bool) {
+        if let Some(mut queue) = self.shared.lock() {
+            self.announce_in(&mut queue, ready);
         }
-        let job = loop {
+    }
+
+    fn announce_in(&self, queue: &mut Queue<B::Job, B::Output>, ready: bool) {
+        if self.announced.replace(ready) != ready {
+            if ready {
+                queue.ready_idle += 1;
+            } else {
+                queue.ready_idle -= 1;
+                // Workers without a sandbox may now be the only idle ones.
+                self.shared.available.notify_all();
+            }
+        }
+    }
+
+    /// The next job in FIFO order, or `Refill` when `refill` is set and no job came within it;
+    /// `Closed` when the pool shuts down (or its queue broke). A worker without a ready sandbox takes
+    /// a job only when no idle worker has one, so a call finds a ready sandbox whenever one exists.
+    fn next_job(
+        &self,
+        has_ready_sandbox: bool,
+        refill: Option<Duration>,
+    ) -> Next<B::Job, B::Output> {
+        let Some(mut queue) = self.shared.lock() else {
+            return Next::Closed;
+        };
+        self.announce_in(&mut queue, has_ready_sandbox);
+        let deadline = refill.map(|pause| Instant::now() + pause);
+        let next = loop {
             if !queue.jobs.is_empty() && (has_ready_sandbox || queue.ready_idle == 0) {
                 let job = queue.jobs.pop_front();
                 telemetry::queue_depth(queue.jobs.len());
-                break job;
+                break job.map_or(Next::Closed, Next::Run);
             }
             if queue.closed {
-                break None;
+                break Next::Closed;
             }
-            queue = match self.shared.available.wait(queue) {
+            let waited = match deadline {
+                None => self.shared.available.wait(queue),
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break Next::Refill;
+                    }
+                    self.shared
+                        .available
+                        .wait_timeout(queue, left)
+                        .map(|(q, _)| q)
+                        .map_err(|e| std::sync::PoisonError::new(e.into_inner().0))
+                }
+            };
+            queue = match waited {
                 Ok(q) => q,
                 Err(_) => {
                     self.shared.health.poisoned.store(true, Ordering::SeqCst);
-                    return None;
+                    return Next::Closed;
                 }
             };
         };
-        if has_ready_sandbox {
-            queue.ready_idle -= 1;
-            // Workers without a sandbox may now be the only idle ones.
-            self.shared.available.notify_all();
+        self.announce_in(&mut queue, false);
+        next
+    }
+}
+
+impl<B: Backend> Drop for Worker<B> {
+    /// A worker that ends, even by panicking, stops counting as ready.
+    fn drop(&mut self) {
+        if self.announced.get() {
+            self.announce(false);
         }
-        job
     }
 }
 

@@ -22,6 +22,27 @@ struct Fake {
     cancelled: Mutex<Option<Arc<AtomicBool>>>,
     /// The flavor of every sandbox booted, in order.
     flavors: Mutex<Vec<u8>>,
+    /// Sandboxes alive, oldest first, and how often one was dropped before a newer one (V8 aborts
+    /// the process when isolates of one thread are dropped out of order).
+    alive: Arc<Mutex<Vec<usize>>>,
+    out_of_order: Arc<AtomicUsize>,
+}
+
+/// A fake sandbox: its number, and the record of live sandboxes it leaves when dropped.
+struct FakeSandbox {
+    number: usize,
+    alive: Arc<Mutex<Vec<usize>>>,
+    out_of_order: Arc<AtomicUsize>,
+}
+
+impl Drop for FakeSandbox {
+    fn drop(&mut self) {
+        let mut alive = self.alive.lock().unwrap();
+        if alive.last() != Some(&self.number) {
+            self.out_of_order.fetch_add(1, Ordering::SeqCst);
+        }
+        alive.retain(|n| *n != self.number);
+    }
 }
 
 struct FakeJob {
@@ -69,7 +90,7 @@ impl FakeJob {
 }
 
 impl Backend for Fake {
-    type Sandbox = usize;
+    type Sandbox = FakeSandbox;
     type Job = FakeJob;
     type Output = (&'static str, usize);
     type Flavor = u8;
@@ -78,26 +99,32 @@ impl Backend for Fake {
         job.flavor
     }
 
-    fn boot(&self, flavor: u8) -> Result<usize, String> {
+    fn boot(&self, flavor: u8) -> Result<FakeSandbox, String> {
         if self.fail_boots.load(Ordering::SeqCst) {
             return Err("no sandbox today".into());
         }
         self.flavors.lock().unwrap().push(flavor);
-        Ok(self.boots.fetch_add(1, Ordering::SeqCst) + 1)
+        let number = self.boots.fetch_add(1, Ordering::SeqCst) + 1;
+        self.alive.lock().unwrap().push(number);
+        Ok(FakeSandbox {
+            number,
+            alive: self.alive.clone(),
+            out_of_order: self.out_of_order.clone(),
+        })
     }
 
-    fn settle(&self, _sandbox: &mut usize) {
+    fn settle(&self, _sandbox: &mut FakeSandbox) {
         self.settled.fetch_add(1, Ordering::SeqCst);
     }
 
     fn run(
         &self,
-        sandbox: &mut usize,
+        sandbox: &mut FakeSandbox,
         job: FakeJob,
         cancelled: Arc<AtomicBool>,
     ) -> (&'static str, usize) {
         *self.cancelled.lock().unwrap() = Some(cancelled);
-        self.ran.lock().unwrap().push((job.name, *sandbox));
+        self.ran.lock().unwrap().push((job.name, sandbox.number));
         if let Some(started) = job.started {
             let _ = started.send(());
         }
@@ -107,17 +134,28 @@ impl Backend for Fake {
         if job.panic {
             panic!("the fake job panics");
         }
-        (job.name, *sandbox)
+        (job.name, sandbox.number)
     }
 }
 
 fn pool(backend: &Arc<Fake>, workers: usize, queue: usize, prewarmed: usize) -> Pool<Fake> {
+    stocked_pool(backend, workers, queue, prewarmed, 1)
+}
+
+fn stocked_pool(
+    backend: &Arc<Fake>,
+    workers: usize,
+    queue: usize,
+    prewarmed: usize,
+    ready_sandboxes: usize,
+) -> Pool<Fake> {
     Pool::start(
         backend.clone(),
         PoolConfig {
             max_workers: workers,
             queue_capacity: queue,
             prewarmed_workers: prewarmed,
+            ready_sandboxes,
         },
     )
     .expect("pool starts")
@@ -314,6 +352,7 @@ fn boot_failures_fail_the_job_or_the_start() {
             max_workers: 2,
             queue_capacity: 8,
             prewarmed_workers: 1,
+            ready_sandboxes: 1,
         },
     )
     .err()
@@ -363,4 +402,94 @@ fn a_call_gets_a_sandbox_of_its_flavor_and_the_next_ready_one_follows_it() {
     assert_eq!(block_on(t.wait()).result.unwrap(), ("plain", 5));
     wait_until("the replacement", || ready_idle(&pool));
     assert_eq!(flavors(), [0, 1, 1, 1, 0, 0]);
+}
+
+#[test]
+fn a_stock_serves_queued_calls_without_booting_and_refills_after_them() {
+    let fake = Arc::new(Fake::default());
+    let pool = stocked_pool(&fake, 1, 8, 1, 3);
+    let boots = || fake.boots.load(Ordering::SeqCst);
+    // Start-up waits for the first sandbox only; the worker fills the rest of its stock after it.
+    wait_until("a full stock", || boots() == 3 && ready_idle(&pool));
+    // Three calls back to back (two queued behind a running one): each is served from the stock,
+    // newest first, and no boot happens between them.
+    let (first, started, release) = FakeJob::held("first");
+    let mut a = pool.submit(first).unwrap();
+    started.recv().unwrap();
+    let mut b = pool.submit(FakeJob::quick("second")).unwrap();
+    let mut c = pool.submit(FakeJob::quick("third")).unwrap();
+    release.send(()).unwrap();
+    let served: Vec<_> = [&mut a, &mut b, &mut c]
+        .into_iter()
+        .map(|t| block_on(t.wait()).result.unwrap())
+        .collect();
+    // (A call that waited for a boot would have run in sandbox 4.)
+    assert_eq!(served, [("first", 3), ("second", 2), ("third", 1)]);
+    // Once the calls stop, the stock is refilled.
+    wait_until("the stock refilled", || boots() == 6);
+    let mut t = pool.submit(FakeJob::quick("later")).unwrap();
+    assert_eq!(block_on(t.wait()).result.unwrap(), ("later", 6));
+    pool.shutdown();
+    wait_until("the worker to exit", || pool.workers_exited());
+    assert_eq!(fake.out_of_order.load(Ordering::SeqCst), 0);
+    assert!(
+        fake.alive.lock().unwrap().is_empty(),
+        "shutdown drops the stock"
+    );
+}
+
+#[test]
+fn sandboxes_are_dropped_newest_first_whatever_the_flavors() {
+    let fake = Arc::new(Fake::default());
+    let pool = stocked_pool(&fake, 1, 8, 1, 2);
+    wait_until("a full stock", || {
+        fake.boots.load(Ordering::SeqCst) == 2 && ready_idle(&pool)
+    });
+    // Calls of another flavor are booted on demand above the stock, then the stock follows them;
+    // a default call after that boots its own again.
+    for (name, flavor) in [("data", 1), ("more", 1), ("plain", 0), ("again", 1)] {
+        let mut t = pool.submit(FakeJob::of_flavor(name, flavor)).unwrap();
+        block_on(t.wait()).result.unwrap();
+    }
+    // A drained stock: more queued calls than ready sandboxes, the rest booted on demand.
+    let (first, started, release) = FakeJob::held("held");
+    let mut tickets = vec![pool.submit(first).unwrap()];
+    started.recv().unwrap();
+    for name in ["q1", "q2", "q3"] {
+        tickets.push(pool.submit(FakeJob::quick(name)).unwrap());
+    }
+    release.send(()).unwrap();
+    for t in &mut tickets {
+        block_on(t.wait()).result.unwrap();
+    }
+    pool.shutdown();
+    wait_until("the worker to exit", || pool.workers_exited());
+    assert_eq!(fake.out_of_order.load(Ordering::SeqCst), 0);
+    assert!(fake.alive.lock().unwrap().is_empty());
+}
+
+#[test]
+fn the_whole_stock_follows_the_flavor_of_the_last_call() {
+    let fake = Arc::new(Fake::default());
+    let pool = stocked_pool(&fake, 1, 8, 1, 2);
+    let boots = || fake.boots.load(Ordering::SeqCst);
+    wait_until("a full stock", || boots() == 2 && ready_idle(&pool));
+    // A call of another flavor boots on demand (3); then the stock is replaced by two of its
+    // flavor (4, 5).
+    let mut t = pool.submit(FakeJob::of_flavor("data", 1)).unwrap();
+    assert_eq!(block_on(t.wait()).result.unwrap(), ("data", 3));
+    wait_until("the stock replaced", || boots() == 5 && ready_idle(&pool));
+    assert_eq!(*fake.flavors.lock().unwrap(), [0, 0, 1, 1, 1]);
+    // Two calls of that flavor, one queued behind the other: both start from the stock.
+    let (first, started, release) = FakeJob::held("first");
+    let first = FakeJob { flavor: 1, ..first };
+    let mut a = pool.submit(first).unwrap();
+    started.recv().unwrap();
+    let mut b = pool.submit(FakeJob::of_flavor("second", 1)).unwrap();
+    release.send(()).unwrap();
+    assert_eq!(block_on(a.wait()).result.unwrap(), ("first", 5));
+    assert_eq!(block_on(b.wait()).result.unwrap(), ("second", 4));
+    pool.shutdown();
+    wait_until("the worker to exit", || pool.workers_exited());
+    assert_eq!(fake.out_of_order.load(Ordering::SeqCst), 0);
 }

@@ -112,12 +112,42 @@ impl Engine {
         Ok(key)
     }
 
-    /// With `preimport_modules` configured, makes the snapshot sandboxes restore with those modules
-    /// already imported (read back from `package_cache_dir` or taken now, after the package layer),
+    /// The modules of the snapshot with pre-imported modules: `preimport_modules`, then (with
+    /// `preimport_preinstalled`, in snapshot boot) the top-level modules of `preinstall_packages`
+    /// that the package layer holds (a package whose module has another name than the lock file
+    /// knows is left out rather than failing the snapshot).
+    fn preimport_list(&self) -> Vec<String> {
+        let config = &self.shared.config;
+        let mut modules = config.preimport_modules.clone();
+        if !config.preimport_preinstalled || config.boot != BootMode::Snapshot {
+            return modules;
+        }
+        let Some(layer) = self.shared.layer.get() else {
+            return modules;
+        };
+        for requirement in &config.preinstall_packages {
+            let derived = crate::packages::top_level_modules(
+                requirement,
+                &self.shared.assets.imports_by_package,
+            );
+            for module in derived {
+                let top = module.split('.').next().unwrap_or(&module);
+                if !layer.has_top_level_module(top) {
+                    tracing::info!(requirement = %requirement, module = %module, "not pre-imported: the package layer has no such module");
+                } else if !modules.contains(&module) {
+                    modules.push(module);
+                }
+            }
+        }
+        modules
+    }
+
+    /// With `preimport_modules` (or `preimport_preinstalled`) configured, makes the snapshot
+    /// sandboxes restore with those modules already imported (read back from `package_cache_dir` or taken now, after the package layer),
     /// and trusts it only once a sandbox booted from it finds them working. Whatever fails here only
     /// warns: sandboxes then restore the plain snapshot and import as usual.
     fn prepare_preimported_snapshot(&self, plain_key: &str) {
-        let modules = &self.shared.config.preimport_modules;
+        let modules = &self.preimport_list();
         if modules.is_empty() {
             return;
         }
@@ -170,7 +200,7 @@ impl Engine {
             })
             .unwrap_or_default();
         let candidate = Arc::new(SharedSnapshot::with_dylibs(bytes, dylibs));
-        match self.check_preimported(&candidate) {
+        match self.check_preimported(&candidate, modules) {
             Ok(()) => {
                 tracing::info!(
                     modules = ?modules,
@@ -192,11 +222,14 @@ impl Engine {
     }
 
     /// Boots a sandbox from `snapshot` and checks that the pre-imported modules are there and work.
-    fn check_preimported(&self, snapshot: &Arc<SharedSnapshot>) -> Result<(), String> {
+    fn check_preimported(
+        &self,
+        snapshot: &Arc<SharedSnapshot>,
+        modules: &[String],
+    ) -> Result<(), String> {
         let sandbox = Sandbox::boot(self.shared.clone(), Some(snapshot.clone()))
             .map_err(|e| e.to_string())?;
-        let modules = serde_json::to_string(&self.shared.config.preimport_modules)
-            .map_err(|e| e.to_string())?;
+        let modules = serde_json::to_string(modules).map_err(|e| e.to_string())?;
         let result = sandbox.execute(ExecRequest {
             code: format!(
                 "{PREIMPORT_CHECK_PY}
@@ -409,7 +442,7 @@ check({modules})"
         Sandbox::boot(self.shared.clone(), self.shared.snapshot.get().cloned())
     }
 
-    /// Whether sandboxes start with `preimport_modules` already imported.
+    /// Whether sandboxes start with pre-imported modules (`preimport_modules`, `preimport_preinstalled`).
     pub fn preimported(&self) -> bool {
         self.shared.preimported.get().is_some()
     }

@@ -153,6 +153,20 @@ impl PackageLayer {
     }
 
     /// The contents of the file at `path` (an absolute path in the sandbox).
+    /// Whether the layer holds the top-level Python module `name` in a `site-packages` directory: a
+    /// package directory, a `.py` file or an extension module.
+    pub fn has_top_level_module(&self, name: &str) -> bool {
+        self.index.iter().any(|(path, _, _)| {
+            let Some((_, rest)) = path.split_once("/site-packages/") else {
+                return false;
+            };
+            let first = rest.split('/').next().unwrap_or(rest);
+            (first == name && rest.len() > name.len())
+                || first == format!("{name}.py")
+                || (first.starts_with(&format!("{name}.")) && first.ends_with(".so"))
+        })
+    }
+
     pub fn file(&self, path: &str) -> Option<&[u8]> {
         let (_, offset, length) = self.index.iter().find(|(p, _, _)| p == path)?;
         self.blob

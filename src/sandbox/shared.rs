@@ -36,6 +36,8 @@ pub struct EngineConfig {
     /// Modules imported into a second memory snapshot that sandboxes restore instead of the plain
     /// one (empty: none).
     pub preimport_modules: Vec<String>,
+    /// Pre-import the top-level modules of `preinstall_packages` too (snapshot boot only).
+    pub preimport_preinstalled: bool,
     /// Where the durable package layer is kept.
     pub package_cache_dir: PathBuf,
     /// micropip index URLs (empty: micropip's default, the Python Package Index).

@@ -32,6 +32,8 @@ pub fn engine_config() -> EngineConfig {
             Ok("full") => BootMode::Full,
             _ => BootMode::Snapshot,
         },
+        // Tests of pre-imported modules ask for them.
+        preimport_preinstalled: false,
         ..code_interpreter_mcp::app::engine_config(&AppConfig::default())
     }
 }

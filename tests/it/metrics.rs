@@ -458,6 +458,7 @@ fn the_dashboard_and_alerts_use_only_exported_series() {
         "sessions",
         "sessions_created_total",
         "sessions_ended_total",
+        "ready_sandboxes",
     ];
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let dashboard =
@@ -496,6 +497,7 @@ fn calls_go_to_the_prewarmed_sandbox_while_one_is_ready() {
         ("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", &port_s),
         ("CODE_INTERPRETER_MCP_MAX_WORKERS", "2"),
         ("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "1"),
+        ("CODE_INTERPRETER_MCP_READY_SANDBOXES", "1"),
     ]);
     let replenished = "code_interpreter_mcp_isolate_initialization_duration_seconds_count{phase=\"replenishment\",outcome=\"success\"}";
     for n in 1..=3 {
@@ -514,4 +516,62 @@ fn calls_go_to_the_prewarmed_sandbox_while_one_is_ready() {
         0.0,
         "the worker without a sandbox never had to boot one"
     );
+}
+
+#[test]
+fn queued_calls_are_served_from_the_stock_of_ready_sandboxes_which_refills_after_them() {
+    let port = free_port();
+    let port_s = port.to_string();
+    let server = Server::start(&[
+        ("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true"),
+        ("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", &port_s),
+        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "1"),
+        ("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "1"),
+        ("CODE_INTERPRETER_MCP_READY_SANDBOXES", "3"),
+    ]);
+    let stock = "code_interpreter_mcp_ready_sandboxes";
+    let series = |phase: &str| {
+        format!(
+            "code_interpreter_mcp_isolate_initialization_duration_seconds_count{{phase=\"{phase}\",outcome=\"success\"}}"
+        )
+    };
+    // Ready is announced after the first sandbox; the worker boots the other two after it.
+    wait_for(port, stock, 3.0);
+    wait_for(port, &series("replenishment"), 2.0);
+    // Two calls queued behind a running one: all three start from the stock, none boots.
+    let url = server.url.clone();
+    let running =
+        thread::spawn(move || call_stateless(&url, json!({"code": "import time\ntime.sleep(2)"})));
+    wait_for(
+        port,
+        "code_interpreter_mcp_workers{state=\"executing\"}",
+        1.0,
+    );
+    let queued: Vec<_> = (0..2)
+        .map(|i| {
+            let url = server.url.clone();
+            thread::spawn(move || call_stateless(&url, json!({"code": format!("{i} + 40")})))
+        })
+        .collect();
+    wait_for(port, "code_interpreter_mcp_execution_queue_depth", 2.0);
+    assert_eq!(
+        running.join().unwrap()["result"]["structuredContent"]["success"],
+        true
+    );
+    for (i, call) in queued.into_iter().enumerate() {
+        let reply = call.join().unwrap();
+        assert_eq!(
+            reply["result"]["structuredContent"]["result"],
+            json!((i + 40).to_string()),
+            "{reply}"
+        );
+    }
+    // Then the stock fills up again.
+    let after = wait_for(port, stock, 3.0);
+    assert_eq!(
+        value(&after, &series("on_demand")),
+        0.0,
+        "no call waited for a boot"
+    );
+    assert_eq!(value(&after, &series("replenishment")), 5.0);
 }

@@ -175,3 +175,37 @@ fn a_snapshot_that_does_not_restore_is_never_used_and_a_changed_list_makes_a_new
         "(True, False)"
     );
 }
+
+#[test]
+fn preinstalled_packages_are_pre_imported_by_default_unless_turned_off() {
+    let cache = temp_dir("preimport-preinstalled");
+    let config = |on: bool| EngineConfig {
+        preinstall_packages: vec!["numpy".to_string()],
+        preimport_modules: Vec::new(),
+        preimport_preinstalled: on,
+        package_cache_dir: cache.clone(),
+        ..engine_config()
+    };
+    // Nothing listed in preimport_modules: numpy, the preinstalled package, is pre-imported.
+    let engine = Engine::new(config(true)).expect("engine");
+    assert!(engine.preimported());
+    assert_eq!(stored(&cache).len(), 1);
+    assert_eq!(
+        result(
+            &engine,
+            "import sys\nbefore = 'numpy' in sys.modules\nimport numpy as np\n(before, int(np.arange(4).sum()))"
+        ),
+        "(True, 6)"
+    );
+    drop(engine);
+    // Turned off: the same layer, no pre-imported modules.
+    let engine = Engine::new(config(false)).expect("engine");
+    assert!(!engine.preimported());
+    assert_eq!(
+        result(
+            &engine,
+            "import sys\nbefore = 'numpy' in sys.modules\nimport numpy as np\n(before, int(np.arange(4).sum()))"
+        ),
+        "(False, 6)"
+    );
+}

@@ -55,6 +55,12 @@ pub struct AppConfig {
     /// none. If that snapshot cannot be made or does not work, sandboxes import as usual (a warning).
     /// Environment: CODE_INTERPRETER_MCP_PREIMPORT_MODULES (comma-separated)
     pub preimport_modules: Vec<String>,
+    /// Pre-import the top-level modules of preinstall_packages too (their import names in Pyodide's
+    /// lock file, e.g. scikit-learn as sklearn; matplotlib as matplotlib.pyplot; a package outside
+    /// the lock by its own name), as if listed in preimport_modules. Only with workers.boot =
+    /// "snapshot"; if that snapshot cannot be made, a warning, and sandboxes import as usual.
+    /// Environment: CODE_INTERPRETER_MCP_PREIMPORT_PREINSTALLED
+    pub preimport_preinstalled: bool,
     /// micropip package index URLs, tried in order: a simple index base (PEP 503/691) or a JSON API
     /// URL containing {package_name}; empty keeps micropip's default (the Python Package Index).
     /// Environment: CODE_INTERPRETER_MCP_PACKAGE_INDEX_URLS (comma-separated)
@@ -170,9 +176,16 @@ pub struct WorkersConfig {
     /// Maximum number of requests waiting for a worker.
     /// Environment: CODE_INTERPRETER_MCP_QUEUE_CAPACITY
     pub queue_capacity: u64,
-    /// Workers that initialise Pyodide before the server accepts requests (at most max_workers).
+    /// Workers that initialise Pyodide before the server accepts requests and keep a stock of ready
+    /// sandboxes (at most max_workers; the default, 2, is cut to max_workers when that is lower).
     /// Environment: CODE_INTERPRETER_MCP_PREWARMED_WORKERS
     pub prewarmed_workers: u64,
+    /// Sandboxes each prewarmed worker keeps booted and ready (1 to 64). A call takes one; the
+    /// worker boots replacements while no call waits, so up to this many calls back to back per
+    /// prewarmed worker start without waiting for a boot. Each ready sandbox holds about 30 MB
+    /// (more with pre-imported modules).
+    /// Environment: CODE_INTERPRETER_MCP_READY_SANDBOXES
+    pub ready_sandboxes: u64,
     /// V8 heap budget per isolate in MB (1 MB = 1,048,576 bytes).
     /// Environment: CODE_INTERPRETER_MCP_MEMORY_LIMIT_MB
     pub memory_limit_mb: u64,
@@ -326,6 +339,7 @@ impl Default for AppConfig {
             package_base_url: String::new(),
             preinstall_packages: Vec::new(),
             preimport_modules: Vec::new(),
+            preimport_preinstalled: true,
             package_index_urls: Vec::new(),
             extra_ca_certs: Vec::new(),
             runtime_package_installation: true,
@@ -355,12 +369,20 @@ pub fn default_allowed_hosts() -> Vec<String> {
         .collect()
 }
 
+impl WorkersConfig {
+    /// The workers that prewarm: `prewarmed_workers`, at most `max_workers`.
+    pub fn prewarmed(&self) -> u64 {
+        self.prewarmed_workers.min(self.max_workers)
+    }
+}
+
 impl Default for WorkersConfig {
     fn default() -> Self {
         Self {
             max_workers: 2,
             queue_capacity: 8,
-            prewarmed_workers: 1,
+            prewarmed_workers: 2,
+            ready_sandboxes: 4,
             memory_limit_mb: 512,
             wasm_memory_limit_mb: 2048,
             boot: BootMode::Snapshot,
@@ -858,6 +880,7 @@ pub fn validate(c: &AppConfig, sources: &BTreeMap<String, Source>) -> Result<(),
     )?;
     in_range("workers.setup_timeout_s", w.setup_timeout_s, 1..=3600, " s")?;
     in_range("workers.max_workers", w.max_workers, 1..=1024, "")?;
+    in_range("workers.ready_sandboxes", w.ready_sandboxes, 1..=64, "")?;
     let replica = &c.replica_id;
     if replica.len() > 63
         || !replica
@@ -909,7 +932,10 @@ pub fn validate(c: &AppConfig, sources: &BTreeMap<String, Source>) -> Result<(),
         0..=1_000_000,
         "",
     )?;
-    if w.prewarmed_workers > w.max_workers {
+    // The default is cut to max_workers (see `WorkersConfig::prewarmed`); a set value must fit.
+    if w.prewarmed_workers > w.max_workers
+        && source_of(sources, "workers.prewarmed_workers") != Source::Default
+    {
         return fail(
             "workers.prewarmed_workers",
             format!(

@@ -55,7 +55,8 @@ fn no_files_gives_the_defaults() {
     assert_eq!(loaded.config.bind_addr, "127.0.0.1:8000");
     assert_eq!(loaded.config.workers.max_workers, 2);
     assert_eq!(loaded.config.workers.queue_capacity, 8);
-    assert_eq!(loaded.config.workers.prewarmed_workers, 1);
+    assert_eq!(loaded.config.workers.prewarmed_workers, 2);
+    assert_eq!(loaded.config.workers.ready_sandboxes, 4);
     assert_eq!(loaded.config.workers.memory_limit_mb, 512);
     assert_eq!(loaded.config.input_limits.max_file_kb, 10240);
     assert_eq!(loaded.config.input_limits.max_total_file_kb, 51200);
@@ -185,6 +186,8 @@ fn every_environment_override_applies_after_files() {
         ("CODE_INTERPRETER_MCP_MAX_WORKERS", "3"),
         ("CODE_INTERPRETER_MCP_QUEUE_CAPACITY", "5"),
         ("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "2"),
+        ("CODE_INTERPRETER_MCP_READY_SANDBOXES", "3"),
+        ("CODE_INTERPRETER_MCP_PREIMPORT_PREINSTALLED", "false"),
         ("CODE_INTERPRETER_MCP_MEMORY_LIMIT_MB", "256"),
         ("CODE_INTERPRETER_MCP_WASM_MEMORY_LIMIT_MB", "1024"),
         // (snapshot, not the default's spelling of it: preimport_modules below needs it)
@@ -245,6 +248,8 @@ fn every_environment_override_applies_after_files() {
     assert_eq!(c.workers.max_workers, 3);
     assert_eq!(c.workers.queue_capacity, 5);
     assert_eq!(c.workers.prewarmed_workers, 2);
+    assert_eq!(c.workers.ready_sandboxes, 3);
+    assert!(!c.preimport_preinstalled);
     assert_eq!(c.workers.memory_limit_mb, 256);
     assert_eq!(c.workers.wasm_memory_limit_mb, 1024);
     assert_eq!(c.workers.boot, BootMode::Snapshot);
@@ -330,6 +335,10 @@ fn validation_rules_name_the_key_the_source_and_what_is_allowed() {
         (
             "[workers]\nmax_workers = 0\n",
             &["workers.max_workers", "1..=1024"],
+        ),
+        (
+            "[workers]\nready_sandboxes = 0\n",
+            &["workers.ready_sandboxes", "1..=64"],
         ),
         (
             "[workers]\nmax_workers = 2\nprewarmed_workers = 3\n",
@@ -471,6 +480,21 @@ fn validation_rules_name_the_key_the_source_and_what_is_allowed() {
             "{var}={value}: {err}"
         );
     }
+
+    // The default prewarmed_workers is cut to a smaller max_workers; a value that was set must fit.
+    let one = load_with(&dir, &[], &[("CODE_INTERPRETER_MCP_MAX_WORKERS", "1")]).unwrap();
+    assert_eq!(one.config.workers.prewarmed(), 1);
+    let err = error(
+        &dir,
+        &[
+            ("CODE_INTERPRETER_MCP_MAX_WORKERS", "1"),
+            ("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "2"),
+        ],
+    );
+    assert!(
+        err.contains("workers.prewarmed_workers") && err.contains("must not exceed"),
+        "{err}"
+    );
 
     write(&dir, "code-interpreter-mcp.toml", "[workers\n");
     let err = error(&dir, &[]);
