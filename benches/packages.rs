@@ -15,8 +15,6 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-
 #[path = "../tests/it/fixture.rs"]
 mod fixture;
 
@@ -102,17 +100,6 @@ fn start(setup: &Setup) -> (fixture::Server, Duration) {
     (server, started.elapsed())
 }
 
-fn call(http: &reqwest::blocking::Client, url: &str, code: &str) -> Duration {
-    let started = Instant::now();
-    let reply = fixture::call_tool_with(http, url, "run_python_code", json!({"code": code}));
-    let elapsed = started.elapsed();
-    assert_eq!(
-        reply["result"]["structuredContent"]["success"], true,
-        "{reply}"
-    );
-    elapsed
-}
-
 /// The process's user + system CPU time.
 fn cpu(pid: u32) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -158,9 +145,10 @@ fn main() {
         let mut c1 = Vec::new();
         for (_, code) in WORKLOADS {
             // One call first, not counted: the pool settles into its back-to-back state.
-            call(&http, &server.url, code);
-            let mut samples: Vec<Duration> =
-                (0..calls).map(|_| call(&http, &server.url, code)).collect();
+            fixture::timed_run(&http, &server.url, code);
+            let mut samples: Vec<Duration> = (0..calls)
+                .map(|_| fixture::timed_run(&http, &server.url, code))
+                .collect();
             samples.sort();
             c1.push(samples);
         }
@@ -173,7 +161,7 @@ fn main() {
                 std::thread::spawn(move || {
                     let http = reqwest::blocking::Client::new();
                     for _ in 0..c8_calls / 8 {
-                        call(&http, &url, "print(1)");
+                        fixture::timed_run(&http, &url, "print(1)");
                     }
                 })
             })

@@ -18,9 +18,7 @@
 //! `cargo bench --bench stock`
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
-
-use serde_json::json;
+use std::time::Duration;
 
 #[path = "../tests/it/fixture.rs"]
 mod fixture;
@@ -94,17 +92,6 @@ fn start(setup: &str, preimport: bool) -> fixture::Server {
     server
 }
 
-fn call(http: &reqwest::blocking::Client, url: &str, code: &str) -> Duration {
-    let started = Instant::now();
-    let reply = fixture::call_tool_with(http, url, "run_python_code", json!({"code": code}));
-    let elapsed = started.elapsed();
-    assert_eq!(
-        reply["result"]["structuredContent"]["success"], true,
-        "{reply}"
-    );
-    elapsed
-}
-
 /// Waits until the server's workers have filled their stocks: no sandbox boot logged for 1 s.
 fn settle(server: &fixture::Server) {
     let mut seen = server.logged_boot_ms().len();
@@ -174,23 +161,23 @@ fn main() {
                         .push(sample)
                 };
                 // The pool's stock follows the flavor of the calls: one call first, not counted.
-                call(&http, &server.url, code);
+                fixture::timed_run(&http, &server.url, code);
                 settle(&server);
                 rss.entry((setup.clone(), *name))
                     .or_default()
                     .push(rss_mib(server.child.id()));
                 for _ in 0..rounds {
                     for _ in 0..burst {
-                        record("burst", call(&http, &server.url, code));
+                        record("burst", fixture::timed_run(&http, &server.url, code));
                     }
                     settle(&server);
                 }
                 for _ in 0..run {
-                    record("run", call(&http, &server.url, code));
+                    record("run", fixture::timed_run(&http, &server.url, code));
                 }
                 settle(&server);
                 for _ in 0..burst * 2 {
-                    record("paced", call(&http, &server.url, code));
+                    record("paced", fixture::timed_run(&http, &server.url, code));
                     std::thread::sleep(Duration::from_millis(150));
                 }
             }

@@ -6,11 +6,12 @@
 //!
 //! The pool knows sandboxes only through [`Backend`] ("boot a ready sandbox", "run a job in it"), so
 //! its queue, prewarming, cancellation, overload and drain logic are tested without V8 (see the
-//! tests below); `engine.rs` implements it for the real engine.
+//! tests below); `engine.rs` implements it for the real engine, and `worker.rs` is one worker's loop
+//! and its stock.
 
 mod engine;
+mod worker;
 
-use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -18,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use crate::telemetry::{self, InitPhase, QueueExit, Rejection, WorkerState};
+use crate::telemetry::{self, QueueExit, Rejection};
+use worker::Worker;
 
 /// What the pool needs of sandboxes.
 pub trait Backend: Send + Sync + 'static {
@@ -60,12 +62,6 @@ pub struct PoolConfig {
     /// Sandboxes each prewarmed worker keeps booted and ready (at least 1).
     pub ready_sandboxes: usize,
 }
-
-/// How long a worker whose stock can still serve the next call waits for one before it boots a
-/// replacement. Calls back to back arrive well within it (the client's round trip), so a burst is
-/// served from the stock and the booting waits for the pause after it; without the pause every call
-/// would find its worker busy booting the previous call's replacement.
-const REFILL_PAUSE: Duration = Duration::from_millis(25);
 
 /// A job's outcome and where its time went.
 #[derive(Debug)]
@@ -217,14 +213,13 @@ impl<B: Backend> Pool<B> {
         for index in 0..config.max_workers.max(1) {
             let prewarmed = index < config.prewarmed_workers;
             let (ack_tx, ack_rx) = std::sync::mpsc::channel::<Result<(), String>>();
-            let worker = Worker {
+            let worker = Worker::new(
                 index,
                 prewarmed,
-                stock_size: config.ready_sandboxes.max(1),
-                announced: Cell::new(false),
-                backend: backend.clone(),
-                shared: shared.clone(),
-            };
+                config.ready_sandboxes.max(1),
+                backend.clone(),
+                shared.clone(),
+            );
             health.started_workers.fetch_add(1, Ordering::SeqCst);
             health.live_workers.fetch_add(1, Ordering::SeqCst);
             let spawned = std::thread::Builder::new()
@@ -386,319 +381,6 @@ impl<J, O> Drop for Ticket<J, O> {
         {
             telemetry::queue_depth(queue.jobs.len());
             telemetry::queue_wait(QueueExit::Cancelled, job.enqueued.elapsed());
-        }
-    }
-}
-
-struct Worker<B: Backend> {
-    index: usize,
-    prewarmed: bool,
-    /// Sandboxes a prewarmed worker keeps ready.
-    stock_size: usize,
-    /// Whether this worker is counted in the queue's `ready_idle`.
-    announced: Cell<bool>,
-    backend: Arc<B>,
-    shared: Arc<Shared<B::Job, B::Output>>,
-}
-
-/// What an idle worker does next.
-enum Next<J, O> {
-    Run(Job<J, O>),
-    /// No job came: boot one for the stock.
-    Refill,
-    Closed,
-}
-
-/// A worker's ready sandboxes, all of one flavor (the last call's), the newest last. V8 requires the
-/// isolates of one thread to be dropped in the reverse order of their creation, so only the newest
-/// is ever taken, a sandbox booted on demand is dropped before anything older, and the stock is
-/// dropped newest first.
-struct Stock<F, S> {
-    sandboxes: Vec<(F, S)>,
-}
-
-impl<F: Copy + PartialEq, S> Stock<F, S> {
-    /// The newest sandbox if it is of `flavor`.
-    fn take(&mut self, flavor: F) -> Option<S> {
-        match self.sandboxes.last() {
-            Some((f, _)) if *f == flavor => {
-                telemetry::ready_sandboxes(-1.0);
-                self.sandboxes.pop().map(|(_, s)| s)
-            }
-            _ => None,
-        }
-    }
-
-    /// Whether the next call of `flavor` would find its sandbox here.
-    fn serves(&self, flavor: F) -> bool {
-        self.sandboxes.last().is_some_and(|(f, _)| *f == flavor)
-    }
-
-    fn len(&self) -> usize {
-        self.sandboxes.len()
-    }
-
-    fn push(&mut self, flavor: F, sandbox: S) {
-        self.sandboxes.push((flavor, sandbox));
-        telemetry::ready_sandboxes(1.0);
-    }
-}
-
-impl<F, S> Stock<F, S> {
-    /// Drops every sandbox, newest first.
-    fn clear(&mut self) {
-        while let Some(newest) = self.sandboxes.pop() {
-            drop(newest);
-            telemetry::ready_sandboxes(-1.0);
-        }
-    }
-}
-
-impl<F, S> Drop for Stock<F, S> {
-    fn drop(&mut self) {
-        self.clear();
-    }
-}
-
-/// Tracks the worker's state for the metrics and counts the worker out when its thread ends, as an
-/// unexpected exit when it ends by panicking.
-struct LiveGuard {
-    health: Arc<Health>,
-    state: Cell<Option<WorkerState>>,
-}
-
-impl LiveGuard {
-    fn new(health: Arc<Health>, state: WorkerState) -> Self {
-        telemetry::worker_state(None, Some(state));
-        Self {
-            health,
-            state: Cell::new(Some(state)),
-        }
-    }
-
-    fn set(&self, state: WorkerState) {
-        telemetry::worker_state(self.state.get(), Some(state));
-        self.state.set(Some(state));
-    }
-}
-
-impl Drop for LiveGuard {
-    fn drop(&mut self) {
-        telemetry::worker_state(self.state.take(), None);
-        if std::thread::panicking() {
-            self.health.unexpected_exits.fetch_add(1, Ordering::SeqCst);
-            telemetry::worker_unexpected_exit();
-        }
-        self.health.live_workers.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-impl<B: Backend> Worker<B> {
-    fn run(self, ack: std::sync::mpsc::Sender<Result<(), String>>) {
-        let initial = if self.prewarmed {
-            WorkerState::Initializing
-        } else {
-            WorkerState::Idle
-        };
-        let guard = LiveGuard::new(self.shared.health.clone(), initial);
-        let mut stock = Stock {
-            sandboxes: Vec::new(),
-        };
-        // The flavor the stock is kept in: the last call's.
-        let mut wanted = B::Flavor::default();
-        if self.prewarmed {
-            match self.boot(&guard, InitPhase::Startup, wanted) {
-                Ok(sandbox) => {
-                    stock.push(wanted, sandbox);
-                    let _ = ack.send(Ok(()));
-                }
-                Err(e) => {
-                    let _ = ack.send(Err(e));
-                    return;
-                }
-            }
-        }
-        drop(ack);
-        // Set when booting for the stock failed: no retry before the next call.
-        let mut refill_failed = false;
-        loop {
-            let refill = (self.prewarmed && !refill_failed)
-                .then(|| {
-                    if !stock.serves(wanted) {
-                        // Nothing to serve the next call with: boot at once.
-                        Some(Duration::ZERO)
-                    } else {
-                        (stock.len() < self.stock_size).then_some(REFILL_PAUSE)
-                    }
-                })
-                .flatten();
-            let job = match self.next_job(stock.len() > 0, refill) {
-                Next::Run(job) => job,
-                Next::Closed => break,
-                Next::Refill => {
-                    // A stock of another flavor makes way for one of the wanted flavor.
-                    if stock.len() > 0 && !stock.serves(wanted) {
-                        guard.set(WorkerState::Initializing);
-                        stock.clear();
-                    }
-                    match self.boot(&guard, InitPhase::Replenishment, wanted) {
-                        Ok(sandbox) => stock.push(wanted, sandbox),
-                        Err(e) => {
-                            refill_failed = true;
-                            tracing::error!(worker = self.index, error = %e, "replacement sandbox failed to boot")
-                        }
-                    }
-                    continue;
-                }
-            };
-            job.started.store(true, Ordering::SeqCst);
-            let queue_wait = job.enqueued.elapsed();
-            telemetry::queue_wait(QueueExit::Dispatched, queue_wait);
-            let started = Instant::now();
-            let flavor = self.backend.flavor(&job.job);
-            wanted = flavor;
-            refill_failed = false;
-            // A ready sandbox of another kind waits for a later call.
-            let sandbox = match stock.take(flavor) {
-                Some(sandbox) => Ok(sandbox),
-                None => self.boot(&guard, InitPhase::OnDemand, flavor),
-            };
-            let (result, used) = match sandbox {
-                Ok(mut sandbox) => {
-                    guard.set(WorkerState::Executing);
-                    let output = self.backend.run(&mut sandbox, job.job, job.cancelled);
-                    (Ok(output), Some(sandbox))
-                }
-                Err(e) => (Err(JobError::Boot(e)), None),
-            };
-            let _ = job.reply.send(Completed {
-                result,
-                queue_wait,
-                execution: started.elapsed(),
-            });
-            // The caller has its result; now tear the used isolate down (reported as preparing).
-            // A worker with stock left counts as ready meanwhile: the next call waits the few
-            // milliseconds for it rather than for a boot on a worker without one.
-            guard.set(WorkerState::Initializing);
-            if stock.len() > 0 {
-                self.announce(true);
-            }
-            drop(used);
-            guard.set(WorkerState::Idle);
-        }
-        drop(stock);
-        tracing::debug!(worker = self.index, "worker stopped");
-    }
-
-    /// Boots a sandbox, as the worker's `initializing` state, recording how long it took.
-    fn boot(
-        &self,
-        guard: &LiveGuard,
-        phase: InitPhase,
-        flavor: B::Flavor,
-    ) -> Result<B::Sandbox, String> {
-        guard.set(WorkerState::Initializing);
-        let started = Instant::now();
-        let mut sandbox = self.backend.boot(flavor);
-        let took = started.elapsed();
-        telemetry::isolate_initialization(phase, sandbox.is_ok(), took);
-        tracing::debug!(
-            worker = self.index,
-            phase = ?phase,
-            flavor = ?flavor,
-            ok = sandbox.is_ok(),
-            ms = took.as_secs_f64() * 1000.0,
-            "sandbox boot"
-        );
-        // A sandbox prepared ahead of its call settles now rather than during the call; not when a
-        // job already waits for it (settling would only delay that job).
-        if !matches!(phase, InitPhase::OnDemand)
-            && !self.jobs_waiting()
-            && let Ok(sandbox) = &mut sandbox
-        {
-            self.backend.settle(sandbox);
-        }
-        guard.set(WorkerState::Idle);
-        sandbox
-    }
-
-    fn jobs_waiting(&self) -> bool {
-        self.shared.lock().is_some_and(|q| !q.jobs.is_empty())
-    }
-
-    /// Counts this worker in or out of the workers with a ready sandbox.
-    fn announce(&self, ready: bool) {
-        if let Some(mut queue) = self.shared.lock() {
-            self.announce_in(&mut queue, ready);
-        }
-    }
-
-    fn announce_in(&self, queue: &mut Queue<B::Job, B::Output>, ready: bool) {
-        if self.announced.replace(ready) != ready {
-            if ready {
-                queue.ready_idle += 1;
-            } else {
-                queue.ready_idle -= 1;
-                // Workers without a sandbox may now be the only idle ones.
-                self.shared.available.notify_all();
-            }
-        }
-    }
-
-    /// The next job in FIFO order, or `Refill` when `refill` is set and no job came within it;
-    /// `Closed` when the pool shuts down (or its queue broke). A worker without a ready sandbox takes
-    /// a job only when no idle worker has one, so a call finds a ready sandbox whenever one exists.
-    fn next_job(
-        &self,
-        has_ready_sandbox: bool,
-        refill: Option<Duration>,
-    ) -> Next<B::Job, B::Output> {
-        let Some(mut queue) = self.shared.lock() else {
-            return Next::Closed;
-        };
-        self.announce_in(&mut queue, has_ready_sandbox);
-        let deadline = refill.map(|pause| Instant::now() + pause);
-        let next = loop {
-            if !queue.jobs.is_empty() && (has_ready_sandbox || queue.ready_idle == 0) {
-                let job = queue.jobs.pop_front();
-                telemetry::queue_depth(queue.jobs.len());
-                break job.map_or(Next::Closed, Next::Run);
-            }
-            if queue.closed {
-                break Next::Closed;
-            }
-            let waited = match deadline {
-                None => self.shared.available.wait(queue),
-                Some(deadline) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        break Next::Refill;
-                    }
-                    self.shared
-                        .available
-                        .wait_timeout(queue, left)
-                        .map(|(q, _)| q)
-                        .map_err(|e| std::sync::PoisonError::new(e.into_inner().0))
-                }
-            };
-            queue = match waited {
-                Ok(q) => q,
-                Err(_) => {
-                    self.shared.health.poisoned.store(true, Ordering::SeqCst);
-                    return Next::Closed;
-                }
-            };
-        };
-        self.announce_in(&mut queue, false);
-        next
-    }
-}
-
-impl<B: Backend> Drop for Worker<B> {
-    /// A worker that ends, even by panicking, stops counting as ready.
-    fn drop(&mut self) {
-        if self.announced.get() {
-            self.announce(false);
         }
     }
 }

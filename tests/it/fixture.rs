@@ -255,6 +255,18 @@ pub fn call_tool_with(
     message(response)
 }
 
+/// Runs `code` with `run_python_code` over `http` and returns the round trip, asserting success.
+pub fn timed_run(http: &reqwest::blocking::Client, url: &str, code: &str) -> std::time::Duration {
+    let started = std::time::Instant::now();
+    let reply = call_tool_with(http, url, "run_python_code", json!({"code": code}));
+    let elapsed = started.elapsed();
+    assert_eq!(
+        reply["result"]["structuredContent"]["success"], true,
+        "{reply}"
+    );
+    elapsed
+}
+
 /// The `_meta` a 2026-07-28 request carries instead of an initialize handshake.
 pub fn stateless_meta() -> Value {
     json!({
