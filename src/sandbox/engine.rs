@@ -143,9 +143,10 @@ impl Engine {
     }
 
     /// With `preimport_modules` (or `preimport_preinstalled`) configured, makes the snapshot
-    /// sandboxes restore with those modules already imported (read back from `package_cache_dir` or taken now, after the package layer),
-    /// and trusts it only once a sandbox booted from it finds them working. Whatever fails here only
-    /// warns: sandboxes then restore the plain snapshot and import as usual.
+    /// sandboxes restore with those modules already imported (read back from `package_cache_dir` or
+    /// taken now, after the package layer), and trusts it only once a sandbox booted from it finds
+    /// them working. Whatever fails here only warns: sandboxes then restore the plain snapshot and
+    /// import as usual.
     fn prepare_preimported_snapshot(&self, plain_key: &str) {
         let modules = &self.preimport_list();
         if modules.is_empty() {

@@ -156,14 +156,15 @@ impl PackageLayer {
     /// Whether the layer holds the top-level Python module `name` in a `site-packages` directory: a
     /// package directory, a `.py` file or an extension module.
     pub fn has_top_level_module(&self, name: &str) -> bool {
+        let (file, extension) = (format!("{name}.py"), format!("{name}."));
         self.index.iter().any(|(path, _, _)| {
             let Some((_, rest)) = path.split_once("/site-packages/") else {
                 return false;
             };
             let first = rest.split('/').next().unwrap_or(rest);
             (first == name && rest.len() > name.len())
-                || first == format!("{name}.py")
-                || (first.starts_with(&format!("{name}.")) && first.ends_with(".so"))
+                || first == file
+                || (first.starts_with(&extension) && first.ends_with(".so"))
         })
     }
 
