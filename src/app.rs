@@ -101,6 +101,7 @@ pub fn sessions_config(config: &AppConfig) -> SessionsConfig {
     let s = &config.sessions;
     SessionsConfig {
         max_sessions: s.max_sessions as usize,
+        queue_capacity: s.queue_capacity as usize,
         idle_timeout: std::time::Duration::from_secs(s.idle_timeout_s),
         max_lifetime: std::time::Duration::from_secs(s.max_lifetime_s),
         replica_id: config.replica_id.clone(),
@@ -114,10 +115,13 @@ impl App {
     pub fn start(config: &AppConfig) -> anyhow::Result<Self> {
         let started = Instant::now();
         let engine = engine(config)?;
-        let sessions = config
-            .sessions
-            .enabled
-            .then(|| Sessions::new(engine.clone(), sessions_config(config)));
+        let sessions = config.sessions.enabled.then(|| {
+            Sessions::new(
+                std::sync::Arc::new(engine.clone()),
+                sessions_config(config),
+                std::sync::Arc::new(crate::sessions::SystemClock),
+            )
+        });
         let pool = ExecPool::start(std::sync::Arc::new(engine), pool_config(config))?;
         tracing::info!(
             max_workers = config.workers.max_workers,

@@ -1,4 +1,4 @@
-//! Prometheus metrics: the thirteen `code_interpreter_mcp_` families recorded through the `metrics` facade,
+//! Prometheus metrics: the fourteen `code_interpreter_mcp_` families recorded through the `metrics` facade,
 //! the Prometheus recorder and its dedicated `/metrics` listener, and the five-second tokio-metrics
 //! reporter for the main runtime. When metrics are disabled nothing is installed, so every recording
 //! call below is a no-op; no listener opens and no reporter runs.
@@ -73,6 +73,7 @@ labels! {
         Success => "success",
         PythonError => "python_error",
         Timeout => "timeout",
+        Cancelled => "cancelled",
         RuntimeFailure => "runtime_failure",
     }
 }
@@ -96,6 +97,7 @@ impl From<ExecutionOutcome> for ToolOutcome {
             ExecutionOutcome::Success => ToolOutcome::Success,
             ExecutionOutcome::PythonError => ToolOutcome::PythonError,
             ExecutionOutcome::Timeout => ToolOutcome::Timeout,
+            ExecutionOutcome::Cancelled => ToolOutcome::Cancelled,
             ExecutionOutcome::RuntimeFailure => ToolOutcome::RuntimeFailure,
         }
     }

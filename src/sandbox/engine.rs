@@ -12,7 +12,7 @@ use super::memory_snapshot::Kind;
 use super::memory_snapshot::{self, SharedSnapshot};
 use super::ops::{Role, TakenSnapshot};
 use super::shared::{BootMode, EngineConfig, EngineError, EngineShared};
-use super::types::{ErrorKind, ExecError, ExecRequest, ExecResult};
+use super::types::{ErrorKind, ErrorType, ExecError, ExecRequest, ExecResult};
 use super::{layer, startup};
 use crate::assets::Assets;
 
@@ -455,7 +455,7 @@ check({modules})"
             Ok(sandbox) => sandbox.execute(request),
             Err(e) => ExecResult::failure(ExecError::new(
                 ErrorKind::Runtime,
-                "SandboxStartupError",
+                ErrorType::SandboxStartupError,
                 e.to_string(),
             )),
         }

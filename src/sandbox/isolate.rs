@@ -5,20 +5,20 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use deno_core::{JsRuntime, v8};
 
 use super::memory::MemoryBudget;
 use super::memory_snapshot::SharedSnapshot;
-use super::ops::{Phase as OpPhase, Role, SandboxState};
-use super::output::{self, Report};
+use super::ops::{CallState, Phase as OpPhase, Role, SandboxState};
+use super::outcome::{self, Limits, Observed, Verdict};
+use super::output::Report;
 use super::shared::{EngineError, EngineShared};
 use super::startup;
-use super::types::{ErrorKind, ExecError, ExecRequest, ExecResult};
+use super::types::{ErrorKind, ErrorType, ExecError, ExecRequest, ExecResult, SandboxEnd};
 use super::wasm::CodegenAllowed;
 use super::watchdog::{Phase, Stop, Watchdog};
-use crate::config::limits::MAX_STREAM_BYTES;
 
 /// Makes `runtime.js` register its entry points with Rust (see `__sandboxEntry` there).
 const ENTRY: &str = "__sandboxEntry()";
@@ -35,12 +35,11 @@ pub struct Sandbox {
     tokio: tokio::runtime::Runtime,
     heap_exhausted: Arc<AtomicBool>,
     budget: Arc<MemoryBudget>,
-    boot_time: Duration,
     used: bool,
     /// Kept for a session: runs request after request, timeouts interrupt first.
     session: bool,
-    /// Why the sandbox can run nothing more (it was terminated), once it cannot.
-    ended: Option<String>,
+    /// Why the sandbox can run nothing more, once it cannot.
+    ended: Option<SandboxEnd>,
 }
 
 /// A file of a session, read for a client.
@@ -50,6 +49,19 @@ pub enum FileRead {
     Missing,
     TooLarge,
 }
+
+/// A session's files: at most `MAX_LISTED_FILES` (path, size) pairs, sorted, with how many were left
+/// out (past the cap, or with paths over the path limit).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileListing {
+    pub files: Vec<(String, u64)>,
+    pub left_out: u64,
+    /// The listing stopped at its cap: there may be more files than `left_out` counts.
+    pub truncated: bool,
+}
+
+/// Most files a session's listing holds.
+pub const MAX_LISTED_FILES: usize = super::ops::MAX_LISTED_FILES;
 
 /// How long a session's file listing or read may take (its JavaScript is the session's own).
 const INSPECT_DEADLINE: Duration = Duration::from_secs(5);
@@ -74,9 +86,15 @@ impl Sandbox {
         f(state.borrow_mut::<SandboxState>())
     }
 
+    /// The state of the call (or inspection) that just ended, an idle one in its place.
+    fn take_call(&self) -> CallState {
+        let state = self.runtime.op_state();
+        let mut state = state.borrow_mut();
+        std::mem::replace(state.borrow_mut::<CallState>(), CallState::idle())
+    }
+
     pub(crate) fn boot_as(shared: Arc<EngineShared>, role: Role) -> Result<Self, EngineError> {
         let installer = matches!(role, Role::Installer { .. });
-        let started = Instant::now();
         let tokio = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -163,7 +181,7 @@ impl Sandbox {
                 // What Python or Emscripten printed usually says more than the JS exception.
                 let state = runtime.op_state();
                 let state = state.borrow();
-                let s = state.borrow::<SandboxState>();
+                let s = state.borrow::<CallState>();
                 let printed = format!("{}{}", s.stdout.text(), s.stderr.text());
                 let printed = printed.trim();
                 let tail = &printed[printed.floor_char_boundary(printed.len().saturating_sub(1000))..];
@@ -174,17 +192,15 @@ impl Sandbox {
                 }
             }
         })?;
-        let sandbox = Self {
+        let mut sandbox = Self {
             runtime,
             tokio,
             heap_exhausted,
             budget,
-            boot_time: started.elapsed(),
             used: false,
             session: false,
             ended: None,
         };
-        let mut sandbox = sandbox;
         super::callbacks::after_boot(sandbox.runtime.v8_isolate());
         sandbox.with_state(|s| {
             // From here on, the start-up ops refuse (their JavaScript callers stay reachable).
@@ -192,10 +208,13 @@ impl Sandbox {
             if !s.shared.config.runtime_package_installation {
                 s.downloads_enabled = false;
             }
-            // Output printed while booting is not the user's.
-            s.stdout = output::CappedBuffer::new(MAX_STREAM_BYTES);
-            s.stderr = output::CappedBuffer::new(MAX_STREAM_BYTES);
         });
+        // Output printed while booting is not the user's.
+        sandbox
+            .runtime
+            .op_state()
+            .borrow_mut()
+            .put(CallState::idle());
         Ok(sandbox)
     }
 
@@ -204,11 +223,6 @@ impl Sandbox {
     /// user's code. Costs ~15 ms of CPU, so callers that run code right away skip it.
     pub fn collect_garbage(&mut self) {
         self.runtime.v8_isolate().low_memory_notification();
-    }
-
-    /// How long booting took.
-    pub fn boot_time(&self) -> Duration {
-        self.boot_time
     }
 
     /// Runs one request. The sandbox is consumed: its isolate is discarded afterwards.
@@ -228,45 +242,39 @@ impl Sandbox {
     }
 
     /// Why this sandbox can run nothing more (a session's, after a hard stop), if so.
-    pub fn ended(&self) -> Option<&str> {
-        self.ended.as_deref()
+    pub fn ended(&self) -> Option<SandboxEnd> {
+        self.ended
     }
 
     /// Runs one request and leaves the used sandbox to the caller, who drops it (tearing down the
     /// isolate takes a while) after the result has been handed on. A sandbox runs one request only,
     /// unless kept for a session; otherwise a second call returns a runtime error. With `cancel`,
-    /// setting the flag stops the run.
+    /// setting the flag stops the run (a session's code is interrupted first).
     pub fn run(&mut self, request: ExecRequest, cancel: Option<Arc<AtomicBool>>) -> ExecResult {
         if std::mem::replace(&mut self.used, true) && !self.session {
             return ExecResult::failure(ExecError::new(
                 ErrorKind::Runtime,
-                "SandboxError",
+                ErrorType::SandboxError,
                 "a sandbox runs one request only",
             ));
         }
-        if let Some(reason) = &self.ended {
+        if let Some(end) = self.ended {
             return ExecResult::failure(ExecError::new(
                 ErrorKind::Runtime,
-                "SandboxError",
-                reason.clone(),
+                ErrorType::SandboxError,
+                format!("the session has ended: {}", end.reason()),
             ));
         }
-        let timeout_ms = request.timeout.as_millis();
-        let interrupt = self.with_state(|s| {
-            // What the previous call left is not this call's.
-            s.report = None;
-            s.glue_error = None;
-            s.user_started = false;
-            s.stdout = output::CappedBuffer::new(MAX_STREAM_BYTES);
-            s.stderr = output::CappedBuffer::new(MAX_STREAM_BYTES);
-            s.files = output::FileCollector::default();
-            s.fetches = Arc::default();
-            let interrupt = s.interrupt.clone();
-            if let Some(buffer) = &interrupt {
-                buffer.store(0, Ordering::SeqCst);
-            }
-            interrupt
+        let (interrupt, tainted, config) = self.with_state(|s| {
+            (
+                s.interrupt.clone(),
+                s.user_code_ran,
+                s.shared.config.clone(),
+            )
         });
+        if let Some(buffer) = &interrupt {
+            buffer.store(0, Ordering::SeqCst);
+        }
         let watchdog = match Watchdog::start(
             self.runtime.v8_isolate().thread_safe_handle(),
             Some(self.budget.clone()),
@@ -277,229 +285,157 @@ impl Sandbox {
             Err(e) => {
                 return ExecResult::failure(ExecError::new(
                     ErrorKind::Runtime,
-                    "SandboxError",
+                    ErrorType::SandboxError,
                     format!("cannot start the sandbox's watchdog: {e}"),
                 ));
             }
         };
         let arming = watchdog.arming();
-        let (run, config) = self.with_state(|s| {
-            s.code = Some(request.code);
-            s.input_files = request
-                .files
-                .into_iter()
-                .map(|f| (f.path, Some(f.content)))
-                .collect();
-            s.user_timeout = request.timeout;
-            s.watchdog = Some(arming.clone());
-            (
-                s.entry.as_ref().map(|e| e.run.clone()),
-                s.shared.config.clone(),
-            )
-        });
-        let Some(run) = run else {
+        // What the previous call left is not this call's: its state is made new.
+        let input_files = request
+            .files
+            .into_iter()
+            .map(|f| (f.path, Some(f.content)))
+            .collect();
+        self.runtime.op_state().borrow_mut().put(CallState::new(
+            Some(request.code),
+            input_files,
+            request.timeout,
+            Some(arming.clone()),
+        ));
+        let Some(run) = self.with_state(|s| s.entry.as_ref().map(|e| e.run.clone())) else {
             return ExecResult::failure(ExecError::new(
                 ErrorKind::Runtime,
-                "SandboxError",
+                ErrorType::SandboxError,
                 "the sandbox has no run entry point",
             ));
         };
-        arming.arm(Phase::Setup, config.setup_timeout);
+        // In a session whose code has run, the set-up may run that code too (it can have replaced
+        // any JavaScript or Python the set-up calls): it is bounded by timeout_ms as well.
+        let setup_within_timeout = self.session && tainted;
+        let setup_budget = if setup_within_timeout {
+            config.setup_timeout.min(request.timeout)
+        } else {
+            config.setup_timeout
+        };
+        arming.arm(Phase::Setup, setup_budget);
 
         let runtime = &mut self.runtime;
-        let outcome = self.tokio.block_on(async {
+        let returned = self.tokio.block_on(async {
             let call = runtime.call(&run);
             tokio::select! {
-                r = runtime.with_event_loop_promise(call, Default::default()) => Some(r.map_err(|e| e.to_string())),
+                r = runtime.with_event_loop_promise(call, Default::default()) => Some(r.map(drop).map_err(|e| e.to_string())),
                 _ = watchdog.fired() => None,
             }
         });
         let stopped = watchdog.stopped();
         drop(watchdog);
 
-        let heap_exhausted = self.heap_exhausted.load(Ordering::SeqCst);
-        // An exception `run()` ended in counts as its failure (it never reached deno_core).
-        let budget_exceeded = self.budget.exceeded();
-        let (mut result, report, user_started, glue_error) = self.with_state(|s| {
-            s.fetches.cancel();
-            s.watchdog = None;
-            let files = std::mem::take(&mut s.files);
-            let result = ExecResult {
-                success: false,
-                stdout: s.stdout.text(),
-                stderr: s.stderr.text(),
-                result: None,
-                output_truncated: s.stdout.truncated() || s.stderr.truncated() || files.truncated(),
-                files: files.into_files(),
-                error: None,
-                timed_out: false,
-            };
-            (result, s.report.take(), s.user_started, s.glue_error.take())
-        });
-
-        let outcome = match (outcome, glue_error) {
-            (Some(Ok(_)), Some(text)) => Some(Err(text)),
-            (outcome, _) => outcome,
+        let limits = Limits {
+            timeout_ms: request.timeout.as_millis(),
+            setup_timeout_s: config.setup_timeout.as_secs(),
+            setup_within_timeout,
+            memory_limit_mb: config.memory_limit_mb,
+            sandbox_memory_limit_mb: config.sandbox_memory_limit_mb,
         };
-        let session = self.session;
-        result.error = match (stopped, outcome, report) {
-            (Some(Stop::Interrupted), ..) => {
-                result.timed_out = true;
-                Some(ExecError::new(
-                    ErrorKind::Timeout,
-                    "TimeoutError",
-                    format!(
-                        "execution exceeded timeout_ms = {timeout_ms} ms and was interrupted \
-(KeyboardInterrupt); the session's state is kept"
-                    ),
-                ))
-            }
-            (Some(Stop::Deadline(phase)), ..) => {
-                result.timed_out = true;
-                Some(if phase == Phase::User && session {
-                    ExecError::new(
-                        ErrorKind::Timeout,
-                        "TimeoutError",
-                        format!(
-                            "execution exceeded timeout_ms = {timeout_ms} ms and did not stop within {} s \
-of its interrupt (a long call outside Python); it was terminated and the session has ended",
-                            super::watchdog::INTERRUPT_GRACE.as_secs()
-                        ),
-                    )
-                } else if phase == Phase::User {
-                    ExecError::new(
-                        ErrorKind::Timeout,
-                        "TimeoutError",
-                        format!("execution exceeded timeout_ms = {timeout_ms} ms and was stopped"),
-                    )
-                } else {
-                    ExecError::new(
-                        ErrorKind::Timeout,
-                        "SetupTimeout",
-                        format!(
-                            "setting up the call (writing its input files, loading the packages its imports \
-need) exceeded workers.setup_timeout_s = {} s and was stopped",
-                            config.setup_timeout.as_secs()
-                        ),
-                    )
-                })
-            }
-            _ if budget_exceeded || stopped == Some(Stop::MemoryBudget) => Some(ExecError::new(
-                ErrorKind::Python,
-                "MemoryLimitExceeded",
-                format!(
-                    "the sandbox exceeded its memory budget (workers.sandbox_memory_limit_mb = {} MiB: \
-ArrayBuffers, in-memory files, network responses and Python's WebAssembly memory together)",
-                    config.sandbox_memory_limit_mb
-                ),
-            )),
-            _ if heap_exhausted => Some(ExecError::new(
-                ErrorKind::Python,
-                "MemoryLimitExceeded",
-                format!(
-                    "the sandbox exhausted its V8 heap budget (workers.memory_limit_mb = {} MiB)",
-                    config.memory_limit_mb
-                ),
-            )),
-            (Some(Stop::Cancelled), ..) => Some(ExecError::new(
-                ErrorKind::Timeout,
-                "Cancelled",
-                "the client cancelled the call; its execution was stopped",
-            )),
-            (_, outcome, Some(report)) => {
+        self.finish(stopped, returned, tainted, limits)
+    }
+
+    /// The result of the call that just ended, classified (see `outcome.rs`); a session's sandbox
+    /// that can run nothing more is marked ended.
+    fn finish(
+        &mut self,
+        stopped: Option<Stop>,
+        returned: Option<Result<(), String>>,
+        tainted: bool,
+        limits: Limits,
+    ) -> ExecResult {
+        let mut call = self.take_call();
+        call.fetches.cancel();
+        let fatal = self.with_state(|s| s.fatal.clone());
+        // An exception `run()` ended in counts as its failure (it never reached deno_core).
+        let returned = match (returned, call.glue_error.take()) {
+            (Some(Ok(())), Some(text)) => Some(Err(text)),
+            (returned, _) => returned,
+        };
+        let files = std::mem::take(&mut call.files);
+        let mut result = ExecResult {
+            success: false,
+            stdout: call.stdout.text(),
+            stderr: call.stderr.text(),
+            result: None,
+            output_truncated: call.stdout.truncated()
+                || call.stderr.truncated()
+                || files.truncated(),
+            files: files.into_files(),
+            error: None,
+            timed_out: false,
+        };
+        let classified = outcome::classify(
+            Observed {
+                stopped,
+                returned,
+                report: call.report.take(),
+                user_started: call.user_started,
+                tainted,
+                heap_exhausted: self.heap_exhausted.load(Ordering::SeqCst),
+                budget_exceeded: self.budget.exceeded(),
+                fatal,
+                session: self.session,
+            },
+            limits,
+        );
+        result.timed_out = classified.timed_out;
+        match classified.verdict {
+            Verdict::Reported {
+                report,
+                collect_failure,
+            } => {
                 apply_report(&mut result, report);
                 // The code finished, then the sandbox's JavaScript failed collecting its files (the
                 // code changed the JavaScript environment): its result stands, without those files.
-                if let Some(Err(e)) = outcome {
+                if let Some(e) = collect_failure {
                     result.output_truncated = true;
                     result.stderr.push_str(&format!(
                         "\nThe sandbox could not collect the files the code wrote (did the code change the \
-JavaScript environment?): {}\n",
-                        stalled_or(e)
+JavaScript environment?): {e}\n"
                     ));
                 }
-                result.error.take()
             }
-            // The sandbox's own JavaScript failed after the user's code started: something the code
-            // did (it can change any JavaScript object it reaches) made it fail.
-            (_, Some(Err(e)), None) if user_started => Some(ExecError::new(
-                ErrorKind::Python,
-                "SandboxError",
-                format!(
-                    "the sandbox's JavaScript failed after the code started (did the code change the \
-JavaScript environment?): {}",
-                    stalled_or(e)
-                ),
-            )),
-            (_, Some(Err(e)), None) => Some(ExecError::new(
-                ErrorKind::Runtime,
-                "SandboxError",
-                stalled_or(e),
-            )),
-            (_, _, None) if user_started => Some(ExecError::new(
-                ErrorKind::Python,
-                "SandboxError",
-                "the code ended without a result (did it change the sandbox's runner?)",
-            )),
-            (_, _, None) => Some(ExecError::new(
-                ErrorKind::Runtime,
-                "SandboxError",
-                "the sandbox ended without a result",
-            )),
-        };
-        // A sandbox stopped by force (not by an interrupt Python answered) runs nothing more.
-        let forced = matches!(stopped, Some(s) if s != Stop::Interrupted)
-            || heap_exhausted
-            || budget_exceeded;
-        if forced && session {
-            let reason = result
-                .error
-                .as_ref()
-                .map_or("the session was stopped", |e| e.message.as_str());
-            self.ended = Some(format!("the session has ended: {reason}"));
-            if let Some(error) = &mut result.error
-                && !error.message.contains("session has ended")
-            {
-                error.message.push_str("; the session has ended");
-            }
+            Verdict::Failed(error) => result.error = Some(error),
+        }
+        if self.session {
+            self.ended = classified.end;
         }
         result
     }
 
-    /// A session's regular files under /workspace with their sizes.
-    pub fn list_files(&mut self) -> Result<Vec<(String, u64)>, String> {
-        self.inspect(None, 0)?;
-        let listed = self.with_state(|s| s.listed.take()).unwrap_or_default();
-        Ok(listed
-            .into_iter()
-            .map(|(path, size)| {
-                (
-                    path,
-                    if size.is_finite() && size > 0.0 {
-                        size as u64
-                    } else {
-                        0
-                    },
-                )
-            })
-            .collect())
+    /// A session's regular files under /workspace with their sizes, sorted; at most
+    /// [`MAX_LISTED_FILES`] (the listing says what it left out).
+    pub fn list_files(&mut self) -> Result<FileListing, String> {
+        let listing = self.inspect(None, 0)?.listing;
+        Ok(FileListing {
+            files: listing.files,
+            left_out: listing.left_out,
+            truncated: listing.cut,
+        })
     }
 
     /// A session's file at `path` (relative to /workspace), if it is a regular file of at most
-    /// `limit` bytes.
+    /// `limit` bytes reached without following a link.
     pub fn read_file(&mut self, path: &str, limit: u64) -> Result<FileRead, String> {
-        self.inspect(Some(path), limit)?;
-        Ok(match self.with_state(|s| s.read.take()) {
+        Ok(match self.inspect(Some(path), limit)?.read {
             Some((0, data)) if data.len() as u64 <= limit => FileRead::Found(data),
             Some((2, _)) | Some((0, _)) => FileRead::TooLarge,
             _ => FileRead::Missing,
         })
     }
 
-    /// Runs `inspect` in call.js under a short deadline; a session whose JavaScript hangs there ends.
-    fn inspect(&mut self, path: Option<&str>, limit: u64) -> Result<(), String> {
-        if let Some(reason) = &self.ended {
-            return Err(reason.clone());
+    /// Runs `inspect` in call.js under a short deadline, in a call state of its own; a session
+    /// whose JavaScript hangs there ends.
+    fn inspect(&mut self, path: Option<&str>, limit: u64) -> Result<CallState, String> {
+        if let Some(end) = self.ended {
+            return Err(format!("the session has ended: {}", end.reason()));
         }
         let inspect = self
             .with_state(|s| s.entry.as_ref().map(|e| e.inspect.clone()))
@@ -512,6 +448,7 @@ JavaScript environment?): {}",
         )
         .map_err(|e| e.to_string())?;
         watchdog.arming().arm(Phase::Setup, INSPECT_DEADLINE);
+        self.runtime.op_state().borrow_mut().put(CallState::idle());
         let runtime = &mut self.runtime;
         let args = {
             deno_core::scope!(scope, runtime);
@@ -533,13 +470,16 @@ JavaScript environment?): {}",
         });
         let stopped = watchdog.stopped();
         drop(watchdog);
+        let call = self.take_call();
         match (stopped, outcome) {
-            (None, Some(Ok(_))) => Ok(()),
+            (None, Some(Ok(_))) => Ok(call),
             (None, Some(Err(e))) => Err(format!("reading the session's files failed: {e}")),
             _ => {
-                let reason = "the session has ended: reading its files did not finish in time";
-                self.ended = Some(reason.into());
-                Err(reason.into())
+                self.ended = Some(SandboxEnd::Unresponsive);
+                Err(format!(
+                    "the session has ended: {}",
+                    SandboxEnd::Unresponsive.reason()
+                ))
             }
         }
     }
@@ -557,13 +497,5 @@ fn apply_report(result: &mut ExecResult, report: Report) {
             message: report.message.unwrap_or_default(),
             traceback: Some(report.traceback.unwrap_or_default()),
         });
-    }
-}
-
-fn stalled_or(message: String) -> String {
-    if message.contains("Promise resolution is still pending") {
-        "the code awaited something that can never complete (the event loop ran out of work)".into()
-    } else {
-        message
     }
 }

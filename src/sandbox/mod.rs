@@ -12,7 +12,8 @@
 //!   the sandbox's realm and the only doors from it to Rust;
 //! - `modules`: Pyodide's JavaScript as sandboxes are served it (with its patches) and its code cache;
 //! - [`layer`]: the package layer every sandbox gets; `cow`: bytes shared copy-on-write;
-//! - `output`: what comes back, capped in Rust; `watchdog`: deadlines, memory, cancellation;
+//! - `output`: what comes back, capped in Rust; `outcome`: how a call ended, by who caused it;
+//!   `watchdog`: deadlines, memory, cancellation;
 //! - `memory`: the per-sandbox memory budget and its ArrayBuffer allocator; `wasm`: WebAssembly
 //!   compiled only through Rust, once per process; `callbacks`: V8 callbacks that cannot panic.
 //!
@@ -28,6 +29,7 @@ mod memory;
 mod memory_snapshot;
 mod modules;
 mod ops;
+mod outcome;
 mod output;
 mod shared;
 mod startup;
@@ -37,9 +39,11 @@ mod watchdog;
 
 pub use engine::Engine;
 pub use flavor::Flavor;
-pub use isolate::{FileRead, Sandbox};
+pub use isolate::{FileListing, FileRead, MAX_LISTED_FILES, Sandbox};
 pub use shared::{BootMode, EngineConfig, EngineError};
-pub use types::{ErrorKind, ExecError, ExecRequest, ExecResult, InputFile, OutputFile};
+pub use types::{
+    ErrorKind, ErrorType, ExecError, ExecRequest, ExecResult, InputFile, OutputFile, SandboxEnd,
+};
 
 pub use crate::config::limits::{
     MAX_RESULT_BYTES, MAX_RETURNED_FILE_BYTES, MAX_RETURNED_FILES, MAX_RETURNED_TOTAL_BYTES,

@@ -26,12 +26,77 @@ pub struct ExecRequest {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ErrorKind {
-    /// The Python code raised.
+    /// The Python code raised, or caused the failure (a memory limit it exceeded, an interpreter it
+    /// crashed, a JavaScript environment it broke).
     Python,
-    /// `timeout_ms` ran out.
+    /// `timeout_ms` (or the set-up budget) ran out.
     Timeout,
-    /// The sandbox itself failed (boot, heap budget, engine error).
+    /// The client cancelled the call.
+    Cancelled,
+    /// The sandbox itself failed (boot, engine error).
     Runtime,
+}
+
+/// The error types the server reports itself (`ExecError.error_type`); an exception raised by the
+/// code is reported under its own class name instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorType {
+    /// `timeout_ms` ran out.
+    TimeoutError,
+    /// Setting up the call ran past its budget.
+    SetupTimeout,
+    /// The sandbox's memory budget or V8 heap ran out.
+    MemoryLimitExceeded,
+    /// The client cancelled the call.
+    Cancelled,
+    /// The interpreter failed fatally (a WebAssembly trap or stack overflow).
+    InterpreterCrashed,
+    /// The sandbox's own JavaScript failed, or it ended without a result.
+    SandboxError,
+    /// A sandbox could not start.
+    SandboxStartupError,
+    /// The request was refused before it ran.
+    ValidationError,
+    /// A queue was full.
+    Overloaded,
+    /// The server is shutting down.
+    ServerShuttingDown,
+    /// The execution queue is broken.
+    Unavailable,
+    /// The worker running the call ended unexpectedly.
+    WorkerLost,
+    /// The session does not exist (here), or has ended.
+    SessionNotFound,
+    /// No more sessions can be created.
+    TooManySessions,
+}
+
+impl ErrorType {
+    /// The name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorType::TimeoutError => "TimeoutError",
+            ErrorType::SetupTimeout => "SetupTimeout",
+            ErrorType::MemoryLimitExceeded => "MemoryLimitExceeded",
+            ErrorType::Cancelled => "Cancelled",
+            ErrorType::InterpreterCrashed => "InterpreterCrashed",
+            ErrorType::SandboxError => "SandboxError",
+            ErrorType::SandboxStartupError => "SandboxStartupError",
+            ErrorType::ValidationError => "ValidationError",
+            ErrorType::Overloaded => "Overloaded",
+            ErrorType::ServerShuttingDown => "ServerShuttingDown",
+            ErrorType::Unavailable => "Unavailable",
+            ErrorType::WorkerLost => "WorkerLost",
+            ErrorType::SessionNotFound => "SessionNotFound",
+            ErrorType::TooManySessions => "TooManySessions",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// A structured error.
@@ -46,13 +111,65 @@ pub struct ExecError<K = ErrorKind> {
 }
 
 impl<K> ExecError<K> {
-    pub fn new(kind: K, error_type: &str, message: impl Into<String>) -> Self {
+    /// An error of the server's own `error_type`.
+    pub fn new(kind: K, error_type: ErrorType, message: impl Into<String>) -> Self {
         Self {
             kind,
-            error_type: error_type.to_string(),
+            error_type: error_type.as_str().to_string(),
             message: message.into(),
             traceback: None,
         }
+    }
+}
+
+/// Why a sandbox kept for a session can run nothing more: the session ends with it, and says why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxEnd {
+    /// `timeout_ms` ran out and the code did not stop within the grace after its interrupt.
+    Timeout,
+    /// The client cancelled and the code did not stop within the grace after its interrupt.
+    Cancelled,
+    /// Setting up a call ran past its budget and was terminated.
+    SetupTimeout,
+    /// The memory budget or the V8 heap ran out.
+    Memory,
+    /// The interpreter failed fatally (a WebAssembly trap or stack overflow).
+    Crashed,
+    /// The code changed the sandbox's JavaScript so that a call could no longer reach it.
+    Broken,
+    /// Reading the session's files did not finish in time.
+    Unresponsive,
+}
+
+impl SandboxEnd {
+    /// Why, as the end of a sentence ("the session has ended: ...").
+    pub fn reason(self) -> &'static str {
+        match self {
+            SandboxEnd::Timeout => {
+                "its code ran past timeout_ms and did not stop when interrupted, so it was terminated"
+            }
+            SandboxEnd::Cancelled => {
+                "its call was cancelled and the code did not stop when interrupted, so it was terminated"
+            }
+            SandboxEnd::SetupTimeout => "setting up a call ran past its budget and was terminated",
+            SandboxEnd::Memory => "its memory budget ran out",
+            SandboxEnd::Crashed => "its Python interpreter failed fatally",
+            SandboxEnd::Broken => {
+                "its code changed the sandbox's JavaScript so that calls can no longer run in it"
+            }
+            SandboxEnd::Unresponsive => "reading its files did not finish in time",
+        }
+    }
+
+    /// Whether a limit ended it (else the code broke it).
+    pub fn is_limit(self) -> bool {
+        matches!(
+            self,
+            SandboxEnd::Timeout
+                | SandboxEnd::Cancelled
+                | SandboxEnd::SetupTimeout
+                | SandboxEnd::Memory
+        )
     }
 }
 
@@ -128,6 +245,7 @@ impl ExecResult {
             None => ExecutionOutcome::Success,
             Some(ErrorKind::Python) => ExecutionOutcome::PythonError,
             Some(ErrorKind::Timeout) => ExecutionOutcome::Timeout,
+            Some(ErrorKind::Cancelled) => ExecutionOutcome::Cancelled,
             Some(ErrorKind::Runtime) => ExecutionOutcome::RuntimeFailure,
         }
     }

@@ -3,9 +3,12 @@
 //! [`WasmModules::compile`] runs for it. That is the one path left after boot (`pyodide.js` routes
 //! `WebAssembly.Module`, `compile` and `instantiate` through it): it refuses modules that define a
 //! memory of their own (a sandbox has exactly one, Python's, which counts against its memory budget)
-//! and oversized ones, and it compiles each module once per process, keyed by the sha256 of its
-//! bytes: a package's extension modules are compiled by the first sandbox that loads them and only
-//! instantiated by the others.
+//! and oversized ones. Modules compiled before any user code ran in the sandbox (Pyodide's own, and
+//! the libraries of the verified lock-file wheels a call's imports load) are compiled once per
+//! process, keyed by the sha256 of their bytes: a package's extension modules are compiled by the
+//! first sandbox that loads them and only instantiated by the others. Anything compiled after user
+//! code ran may be the user's own and is not kept: it lives and dies with its sandbox, so no client
+//! can grow the process by compiling modules.
 
 use std::cell::Cell;
 use std::sync::Mutex;
@@ -106,18 +109,21 @@ struct Cache {
 
 impl WasmModules {
     /// A module object of the calling isolate for `bytes`: from the cache, or checked and compiled
-    /// now (and cached).
+    /// now (and cached only with `keep`).
     pub fn compile<'s>(
         &self,
         scope: &v8::PinScope<'s, '_>,
         bytes: &[u8],
+        keep: bool,
     ) -> Result<v8::Local<'s, v8::WasmModuleObject>, ModuleError> {
         let key: [u8; 32] = Sha256::digest(bytes).into();
         if let Some(module) = self.cached(scope, &key) {
             return Ok(module);
         }
         let module = compile_checked(scope, bytes)?;
-        self.insert(key, module.get_compiled_module(), bytes.len());
+        if keep {
+            self.insert(key, module.get_compiled_module(), bytes.len());
+        }
         Ok(module)
     }
 

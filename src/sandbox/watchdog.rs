@@ -2,7 +2,9 @@
 //! thread-safe handle when a deadline passes (the boot's, the call's set-up budget, then `timeout_ms`
 //! from the start of the user's code), when the sandbox's memory budget is exceeded (polled every few
 //! milliseconds: Python's WebAssembly memory grows without telling anyone), or when the caller
-//! cancels. Whatever it stops, it says why ([`Stop`]) and wakes the thread that waits for the isolate.
+//! cancels. In a session (which has an interrupt buffer) the user's deadline and a cancellation
+//! first interrupt Python, and terminate only if it has not stopped within [`INTERRUPT_GRACE`].
+//! Whatever it stops, it says why ([`Stop`]) and wakes the thread that waits for the isolate.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
@@ -33,12 +35,25 @@ pub(crate) const INTERRUPT_GRACE: Duration = Duration::from_secs(1);
 /// Why the watchdog stopped the isolate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Stop {
+    /// A deadline passed; the isolate was terminated.
     Deadline(Phase),
+    /// The memory budget was exceeded; the isolate was terminated.
     MemoryBudget,
+    /// The caller cancelled; the isolate was terminated.
     Cancelled,
-    /// `timeout_ms` ran out in a session: Python was interrupted (KeyboardInterrupt), and the isolate
-    /// was left running because it stopped within `INTERRUPT_GRACE`.
-    Interrupted,
+    /// The interpreter failed fatally (see `op_sandbox_fatal`); the isolate was terminated at once.
+    Fatal,
+    /// In a session, `timeout_ms` ran out or the caller cancelled while the user's code ran: Python
+    /// was interrupted (KeyboardInterrupt) and stopped within `INTERRUPT_GRACE`, so the isolate was
+    /// left running.
+    Interrupted(Interrupt),
+}
+
+/// What a session's interrupt answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Interrupt {
+    Timeout,
+    Cancel,
 }
 
 impl Stop {
@@ -49,7 +64,9 @@ impl Stop {
             Stop::Deadline(Phase::User) => 3,
             Stop::MemoryBudget => 4,
             Stop::Cancelled => 5,
-            Stop::Interrupted => 6,
+            Stop::Interrupted(Interrupt::Timeout) => 6,
+            Stop::Interrupted(Interrupt::Cancel) => 7,
+            Stop::Fatal => 8,
         }
     }
 
@@ -60,7 +77,9 @@ impl Stop {
             3 => Stop::Deadline(Phase::User),
             4 => Stop::MemoryBudget,
             5 => Stop::Cancelled,
-            6 => Stop::Interrupted,
+            6 => Stop::Interrupted(Interrupt::Timeout),
+            7 => Stop::Interrupted(Interrupt::Cancel),
+            8 => Stop::Fatal,
             _ => return None,
         })
     }
@@ -70,6 +89,8 @@ impl Stop {
 pub(crate) enum WatchMsg {
     /// `phase` runs until `deadline`.
     Arm(Phase, Instant),
+    /// The interpreter failed fatally: stop the call now.
+    Fatal,
     /// The execution is over (or abandoned): stop watching.
     Done,
 }
@@ -106,6 +127,11 @@ impl Arming {
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(deadline);
         let _ = self.tx.send(WatchMsg::Arm(phase, deadline));
+    }
+
+    /// The interpreter failed fatally: the call is stopped at once (nothing of it can still run).
+    pub fn fatal(&self) {
+        let _ = self.tx.send(WatchMsg::Fatal);
     }
 
     /// The deadline in force, if any.
@@ -206,16 +232,9 @@ fn watch(rx: Receiver<WatchMsg>, watched: Watched, shared: &Shared) {
         {
             if phase == Phase::User
                 && let Some(buffer) = &interrupt
+                && interrupted(buffer, &rx, shared, Interrupt::Timeout)
             {
-                // SIGINT: Pyodide raises KeyboardInterrupt at its next check.
-                buffer.store(2, Ordering::SeqCst);
-                shared
-                    .stop
-                    .store(Stop::Interrupted.encode(), Ordering::SeqCst);
-                match rx.recv_timeout(INTERRUPT_GRACE) {
-                    Ok(WatchMsg::Done) | Err(RecvTimeoutError::Disconnected) => return,
-                    Ok(WatchMsg::Arm(..)) | Err(RecvTimeoutError::Timeout) => {}
-                }
+                return;
             }
             break Stop::Deadline(phase);
         }
@@ -226,6 +245,13 @@ fn watch(rx: Receiver<WatchMsg>, watched: Watched, shared: &Shared) {
             break Stop::MemoryBudget;
         }
         if cancel.as_ref().is_some_and(|c| c.load(Ordering::SeqCst)) {
+            // Only the user's code can answer an interrupt: a call still setting up is terminated.
+            if armed.is_some_and(|(phase, _)| phase == Phase::User)
+                && let Some(buffer) = &interrupt
+                && interrupted(buffer, &rx, shared, Interrupt::Cancel)
+            {
+                return;
+            }
             break Stop::Cancelled;
         }
         let until_deadline = armed.map(|(_, deadline)| deadline.saturating_duration_since(now));
@@ -237,6 +263,7 @@ fn watch(rx: Receiver<WatchMsg>, watched: Watched, shared: &Shared) {
         };
         match message {
             Ok(WatchMsg::Arm(phase, deadline)) => armed = Some((phase, deadline)),
+            Ok(WatchMsg::Fatal) => break Stop::Fatal,
             Ok(WatchMsg::Done) | Err(RecvTimeoutError::Disconnected) => return,
             Err(RecvTimeoutError::Timeout) => {}
         }
@@ -249,9 +276,32 @@ fn watch(rx: Receiver<WatchMsg>, watched: Watched, shared: &Shared) {
     loop {
         match rx.recv_timeout(POLL) {
             Ok(WatchMsg::Done) | Err(RecvTimeoutError::Disconnected) => return,
-            Ok(WatchMsg::Arm(..)) | Err(RecvTimeoutError::Timeout) => {
+            Ok(WatchMsg::Arm(..) | WatchMsg::Fatal) | Err(RecvTimeoutError::Timeout) => {
                 isolate.terminate_execution();
             }
+        }
+    }
+}
+
+/// Interrupts a session's Python (SIGINT: KeyboardInterrupt at its next check) and waits up to
+/// `INTERRUPT_GRACE` for the call to end; true when it did (the isolate stays usable).
+fn interrupted(
+    buffer: &AtomicI32,
+    rx: &Receiver<WatchMsg>,
+    shared: &Shared,
+    why: Interrupt,
+) -> bool {
+    buffer.store(2, Ordering::SeqCst);
+    shared
+        .stop
+        .store(Stop::Interrupted(why).encode(), Ordering::SeqCst);
+    let grace = Instant::now() + INTERRUPT_GRACE;
+    loop {
+        match rx.recv_timeout(grace.saturating_duration_since(Instant::now())) {
+            Ok(WatchMsg::Done) | Err(RecvTimeoutError::Disconnected) => return true,
+            Ok(WatchMsg::Arm(..)) => {}
+            // The interpreter died while it was being interrupted: terminate.
+            Ok(WatchMsg::Fatal) | Err(RecvTimeoutError::Timeout) => return false,
         }
     }
 }

@@ -1,15 +1,31 @@
 //! Stateful sessions: one sandbox kept alive across calls, on a thread of its own (outside the
 //! stateless pool's workers and queue), created from the memory snapshot exactly like a stateless
-//! one and with the same limits. Calls to one session run one at a time in arrival order; other
-//! sessions and stateless calls are never blocked by them. A session ends when it is cleared, when
-//! it has been idle for `idle_timeout`, when it reaches `max_lifetime`, when a hard stop leaves its
-//! interpreter unusable, or at shutdown; a background reaper ends the idle and old ones.
+//! one and with the same limits. Calls to one session run one at a time in arrival order, at most
+//! `queue_capacity` waiting behind the running one; other sessions and stateless calls are never
+//! blocked by them. A session ends when it is cleared, when it has been idle for `idle_timeout`, when
+//! it reaches `max_lifetime`, when its sandbox can run nothing more (a typed [`SandboxEnd`] its
+//! thread reports: never a message's text), or at shutdown; a background reaper ends the idle and
+//! old ones.
+//!
+//! Every path is cancel-safe: what a call holds (its place in the session's queue, its stop flag, a
+//! creation's slot) is released by guards when the call's future is dropped, and a session whose
+//! creating call went away before its id reached the client is ended at once.
 //!
 //! A session id is 192 bits of OS randomness, URL-safe Base64, after `replica_id` and a dot when one is
-//! set (so a load balancer can route by it): it is the only credential for the session. Logs name
-//! sessions by the id's first six characters only (after the replica prefix).
+//! set (so a load balancer can route by it): it is the only credential for the session, and with
+//! bearer tokens it only works with the token that created it. Logs and errors name sessions by
+//! the id's first six characters only (after the replica prefix).
+//!
+//! The manager knows sandboxes only through [`Backend`], so its logic is tested without V8 and
+//! without sleeps (a fake backend and an injected [`Clock`], see `tests.rs`); `engine.rs` is the real
+//! engine's implementation, `thread.rs` a session's thread.
 
-use std::collections::HashMap;
+mod engine;
+#[cfg(test)]
+mod tests;
+mod thread;
+
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -18,17 +34,77 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use tokio::sync::oneshot;
 
-use crate::sandbox::{Engine, ExecRequest, ExecResult, FileRead, Flavor, Sandbox};
+use crate::sandbox::{ExecRequest, ExecResult, FileListing, FileRead, SandboxEnd};
 use crate::telemetry::{self, SessionEnd};
+use thread::{Job, Pending};
+
+/// What the session manager needs of sandboxes. A sandbox is booted and used on its session's
+/// thread only (it need not be `Send`).
+pub trait Backend: Send + Sync + 'static {
+    type Sandbox;
+
+    /// Boots a sandbox kept for a session, of the kind that serves `first_code` (the code of the
+    /// session's first call); the error is the reason.
+    fn boot(&self, first_code: &str) -> Result<Self::Sandbox, String>;
+
+    /// Runs one call; setting `cancel` stops it (interrupting the code first).
+    fn run(
+        &self,
+        sandbox: &mut Self::Sandbox,
+        request: ExecRequest,
+        cancel: Arc<AtomicBool>,
+    ) -> ExecResult;
+
+    /// The session's files (bounded).
+    fn list(&self, sandbox: &mut Self::Sandbox) -> Result<FileListing, String>;
+
+    /// One of the session's files, if it is a regular file of at most `limit` bytes.
+    fn read(&self, sandbox: &mut Self::Sandbox, path: &str, limit: u64)
+    -> Result<FileRead, String>;
+
+    /// Why the sandbox can run nothing more, if so.
+    fn ended(&self, sandbox: &Self::Sandbox) -> Option<SandboxEnd>;
+}
+
+/// Where the manager reads the time (injected by tests).
+pub trait Clock: Send + Sync + 'static {
+    fn now(&self) -> Instant;
+}
+
+/// The system's monotonic clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+}
 
 /// Session settings (from `[sessions]`, and the replica's name).
 #[derive(Debug, Clone)]
 pub struct SessionsConfig {
     pub max_sessions: usize,
+    /// Calls that may wait for a busy session behind its running one.
+    pub queue_capacity: usize,
     pub idle_timeout: Duration,
     pub max_lifetime: Duration,
     /// Prefix of minted ids (`replica_id`); empty: none.
     pub replica_id: String,
+}
+
+/// The bearer token a request was authenticated with, as its SHA-256 digest (put into the request's
+/// extensions by the transport): a session created with a token answers only to that token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Principal(pub [u8; 32]);
+
+/// Who makes a session call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Caller {
+    /// The client, for listing its sessions' resources (a legacy-era MCP session, or stdio).
+    pub client: Option<String>,
+    /// The bearer token, when the server requires one.
+    pub principal: Option<Principal>,
 }
 
 /// A session's id as logs show it: the replica prefix, if any, and six more characters.
@@ -45,6 +121,22 @@ pub fn replica_of(id: &str) -> Option<&str> {
     id.split_once('.').map(|(replica, _)| replica)
 }
 
+/// A new id: `replica.` (when set), then `bytes` bytes of OS randomness, URL-safe Base64 without
+/// padding (the alphabet has no dot). Session ids and legacy-era MCP session ids are made here.
+pub fn mint_id(replica: &str, bytes: usize) -> Result<String, getrandom::Error> {
+    let mut random = vec![0u8; bytes];
+    getrandom::fill(&mut random)?;
+    let random = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random);
+    Ok(if replica.is_empty() {
+        random
+    } else {
+        format!("{replica}.{random}")
+    })
+}
+
+/// Random bytes in a session id (192 bits).
+const ID_BYTES: usize = 24;
+
 /// Why a session call could not run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SessionError {
@@ -52,6 +144,8 @@ pub enum SessionError {
         "session {0} does not exist or has expired; pass session_id = \"new\" to start a fresh session"
     )]
     NotFound(String),
+    #[error("session {id} has ended: {reason}; pass session_id = \"new\" to start a fresh session")]
+    Ended { id: String, reason: &'static str },
     #[error(
         "session {id} was created by replica {owner}, and this is {here}: a session lives on the replica that created it (route session calls by the Mcp-Param-Session-Id header; see deploy/nginx), or it has ended; pass session_id = \"new\" to start a fresh session"
     )]
@@ -64,6 +158,14 @@ pub enum SessionError {
         "no more sessions can be created: {live} are live, the limit sessions.max_sessions = {max}; clear one (clear_session) or retry later"
     )]
     TooMany { live: usize, max: usize },
+    #[error(
+        "session {id} is busy: {waiting} calls are queued or running in it (sessions.queue_capacity = {capacity} may wait behind the running one); retry when it has finished"
+    )]
+    Busy {
+        id: String,
+        waiting: usize,
+        capacity: usize,
+    },
     #[error("the session could not start: {0}")]
     Boot(String),
     #[error(
@@ -79,41 +181,36 @@ pub struct SessionFile {
     pub size: u64,
 }
 
-enum Job {
-    Run {
-        request: ExecRequest,
-        cancel: Arc<AtomicBool>,
-        reply: oneshot::Sender<ExecResult>,
-    },
-    List {
-        reply: oneshot::Sender<Result<Vec<SessionFile>, String>>,
-    },
-    Read {
-        path: String,
-        limit: u64,
-        reply: oneshot::Sender<Result<FileRead, String>>,
-    },
+/// A session's files, at most `MAX_LISTED_FILES`, and what the listing left out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionFiles {
+    pub files: Vec<SessionFile>,
+    /// Files left out (past the cap, or with paths over the path limit); with `truncated`, at least
+    /// this many.
+    pub left_out: u64,
+    /// The listing stopped at its cap.
+    pub truncated: bool,
 }
 
 /// A live session: the channel to its thread and what the manager tracks about it.
 struct Session {
     id: String,
-    /// Who created it (the MCP session of the legacy era, or stdio); `None`: no client identity.
-    owner: Option<String>,
-    jobs: mpsc::Sender<Job>,
+    caller: Caller,
+    jobs: Mutex<mpsc::Sender<Job>>,
     created: Instant,
     last_used: Mutex<Instant>,
-    /// Calls queued or running.
-    busy: AtomicUsize,
-    /// The stop flags of its queued and running calls (set when the session ends).
+    /// Jobs queued or running on its thread (each job holds one count until its thread is done
+    /// with it, whether its caller waits or not).
+    pending: Arc<AtomicUsize>,
+    /// The stop flags of its calls that still have a caller (set when the session ends).
     stops: Mutex<Vec<Arc<AtomicBool>>>,
-    /// The session's interpreter is gone (a hard stop): it takes no more calls.
-    dead: AtomicBool,
+    /// The session has ended: it takes no more calls (its thread drops what is queued).
+    dead: Arc<AtomicBool>,
 }
 
 impl Session {
-    fn touch(&self) {
-        *lock(&self.last_used) = Instant::now();
+    fn touch(&self, now: Instant) {
+        *lock(&self.last_used) = now;
     }
 }
 
@@ -121,34 +218,65 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-struct Inner {
-    engine: Engine,
+/// How many recently ended sessions are remembered, to say why they ended.
+const REMEMBERED_ENDS: usize = 256;
+
+struct Inner<B: Backend> {
+    backend: Arc<B>,
+    clock: Arc<dyn Clock>,
     config: SessionsConfig,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// Sessions ended by their sandbox, newest last (id, why), for the next call's error.
+    ended: Mutex<VecDeque<(String, &'static str)>>,
     /// Sessions being created (counted against the limit before they exist).
     starting: AtomicUsize,
     closed: AtomicBool,
 }
 
 /// The session manager; cheap to clone.
-#[derive(Clone)]
-pub struct Sessions {
-    inner: Arc<Inner>,
+pub struct Sessions<B: Backend = crate::sandbox::Engine> {
+    inner: Arc<Inner<B>>,
 }
 
-impl Sessions {
-    /// A manager for `engine`'s sessions; starts the reaper.
-    pub fn new(engine: Engine, config: SessionsConfig) -> Self {
-        let sessions = Self {
-            inner: Arc::new(Inner {
-                engine,
-                config,
-                sessions: Mutex::new(HashMap::new()),
-                starting: AtomicUsize::new(0),
-                closed: AtomicBool::new(false),
-            }),
-        };
-        telemetry::sessions_live(0);
+impl<B: Backend> Clone for Sessions<B> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+/// Releases a creation's slot when dropped.
+struct Starting<'a>(&'a AtomicUsize);
+
+impl Drop for Starting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A call's stop flag, registered with its session: set when the call's future is dropped before
+/// its reply came (the caller went away), removed from the session either way.
+struct StopGuard {
+    session: Arc<Session>,
+    flag: Arc<AtomicBool>,
+    done: bool,
+}
+
+impl Drop for StopGuard {
+    fn drop(&mut self) {
+        if !self.done {
+            self.flag.store(true, Ordering::SeqCst);
+        }
+        lock(&self.session.stops).retain(|c| !Arc::ptr_eq(c, &self.flag));
+    }
+}
+
+impl<B: Backend> Sessions<B> {
+    /// A manager for `backend`'s sessions reading `clock`; starts the reaper (a thread that ends
+    /// idle and old sessions every 250 ms, while the manager exists).
+    pub fn new(backend: Arc<B>, config: SessionsConfig, clock: Arc<dyn Clock>) -> Self {
+        let sessions = Self::without_reaper(backend, config, clock);
         let weak = Arc::downgrade(&sessions.inner);
         let _ = std::thread::Builder::new()
             .name("session-reaper".into())
@@ -164,18 +292,35 @@ impl Sessions {
         sessions
     }
 
-    /// Creates a session (booting its sandbox on a thread of its own) owned by `owner`; its id. The
-    /// sandbox is of the flavor that serves `first_code`, the code of the session's first call.
-    pub async fn create(
-        &self,
-        owner: Option<String>,
-        first_code: &str,
-    ) -> Result<String, SessionError> {
+    /// A manager whose idle and old sessions end only when [`reap`](Self::reap) is called.
+    pub fn without_reaper(backend: Arc<B>, config: SessionsConfig, clock: Arc<dyn Clock>) -> Self {
+        telemetry::sessions_live(0);
+        Self {
+            inner: Arc::new(Inner {
+                backend,
+                clock,
+                config,
+                sessions: Mutex::new(HashMap::new()),
+                ended: Mutex::new(VecDeque::new()),
+                starting: AtomicUsize::new(0),
+                closed: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    fn now(&self) -> Instant {
+        self.inner.clock.now()
+    }
+
+    /// Creates a session for `caller` (booting its sandbox on a thread of its own); its id. The
+    /// sandbox is of the kind that serves `first_code`, the code of the session's first call.
+    /// Dropping the future before it resolves leaves nothing behind.
+    pub async fn create(&self, caller: Caller, first_code: &str) -> Result<String, SessionError> {
         let inner = &self.inner;
         if inner.closed.load(Ordering::SeqCst) {
             return Err(SessionError::ShuttingDown);
         }
-        {
+        let _slot = {
             let sessions = lock(&inner.sessions);
             let live = sessions.len() + inner.starting.load(Ordering::SeqCst);
             if live >= inner.config.max_sessions {
@@ -185,34 +330,39 @@ impl Sessions {
                 });
             }
             inner.starting.fetch_add(1, Ordering::SeqCst);
-        }
-        let id = new_id(&inner.config.replica_id);
+            Starting(&inner.starting)
+        };
+        let id = mint_id(&inner.config.replica_id, ID_BYTES)
+            .map_err(|e| SessionError::Boot(format!("no OS randomness for the session id: {e}")))?;
         let (jobs, receiver) = mpsc::channel();
         let (booted, booted_rx) = oneshot::channel();
-        let engine = inner.engine.clone();
-        let flavor = engine.flavor_for(first_code);
-        let thread_id = id.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("session-{}", short(&id)))
-            .stack_size(8 * 1024 * 1024)
-            .spawn(move || session_thread(engine, flavor, thread_id, receiver, booted));
+        let dead = Arc::new(AtomicBool::new(false));
+        let spawned = thread::spawn(
+            inner.backend.clone(),
+            Arc::downgrade(inner),
+            id.clone(),
+            first_code.to_string(),
+            dead.clone(),
+            receiver,
+            booted,
+        );
         let outcome = match spawned {
-            Ok(_) => booted_rx
+            Ok(()) => booted_rx
                 .await
                 .unwrap_or_else(|_| Err("the session's thread stopped".into())),
             Err(e) => Err(e.to_string()),
         };
-        inner.starting.fetch_sub(1, Ordering::SeqCst);
         outcome.map_err(SessionError::Boot)?;
+        let now = self.now();
         let session = Arc::new(Session {
             id: id.clone(),
-            owner,
-            jobs,
-            created: Instant::now(),
-            last_used: Mutex::new(Instant::now()),
-            busy: AtomicUsize::new(0),
+            caller,
+            jobs: Mutex::new(jobs),
+            created: now,
+            last_used: Mutex::new(now),
+            pending: Arc::default(),
             stops: Mutex::new(Vec::new()),
-            dead: AtomicBool::new(false),
+            dead,
         });
         let live = {
             let mut sessions = lock(&inner.sessions);
@@ -224,8 +374,15 @@ impl Sessions {
         Ok(id)
     }
 
-    /// The error for an id with no live session here: another replica's, or unknown or ended.
+    /// The error for an id with no live session here: one that ended (and why), another replica's,
+    /// or unknown.
     fn not_found(&self, id: &str) -> SessionError {
+        if let Some((_, reason)) = lock(&self.inner.ended).iter().find(|(e, _)| e == id) {
+            return SessionError::Ended {
+                id: short(id).to_string(),
+                reason,
+            };
+        }
         let here = &self.inner.config.replica_id;
         match replica_of(id) {
             Some(owner) if owner != here.as_str() && !owner.is_empty() => {
@@ -243,124 +400,142 @@ impl Sessions {
         }
     }
 
-    fn get(&self, id: &str) -> Result<Arc<Session>, SessionError> {
+    /// The live session `id`, if `caller` may use it (with bearer tokens, only the token that
+    /// created it may; to any other the session does not exist).
+    fn get(&self, id: &str, caller: &Caller) -> Result<Arc<Session>, SessionError> {
         if self.inner.closed.load(Ordering::SeqCst) {
             return Err(SessionError::ShuttingDown);
         }
         lock(&self.inner.sessions)
             .get(id)
             .filter(|s| !s.dead.load(Ordering::SeqCst))
+            .filter(|s| s.caller.principal.is_none() || s.caller.principal == caller.principal)
             .cloned()
             .ok_or_else(|| self.not_found(id))
     }
 
-    /// Runs `request` in session `id`, after the calls queued before it. Dropping the future
-    /// stops the call if it is running (the session survives only if Python stops when interrupted).
-    pub async fn run(&self, id: &str, request: ExecRequest) -> Result<ExecResult, SessionError> {
-        let session = self.get(id)?;
-        session.busy.fetch_add(1, Ordering::SeqCst);
-        session.touch();
+    /// Queues `job` (made with its place in the queue) on the session's thread, unless the session
+    /// already has a running call and `queue_capacity` waiting.
+    fn submit(
+        &self,
+        session: &Arc<Session>,
+        job: impl FnOnce(Pending) -> Job,
+    ) -> Result<(), SessionError> {
+        let capacity = self.inner.config.queue_capacity;
+        let pending = Pending::take(&session.pending, capacity + 1).map_err(|waiting| {
+            SessionError::Busy {
+                id: short(&session.id).to_string(),
+                waiting,
+                capacity,
+            }
+        })?;
+        session.touch(self.now());
+        lock(&session.jobs)
+            .send(job(pending))
+            .map_err(|_| self.not_found(&session.id))
+    }
+
+    /// Runs `request` in session `id`, after the calls queued before it. Dropping the future stops
+    /// the call: the code is interrupted, and the session lives on if it stops.
+    pub async fn run(
+        &self,
+        id: &str,
+        caller: &Caller,
+        request: ExecRequest,
+    ) -> Result<ExecResult, SessionError> {
+        let session = self.get(id, caller)?;
         let cancel = Arc::new(AtomicBool::new(false));
         lock(&session.stops).push(cancel.clone());
-        let (reply, result) = oneshot::channel();
-        let sent = session.jobs.send(Job::Run {
-            request,
-            cancel: cancel.clone(),
-            reply,
-        });
-        // A call whose caller goes away is stopped, like a stateless one.
-        struct StopOnDrop(Arc<AtomicBool>, bool);
-        impl Drop for StopOnDrop {
-            fn drop(&mut self) {
-                if !self.1 {
-                    self.0.store(true, Ordering::SeqCst);
-                }
-            }
-        }
-        let mut guard = StopOnDrop(cancel.clone(), false);
-        let outcome = match sent {
-            Ok(()) => result.await.map_err(|_| self.not_found(id)),
-            Err(_) => Err(self.not_found(id)),
+        let mut guard = StopGuard {
+            session: session.clone(),
+            flag: cancel.clone(),
+            done: false,
         };
-        guard.1 = true;
-        lock(&session.stops).retain(|c| !Arc::ptr_eq(c, &cancel));
-        session.busy.fetch_sub(1, Ordering::SeqCst);
-        session.touch();
-        if let Ok(result) = &outcome
-            && let Some(error) = &result.error
-            && error.message.contains("the session has ended")
-        {
-            // A limit stopped it by force (a timeout Python did not answer, a memory budget), or
-            // the engine failed.
-            let reason = match error.error_type.as_str() {
-                "TimeoutError" | "SetupTimeout" | "MemoryLimitExceeded" => SessionEnd::Limit,
-                _ => SessionEnd::Error,
-            };
-            self.end(id, reason);
-        }
-        outcome
-    }
-
-    /// The regular files under the session's /workspace.
-    pub async fn list_files(&self, id: &str) -> Result<Vec<SessionFile>, SessionError> {
-        let session = self.get(id)?;
         let (reply, result) = oneshot::channel();
-        session
-            .jobs
-            .send(Job::List { reply })
-            .map_err(|_| self.not_found(id))?;
+        self.submit(&session, |pending| Job::Run {
+            request,
+            cancel,
+            reply,
+            pending,
+        })?;
+        let outcome = result.await;
+        guard.done = true;
+        session.touch(self.now());
+        outcome.map_err(|_| self.not_found(id))
+    }
+
+    /// The regular files under the session's /workspace (at most `MAX_LISTED_FILES`).
+    pub async fn list_files(
+        &self,
+        id: &str,
+        caller: &Caller,
+    ) -> Result<SessionFiles, SessionError> {
+        let session = self.get(id, caller)?;
+        let (reply, result) = oneshot::channel();
+        self.submit(&session, |pending| Job::List { reply, pending })?;
         match result.await {
-            Ok(Ok(files)) => Ok(files),
-            _ => {
-                self.end(id, SessionEnd::Error);
-                Err(self.not_found(id))
-            }
+            Ok(Ok(listing)) => Ok(SessionFiles {
+                files: listing
+                    .files
+                    .into_iter()
+                    .map(|(path, size)| SessionFile { path, size })
+                    .collect(),
+                left_out: listing.left_out,
+                truncated: listing.truncated,
+            }),
+            _ => Err(self.not_found(id)),
         }
     }
 
-    /// One file of the session's /workspace (`None`: no such regular file).
+    /// One file of the session's /workspace (`None`: no such regular file; `Some(Err(limit))`:
+    /// larger than `limit` bytes).
     pub async fn read_file(
         &self,
         id: &str,
+        caller: &Caller,
         path: &str,
         limit: u64,
     ) -> Result<Option<Result<Vec<u8>, u64>>, SessionError> {
-        let session = self.get(id)?;
+        let session = self.get(id, caller)?;
         let (reply, result) = oneshot::channel();
-        session
-            .jobs
-            .send(Job::Read {
-                path: path.to_string(),
-                limit,
-                reply,
-            })
-            .map_err(|_| self.not_found(id))?;
+        let path = path.to_string();
+        self.submit(&session, |pending| Job::Read {
+            path,
+            limit,
+            reply,
+            pending,
+        })?;
         match result.await {
             Ok(Ok(FileRead::Found(data))) => Ok(Some(Ok(data))),
             Ok(Ok(FileRead::TooLarge)) => Ok(Some(Err(limit))),
             Ok(Ok(FileRead::Missing)) => Ok(None),
-            _ => {
-                self.end(id, SessionEnd::Error);
-                Err(self.not_found(id))
-            }
+            _ => Err(self.not_found(id)),
         }
     }
 
     /// Ends session `id` at once: a call running in it is stopped.
-    pub fn clear(&self, id: &str) -> Result<(), SessionError> {
-        self.get(id)?;
+    pub fn clear(&self, id: &str, caller: &Caller) -> Result<(), SessionError> {
+        self.get(id, caller)?;
         self.end(id, SessionEnd::Cleared);
         Ok(())
     }
 
-    /// The ids of the live sessions `owner` created (none without an owner).
-    pub fn owned_by(&self, owner: Option<&str>) -> Vec<String> {
-        let Some(owner) = owner else {
+    /// Ends session `id` if it is still live: for a creating call that went away before the id
+    /// reached its client (nobody else knows the id).
+    pub fn abandon(&self, id: &str) {
+        self.end(id, SessionEnd::Cleared);
+    }
+
+    /// The ids of the live sessions `client` created (none without a client).
+    pub fn owned_by(&self, client: Option<&str>) -> Vec<String> {
+        let Some(client) = client else {
             return Vec::new();
         };
         let mut ids: Vec<String> = lock(&self.inner.sessions)
             .values()
-            .filter(|s| s.owner.as_deref() == Some(owner) && !s.dead.load(Ordering::SeqCst))
+            .filter(|s| {
+                s.caller.client.as_deref() == Some(client) && !s.dead.load(Ordering::SeqCst)
+            })
             .map(|s| s.id.clone())
             .collect();
         ids.sort();
@@ -372,35 +547,57 @@ impl Sessions {
         lock(&self.inner.sessions).len()
     }
 
-    /// Removes session `id` (its thread ends when the last job is done; a running call is stopped).
+    /// Removes session `id` (its thread ends when its queued jobs are dropped; a running call is
+    /// stopped).
     fn end(&self, id: &str, reason: SessionEnd) {
-        let removed = lock(&self.inner.sessions).remove(id);
+        Self::end_in(&self.inner, id, reason);
+    }
+
+    fn end_in(inner: &Inner<B>, id: &str, reason: SessionEnd) {
+        let removed = lock(&inner.sessions).remove(id);
         if let Some(session) = removed {
             session.dead.store(true, Ordering::SeqCst);
             for stop in lock(&session.stops).iter() {
                 stop.store(true, Ordering::SeqCst);
             }
-            let live = self.live();
+            let live = lock(&inner.sessions).len();
             telemetry::session_ended(reason, live);
             tracing::info!(
                 session = short(id),
                 reason = reason.label(),
                 "session ended"
             );
-            // Dropping the last sender ends the thread after its queued jobs.
+            // Dropping the last sender ends the thread after its queued jobs (skipped: stopped).
         }
     }
 
+    /// Its sandbox can run nothing more: the session ends, and the next call hears why.
+    fn ended_by_sandbox(inner: &Inner<B>, id: &str, end: SandboxEnd) {
+        {
+            let mut ended = lock(&inner.ended);
+            if ended.len() >= REMEMBERED_ENDS {
+                ended.pop_front();
+            }
+            ended.push_back((id.to_string(), end.reason()));
+        }
+        let reason = if end.is_limit() {
+            SessionEnd::Limit
+        } else {
+            SessionEnd::Error
+        };
+        Self::end_in(inner, id, reason);
+    }
+
     /// Ends sessions idle for longer than `idle_timeout` or older than `max_lifetime`.
-    fn reap(&self) {
-        let now = Instant::now();
+    pub fn reap(&self) {
+        let now = self.now();
         let config = &self.inner.config;
         let expired: Vec<(String, SessionEnd)> = lock(&self.inner.sessions)
             .values()
             .filter_map(|s| {
                 if now.duration_since(s.created) >= config.max_lifetime {
                     Some((s.id.clone(), SessionEnd::Lifetime))
-                } else if s.busy.load(Ordering::SeqCst) == 0
+                } else if s.pending.load(Ordering::SeqCst) == 0
                     && now.duration_since(*lock(&s.last_used)) >= config.idle_timeout
                 {
                     Some((s.id.clone(), SessionEnd::Idle))
@@ -414,17 +611,18 @@ impl Sessions {
         }
     }
 
+    /// Whether any session has a job queued or running.
+    pub fn busy(&self) -> bool {
+        lock(&self.inner.sessions)
+            .values()
+            .any(|s| s.pending.load(Ordering::SeqCst) > 0)
+    }
+
     /// Shutdown: no new session calls; calls running now may finish until `deadline`, then every
     /// session ends.
     pub async fn shutdown(&self, deadline: Instant) {
         self.inner.closed.store(true, Ordering::SeqCst);
-        loop {
-            let busy = lock(&self.inner.sessions)
-                .values()
-                .any(|s| s.busy.load(Ordering::SeqCst) > 0);
-            if !busy || Instant::now() >= deadline {
-                break;
-            }
+        while self.busy() && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let ids: Vec<String> = lock(&self.inner.sessions).keys().cloned().collect();
@@ -434,71 +632,9 @@ impl Sessions {
     }
 }
 
-/// A new session id: `replica.` (when set), then 24 bytes of OS randomness, URL-safe Base64 without
-/// padding (32 characters; the alphabet has no dot).
-fn new_id(replica: &str) -> String {
-    let mut bytes = [0u8; 24];
-    getrandom::fill(&mut bytes).expect("OS randomness");
-    let random = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
-    if replica.is_empty() {
-        random
-    } else {
-        format!("{replica}.{random}")
+impl<B: Backend> Inner<B> {
+    /// Called by a session's thread whose sandbox ended (see `thread.rs`).
+    fn sandbox_ended(self: &Arc<Self>, id: &str, end: SandboxEnd) {
+        Sessions::<B>::ended_by_sandbox(self, id, end);
     }
-}
-
-/// The session's thread: boots its sandbox, answers, then runs its jobs in order until the manager
-/// drops the session (or its interpreter is gone).
-fn session_thread(
-    engine: Engine,
-    flavor: Flavor,
-    id: String,
-    jobs: mpsc::Receiver<Job>,
-    booted: oneshot::Sender<Result<(), String>>,
-) {
-    let mut sandbox: Sandbox = match engine.boot_flavor(flavor) {
-        Ok(sandbox) => sandbox,
-        Err(e) => {
-            let _ = booted.send(Err(e.to_string()));
-            return;
-        }
-    };
-    sandbox.keep_for_session();
-    if booted.send(Ok(())).is_err() {
-        return;
-    }
-    while let Ok(job) = jobs.recv() {
-        match job {
-            Job::Run {
-                request,
-                cancel,
-                reply,
-            } => {
-                if cancel.load(Ordering::SeqCst) {
-                    // The session ended (or the caller left) before this call started.
-                    continue;
-                }
-                let started = Instant::now();
-                let result = sandbox.run(request, Some(cancel));
-                telemetry::python_execution(result.outcome(), started.elapsed());
-                let _ = reply.send(result);
-            }
-            Job::List { reply } => {
-                let files = sandbox.list_files().map(|files| {
-                    files
-                        .into_iter()
-                        .map(|(path, size)| SessionFile { path, size })
-                        .collect()
-                });
-                let _ = reply.send(files);
-            }
-            Job::Read { path, limit, reply } => {
-                let _ = reply.send(sandbox.read_file(&path, limit));
-            }
-        }
-        if sandbox.ended().is_some() {
-            break;
-        }
-    }
-    tracing::debug!(session = short(&id), "session thread ended");
 }

@@ -280,13 +280,15 @@ and the session:// URI to read each one as an MCP resource.",
     async fn list_session_files(
         &self,
         Parameters(args): Parameters<SessionArgs>,
+        context: RequestContext<RoleServer>,
     ) -> CallToolResult {
         let started = std::time::Instant::now();
         let sessions = self
             .sessions
             .as_ref()
             .expect("the session tools exist with sessions");
-        let result = session::list_files(sessions, args.session_id).await;
+        let caller = run::caller(Some(&context));
+        let result = session::list_files(sessions, &caller, args.session_id).await;
         Self::session_tool_call("list_session_files", result.success, started);
         structured(&result, result.success)
     }
@@ -305,13 +307,18 @@ and the session:// URI to read each one as an MCP resource.",
         ),
         output_schema = rmcp::handler::server::tool::schema_for_type::<ClearSessionResult>()
     )]
-    async fn clear_session(&self, Parameters(args): Parameters<SessionArgs>) -> CallToolResult {
+    async fn clear_session(
+        &self,
+        Parameters(args): Parameters<SessionArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
         let started = std::time::Instant::now();
         let sessions = self
             .sessions
             .as_ref()
             .expect("the session tools exist with sessions");
-        let result = session::clear(sessions, &args.session_id);
+        let caller = run::caller(Some(&context));
+        let result = session::clear(sessions, &caller, &args.session_id);
         Self::session_tool_call("clear_session", result.success, started);
         structured(&result, result.success)
     }
@@ -424,16 +431,17 @@ persist between calls; send input files with each call."
 
     async fn list_resources(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        Ok(match &self.sessions {
+        match &self.sessions {
             Some(sessions) => {
-                let owner = run::session_owner(Some(&context));
-                session::list_resources(sessions, owner.as_deref()).await
+                let caller = run::caller(Some(&context));
+                let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
+                session::list_resources(sessions, &caller, cursor).await
             }
-            None => ListResourcesResult::with_all_items(Vec::new()),
-        })
+            None => Ok(ListResourcesResult::with_all_items(Vec::new())),
+        }
     }
 
     async fn list_resource_templates(
@@ -450,13 +458,16 @@ persist between calls; send input files with each call."
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         match &self.sessions {
-            Some(sessions) => Ok(session::read(sessions, &request.uri).await?.into()),
+            Some(sessions) => {
+                let caller = run::caller(Some(&context));
+                Ok(session::read(sessions, &caller, &request.uri).await?.into())
+            }
             None => Err(ErrorData::resource_not_found(
                 "Resource not found".to_string(),
-                Some(serde_json::json!({ "uri": request.uri })),
+                None,
             )),
         }
     }

@@ -11,8 +11,8 @@ use rmcp::service::{Peer, RequestContext};
 use super::validation::{FileInput, InputLimits, validate};
 use crate::config::limits::{DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS};
 use crate::pool::{Completed, ExecPool, JobError, SubmitError, Ticket};
-use crate::sandbox::{self, ExecError, ExecRequest, ExecResult};
-use crate::sessions::{SessionError, Sessions};
+use crate::sandbox::{self, ErrorType, ExecError, ExecRequest, ExecResult};
+use crate::sessions::{Caller, Principal, SessionError, Sessions};
 use crate::telemetry::{self, Rejection, ToolOutcome};
 
 fn default_timeout_ms() -> u64 {
@@ -52,7 +52,9 @@ pub enum CallErrorKind {
     Python,
     /// `timeout_ms` ran out.
     Timeout,
-    /// The sandbox or the server failed (boot, heap budget, engine error, shutdown).
+    /// The client cancelled the call.
+    Cancelled,
+    /// The sandbox or the server failed (boot, engine error, shutdown).
     Runtime,
     /// The request was rejected before execution.
     Validation,
@@ -67,6 +69,7 @@ impl From<sandbox::ErrorKind> for CallErrorKind {
         match kind {
             sandbox::ErrorKind::Python => CallErrorKind::Python,
             sandbox::ErrorKind::Timeout => CallErrorKind::Timeout,
+            sandbox::ErrorKind::Cancelled => CallErrorKind::Cancelled,
             sandbox::ErrorKind::Runtime => CallErrorKind::Runtime,
         }
     }
@@ -121,11 +124,13 @@ impl Outcome {
             }
             Outcome::Refused(Refusal::Cancelled) => ToolOutcome::Cancelled,
             Outcome::Refused(Refusal::Session(
-                SessionError::NotFound(_) | SessionError::OtherReplica { .. },
+                SessionError::NotFound(_)
+                | SessionError::Ended { .. }
+                | SessionError::OtherReplica { .. },
             )) => ToolOutcome::ValidationError,
-            Outcome::Refused(Refusal::Session(SessionError::TooMany { .. })) => {
-                ToolOutcome::Overload
-            }
+            Outcome::Refused(Refusal::Session(
+                SessionError::TooMany { .. } | SessionError::Busy { .. },
+            )) => ToolOutcome::Overload,
             Outcome::Refused(Refusal::Queue(_) | Refusal::Job(_) | Refusal::Session(_)) => {
                 ToolOutcome::RuntimeFailure
             }
@@ -139,31 +144,45 @@ impl Outcome {
             Outcome::Refused(refusal) => refusal,
         };
         let (kind, error_type, message) = match refusal {
-            Refusal::Invalid(message) => (CallErrorKind::Validation, "ValidationError", message),
-            Refusal::Queue(e @ SubmitError::Overloaded { .. }) => {
-                (CallErrorKind::Overload, "Overloaded", e.to_string())
-            }
-            Refusal::Queue(e @ SubmitError::ShuttingDown) => {
-                (CallErrorKind::Runtime, "ServerShuttingDown", e.to_string())
-            }
-            Refusal::Queue(e @ SubmitError::Unavailable) => {
-                (CallErrorKind::Runtime, "Unavailable", e.to_string())
-            }
-            Refusal::Job(e @ JobError::Boot(_)) => {
-                (CallErrorKind::Runtime, "SandboxStartupError", e.to_string())
-            }
-            Refusal::Job(e @ JobError::ShuttingDown) => {
-                (CallErrorKind::Runtime, "ServerShuttingDown", e.to_string())
-            }
+            Refusal::Invalid(message) => (
+                CallErrorKind::Validation,
+                ErrorType::ValidationError,
+                message,
+            ),
+            Refusal::Queue(e @ SubmitError::Overloaded { .. }) => (
+                CallErrorKind::Overload,
+                ErrorType::Overloaded,
+                e.to_string(),
+            ),
+            Refusal::Queue(e @ SubmitError::ShuttingDown) => (
+                CallErrorKind::Runtime,
+                ErrorType::ServerShuttingDown,
+                e.to_string(),
+            ),
+            Refusal::Queue(e @ SubmitError::Unavailable) => (
+                CallErrorKind::Runtime,
+                ErrorType::Unavailable,
+                e.to_string(),
+            ),
+            Refusal::Job(e @ JobError::Boot(_)) => (
+                CallErrorKind::Runtime,
+                ErrorType::SandboxStartupError,
+                e.to_string(),
+            ),
+            Refusal::Job(e @ JobError::ShuttingDown) => (
+                CallErrorKind::Runtime,
+                ErrorType::ServerShuttingDown,
+                e.to_string(),
+            ),
             Refusal::Job(e @ JobError::WorkerLost) => {
-                (CallErrorKind::Runtime, "WorkerLost", e.to_string())
+                (CallErrorKind::Runtime, ErrorType::WorkerLost, e.to_string())
             }
             Refusal::Session(e) => {
                 return ExecResult::failure_of(session_error(&e), false);
             }
             Refusal::Cancelled => (
-                CallErrorKind::Runtime,
-                "Cancelled",
+                CallErrorKind::Cancelled,
+                ErrorType::Cancelled,
                 "the client cancelled this call".to_string(),
             ),
         };
@@ -178,13 +197,14 @@ pub const SESSION_ID_HEADER: &str = "Session-Id";
 /// The structured error of a session that cannot be used, for every tool that names one.
 pub fn session_error(error: &SessionError) -> ExecError<CallErrorKind> {
     let (kind, error_type) = match error {
-        SessionError::NotFound(_) | SessionError::OtherReplica { .. } => {
-            (CallErrorKind::Session, "SessionNotFound")
-        }
-        SessionError::TooMany { .. } => (CallErrorKind::Session, "TooManySessions"),
-        SessionError::Boot(_) => (CallErrorKind::Runtime, "SandboxStartupError"),
+        SessionError::NotFound(_)
+        | SessionError::Ended { .. }
+        | SessionError::OtherReplica { .. } => (CallErrorKind::Session, ErrorType::SessionNotFound),
+        SessionError::TooMany { .. } => (CallErrorKind::Session, ErrorType::TooManySessions),
+        SessionError::Busy { .. } => (CallErrorKind::Overload, ErrorType::Overloaded),
+        SessionError::Boot(_) => (CallErrorKind::Runtime, ErrorType::SandboxStartupError),
         // The session is gone with this process: like an ended one, the caller starts a new one.
-        SessionError::ShuttingDown => (CallErrorKind::Session, "ServerShuttingDown"),
+        SessionError::ShuttingDown => (CallErrorKind::Session, ErrorType::ServerShuttingDown),
     };
     ExecError::new(kind, error_type, error.to_string())
 }
@@ -292,7 +312,8 @@ pub async fn validate_and_execute(
 }
 
 /// Runs `request` in the session `session_id` names ("new" or "": a new one, owned by the client
-/// behind `context`). Cancellation stops the call.
+/// behind `context`). Cancellation stops the call (interrupting the code; the session lives on if it
+/// stops), and a new session whose id never reached its client is ended at once.
 async fn in_session(
     sessions: &Sessions,
     session_id: String,
@@ -301,20 +322,29 @@ async fn in_session(
 ) -> Ended {
     let started = std::time::Instant::now();
     let cancelled = context.as_ref().map(|c| c.ct.clone()).unwrap_or_default();
-    let id = if session_id.is_empty() || session_id == "new" {
-        match sessions
-            .create(session_owner(context.as_ref()), &request.code)
-            .await
-        {
-            Ok(id) => id,
-            Err(e) => return Ended::refused(Refusal::Session(e)),
+    let caller = caller(context.as_ref());
+    let run = async {
+        let mut created = None;
+        let id = if session_id.is_empty() || session_id == "new" {
+            let id = sessions.create(caller.clone(), &request.code).await?;
+            created = Some(Abandon {
+                sessions,
+                id: Some(id.clone()),
+            });
+            id
+        } else {
+            session_id
+        };
+        let result = sessions.run(&id, &caller, request).await?;
+        // The id goes back to the client with this result: the session is the client's now.
+        if let Some(mut created) = created {
+            created.id = None;
         }
-    } else {
-        session_id
+        Ok::<_, SessionError>((id, result))
     };
     tokio::select! {
-        outcome = sessions.run(&id, request) => match outcome {
-            Ok(result) => Ended {
+        outcome = run => match outcome {
+            Ok((id, result)) => Ended {
                 outcome: Outcome::Executed(result),
                 queue_wait: Duration::ZERO,
                 execution: started.elapsed(),
@@ -326,17 +356,41 @@ async fn in_session(
     }
 }
 
-/// Who creates a session, for listing its resources later: the MCP session of a legacy-era client
-/// (its `Mcp-Session-Id`), the stdio client, or nobody known (a 2026-07-28 stateless request).
-pub fn session_owner(context: Option<&RequestContext<RoleServer>>) -> Option<String> {
-    let context = context?;
+/// Ends a session created for a call that went away before its id reached the client.
+struct Abandon<'a> {
+    sessions: &'a Sessions,
+    /// `None` once the id is the client's.
+    id: Option<String>,
+}
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = &self.id {
+            self.sessions.abandon(id);
+        }
+    }
+}
+
+/// Who makes a call: the client, for listing its sessions' resources later (the MCP session of a
+/// legacy-era client, its `Mcp-Session-Id`; the stdio client; nobody known for a 2026-07-28
+/// stateless request), and the bearer token it was authenticated with, if any.
+pub fn caller(context: Option<&RequestContext<RoleServer>>) -> Caller {
+    let Some(context) = context else {
+        return Caller::default();
+    };
     match context.extensions.get::<axum::http::request::Parts>() {
-        None => Some("stdio".into()),
-        Some(parts) => parts
-            .headers
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
-            .map(|v| format!("mcp-session:{v}")),
+        None => Caller {
+            client: Some("stdio".into()),
+            principal: None,
+        },
+        Some(parts) => Caller {
+            client: parts
+                .headers
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+                .map(|v| format!("mcp-session:{v}")),
+            principal: parts.extensions.get::<Principal>().copied(),
+        },
     }
 }
 

@@ -1,6 +1,8 @@
 //! The session tools and resources: `list_session_files`, `clear_session`, and a session's files as
 //! MCP resources (`session://{session_id}/{path}`: read in any era; listed only to the client that
-//! created the session, so nothing is listed to clients without an identity).
+//! created the session, so nothing is listed to clients without an identity). Listings are bounded
+//! (a session lists at most `MAX_LISTED_FILES` files and says when it stopped; `resources/list`
+//! pages through them), and no error or log line carries a whole session id.
 
 use rmcp::ErrorData;
 use rmcp::model::{
@@ -11,8 +13,8 @@ use rmcp::model::{
 use super::content::{parse_session_uri, session_uri};
 use super::run::{CallErrorKind, SESSION_ID_HEADER, session_error};
 use crate::config::limits::MAX_RETURNED_FILE_BYTES;
-use crate::sandbox::ExecError;
-use crate::sessions::Sessions;
+use crate::sandbox::{ExecError, MAX_LISTED_FILES};
+use crate::sessions::{Caller, Sessions, short};
 
 /// Arguments of `list_session_files` and `clear_session`.
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -38,11 +40,23 @@ pub struct SessionFileEntry {
 #[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct ListSessionFilesResult {
     pub success: bool,
+    /// The session listed (after a failure, shortened as logs show it).
     pub session_id: String,
-    /// Every regular file under the session's /workspace.
+    /// The regular files under the session's /workspace, sorted by path: at most 1000, and none
+    /// whose path is longer than 4096 bytes.
     pub files: Vec<SessionFileEntry>,
+    /// Files not listed: past the 1000 listed, or with over-long paths.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub files_left_out: u64,
+    /// The listing stopped at its 1000 files: the session holds more than it shows.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ExecError<CallErrorKind>>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Result of `clear_session`.
@@ -61,11 +75,16 @@ fn mime_of(path: &str) -> String {
         .to_string()
 }
 
-pub async fn list_files(sessions: &Sessions, session_id: String) -> ListSessionFilesResult {
-    match sessions.list_files(&session_id).await {
-        Ok(files) => ListSessionFilesResult {
+pub async fn list_files(
+    sessions: &Sessions,
+    caller: &Caller,
+    session_id: String,
+) -> ListSessionFilesResult {
+    match sessions.list_files(&session_id, caller).await {
+        Ok(listing) => ListSessionFilesResult {
             success: true,
-            files: files
+            files: listing
+                .files
                 .into_iter()
                 .map(|f| SessionFileEntry {
                     uri: session_uri(&session_id, &f.path),
@@ -74,20 +93,25 @@ pub async fn list_files(sessions: &Sessions, session_id: String) -> ListSessionF
                     size: f.size,
                 })
                 .collect(),
+            files_left_out: listing.left_out,
+            truncated: listing.truncated,
             session_id,
             error: None,
         },
         Err(e) => ListSessionFilesResult {
             success: false,
-            session_id,
+            // (Not echoed whole: an id is a credential, and errors get logged.)
+            session_id: format!("{}…", short(&session_id)),
             files: Vec::new(),
+            files_left_out: 0,
+            truncated: false,
             error: Some(session_error(&e)),
         },
     }
 }
 
-pub fn clear(sessions: &Sessions, session_id: &str) -> ClearSessionResult {
-    match sessions.clear(session_id) {
+pub fn clear(sessions: &Sessions, caller: &Caller, session_id: &str) -> ClearSessionResult {
+    match sessions.clear(session_id, caller) {
         Ok(()) => ClearSessionResult {
             success: true,
             message: "the session was cleared: its interpreter and files are gone".into(),
@@ -112,41 +136,98 @@ pub fn templates() -> ListResourceTemplatesResult {
     ])
 }
 
-/// The files of the sessions `owner` created, as resources.
-pub async fn list_resources(sessions: &Sessions, owner: Option<&str>) -> ListResourcesResult {
+/// Resources in one page of `resources/list`.
+pub const RESOURCES_PAGE: usize = MAX_LISTED_FILES;
+
+/// One page of the files of the sessions `caller`'s client created, as resources: the sessions in
+/// id order, each session's files in path order, at most [`RESOURCES_PAGE`] per page; `cursor`
+/// (from the previous page's `nextCursor`) says where the page starts. A session lists at most
+/// `MAX_LISTED_FILES` files.
+pub async fn list_resources(
+    sessions: &Sessions,
+    caller: &Caller,
+    cursor: Option<&str>,
+) -> Result<ListResourcesResult, ErrorData> {
+    let (mut session, mut skip) = match cursor {
+        None => (0, 0),
+        Some(cursor) => parse_cursor(cursor).ok_or_else(|| {
+            ErrorData::invalid_params("the cursor is not one this server gave out", None)
+        })?,
+    };
+    let ids = sessions.owned_by(caller.client.as_deref());
     let mut resources = Vec::new();
-    for id in sessions.owned_by(owner) {
-        if let Ok(files) = sessions.list_files(&id).await {
-            for file in files {
+    let mut next = None;
+    while let Some(id) = ids.get(session) {
+        if let Ok(listing) = sessions.list_files(id, caller).await {
+            let files = listing.files.into_iter().skip(skip);
+            for (n, file) in files.enumerate() {
+                if resources.len() == RESOURCES_PAGE {
+                    next = Some(format!("{session}:{}", skip + n));
+                    break;
+                }
                 resources.push(
-                    Resource::new(session_uri(&id, &file.path), file.path.clone())
+                    Resource::new(session_uri(id, &file.path), file.path.clone())
                         .with_mime_type(mime_of(&file.path))
                         .with_size(file.size),
                 );
             }
         }
+        if next.is_some() {
+            break;
+        }
+        session += 1;
+        skip = 0;
     }
-    ListResourcesResult::with_all_items(resources)
+    let mut result = ListResourcesResult::with_all_items(resources);
+    result.next_cursor = next;
+    Ok(result)
+}
+
+/// `"{session index}:{files to skip}"`, both small numbers.
+fn parse_cursor(cursor: &str) -> Option<(usize, usize)> {
+    let (session, skip) = cursor.split_once(':')?;
+    let session: usize = session.parse().ok()?;
+    let skip: usize = skip.parse().ok()?;
+    (session <= 100_000 && skip <= MAX_LISTED_FILES).then_some((session, skip))
+}
+
+/// A `session://` URI as errors show it: the session id shortened as in logs (it is the session's
+/// credential, and rmcp logs error data), the path cut at 200 characters.
+fn shown_uri(uri: &str) -> String {
+    let Some(rest) = uri.strip_prefix("session://") else {
+        return crate::config::limits::shown(uri);
+    };
+    let (id, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let path: String = path.chars().take(200).collect();
+    format!("session://{}…/{path}", short(id))
 }
 
 /// resources/read of a `session://` URI: the file as text (text types) or a Base64 blob, at most
 /// the returned-file limit; the protocol's not-found error otherwise.
-pub async fn read(sessions: &Sessions, uri: &str) -> Result<ReadResourceResult, ErrorData> {
+pub async fn read(
+    sessions: &Sessions,
+    caller: &Caller,
+    uri: &str,
+) -> Result<ReadResourceResult, ErrorData> {
+    let shown = shown_uri(uri);
     let not_found = |message: &str| {
-        ErrorData::resource_not_found(message.to_string(), Some(serde_json::json!({ "uri": uri })))
+        ErrorData::resource_not_found(
+            message.to_string(),
+            Some(serde_json::json!({ "uri": shown })),
+        )
     };
     let Some((id, path)) = parse_session_uri(uri) else {
         return Err(not_found("Resource not found"));
     };
     let data = match sessions
-        .read_file(&id, &path, MAX_RETURNED_FILE_BYTES)
+        .read_file(&id, caller, &path, MAX_RETURNED_FILE_BYTES)
         .await
     {
         Ok(Some(Ok(data))) => data,
         Ok(Some(Err(limit))) => {
             return Err(ErrorData::invalid_params(
                 format!("the file is larger than the returned-file limit of {limit} bytes"),
-                Some(serde_json::json!({ "uri": uri })),
+                Some(serde_json::json!({ "uri": shown })),
             ));
         }
         Ok(None) => return Err(not_found("Resource not found: no such file in the session")),

@@ -15,6 +15,8 @@ use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq as _;
 
+use crate::sessions::Principal;
+
 /// How often the token file is re-read for changes.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(2);
 
@@ -183,16 +185,28 @@ fn read(path: &Path) -> Result<Loaded, AuthError> {
     })
 }
 
-/// Axum middleware: passes authenticated requests on; answers others with 401 and a
-/// `WWW-Authenticate: Bearer` challenge (RFC 6750 §3).
+/// Axum middleware: passes authenticated requests on, with the token's digest as their
+/// [`Principal`] (sessions answer only to the token that created them); answers others with 401 and
+/// a `WWW-Authenticate: Bearer` challenge (RFC 6750 §3).
 pub async fn require_bearer(
     State(auth): State<Arc<BearerAuth>>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
     let verdict = auth.verify(request.headers().get(header::AUTHORIZATION));
     let challenge = match verdict {
-        Verdict::Accepted => return next.run(request).await,
+        Verdict::Accepted => {
+            if let Some(token) = request
+                .headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(bearer_token)
+            {
+                let principal = Principal(Sha256::digest(token.as_bytes()).into());
+                request.extensions_mut().insert(principal);
+            }
+            return next.run(request).await;
+        }
         Verdict::Missing => r#"Bearer realm="code-interpreter-mcp""#,
         Verdict::Invalid => {
             r#"Bearer realm="code-interpreter-mcp", error="invalid_token", error_description="the bearer token is not accepted""#

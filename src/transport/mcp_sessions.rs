@@ -3,7 +3,6 @@
 //! balancer can send every request of an MCP session to the replica that holds it (the same prefix
 //! as the tool sessions' ids; see deploy/nginx). Without a replica id the ids are rmcp's own.
 
-use base64::Engine as _;
 use futures::Stream;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::WorkerTransport;
@@ -18,21 +17,24 @@ use rmcp::transport::streamable_http_server::session::{
 /// [`LocalSessionManager`] minting replica-prefixed ids.
 #[derive(Default)]
 pub struct ReplicaSessionManager {
-    /// `"{replica_id}."`, or empty.
-    prefix: String,
+    /// `replica_id`, or empty.
+    replica: String,
     inner: LocalSessionManager,
 }
 
 impl ReplicaSessionManager {
     pub fn new(replica_id: &str) -> Self {
         Self {
-            prefix: if replica_id.is_empty() {
-                String::new()
-            } else {
-                format!("{replica_id}.")
-            },
+            replica: replica_id.to_string(),
             inner: LocalSessionManager::default(),
         }
+    }
+}
+
+impl ReplicaSessionManager {
+    /// How many MCP sessions are open.
+    pub async fn open(&self) -> usize {
+        self.inner.sessions.read().await.len()
     }
 }
 
@@ -41,21 +43,16 @@ impl SessionManager for ReplicaSessionManager {
     type Transport = WorkerTransport<LocalSessionWorker>;
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
-        if self.prefix.is_empty() {
+        if self.replica.is_empty() {
             return self.inner.create_session().await;
         }
-        let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes).map_err(|e| {
-            LocalSessionManagerError::SessionError(SessionError::Io(std::io::Error::other(
-                e.to_string(),
-            )))
-        })?;
-        let id: SessionId = format!(
-            "{}{}",
-            self.prefix,
-            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-        )
-        .into();
+        let id: SessionId = crate::sessions::mint_id(&self.replica, 16)
+            .map_err(|e| {
+                LocalSessionManagerError::SessionError(SessionError::Io(std::io::Error::other(
+                    e.to_string(),
+                )))
+            })?
+            .into();
         let (handle, worker) = create_local_session(id.clone(), self.inner.session_config.clone());
         self.inner.sessions.write().await.insert(id.clone(), handle);
         Ok((id, WorkerTransport::spawn(worker)))

@@ -1,18 +1,21 @@
 //! The transports: an axum app serving MCP Streamable HTTP at `/mcp` (both protocol eras, through
 //! rmcp) behind the HTTP body ceiling, with Host and Origin verification and optional bearer tokens
-//! ([`auth`]), legacy-era MCP sessions whose ids name the replica ([`mcp_sessions`]), bound to
+//! ([`auth`]), the checks of a request before rmcp reads it ([`requests`]: body ceiling and framing,
+//! x-mcp-header against the body, bounded MCP sessions), legacy-era MCP sessions whose ids name the
+//! replica ([`mcp_sessions`]), bound to
 //! `bind_addr` and announcing its effective address once it listens, with the probes beside it and
 //! the graceful shutdown; and MCP over stdio. Both serve the tool handler the application assembled.
 
 pub mod auth;
 pub mod mcp_sessions;
+pub mod requests;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -183,20 +186,18 @@ pub fn router(
     }
     .enforce_origin_validation();
 
+    let mcp_sessions = Arc::new(ReplicaSessionManager::new(&settings.replica_id));
     let mcp = StreamableHttpService::new(
         move || Ok(interpreter.clone()),
-        Arc::new(ReplicaSessionManager::new(&settings.replica_id)),
+        mcp_sessions.clone(),
         mcp_config,
     );
     let mut mcp = axum::Router::new()
         .nest_service("/mcp", mcp)
         .layer(axum::middleware::from_fn(session_delete_status))
         .layer(axum::middleware::from_fn_with_state(
-            BodyCeiling {
-                bytes: body_limit as u64,
-                max_total_file_kb: limits.max_total_file_kb,
-            },
-            enforce_body_ceiling,
+            requests::Checks::new(body_limit as u64, limits.max_total_file_kb, mcp_sessions),
+            requests::check_request,
         ));
     // Outermost: an unauthenticated request is refused before anything reads its body.
     if let Some(auth) = &settings.auth {
@@ -227,55 +228,6 @@ async fn livez(State(health): State<Arc<Health>>) -> Response {
 
 async fn readyz(State(health): State<Arc<Health>>) -> Response {
     probe(health.ready())
-}
-
-/// The derived HTTP body ceiling and the setting it comes from.
-#[derive(Clone, Copy)]
-struct BodyCeiling {
-    bytes: u64,
-    max_total_file_kb: u64,
-}
-
-/// Refuses bodies declared larger than the ceiling with 413 and a plain-text explanation; bodies without
-/// a length are bounded by rmcp's own limit, set to the same ceiling.
-async fn enforce_body_ceiling(
-    State(ceiling): State<BodyCeiling>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if let Some(len) = declared
-        && len > ceiling.bytes
-    {
-        tracing::warn!(
-            content_length = len,
-            http_body_limit = ceiling.bytes,
-            "rejected an HTTP request body over the limit"
-        );
-        // Read (and discard) a moderately oversized body before answering, so the client sees the 413
-        // instead of a connection reset while it is still sending; far larger bodies are cut off.
-        if len <= ceiling.bytes.saturating_mul(2) {
-            use futures::StreamExt as _;
-            let mut body = request.into_body().into_data_stream();
-            while let Some(Ok(_)) = body.next().await {}
-        }
-        let message = format!(
-            "HTTP request body of {len} bytes exceeds the HTTP body limit of {} bytes, which is derived from \
-             input_limits.max_total_file_kb = {} (raise that setting to accept larger input files)\n",
-            ceiling.bytes, ceiling.max_total_file_kb
-        );
-        return (
-            StatusCode::PAYLOAD_TOO_LARGE,
-            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            message,
-        )
-            .into_response();
-    }
-    next.run(request).await
 }
 
 /// A successful session DELETE answers 204 rather than rmcp's 202: the transport specification leaves

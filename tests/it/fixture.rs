@@ -393,6 +393,11 @@ impl LegacyClient {
         }
     }
 
+    /// The client's `Mcp-Session-Id`.
+    pub fn session_id(&self) -> &str {
+        &self.session
+    }
+
     /// One request; its JSON-RPC reply.
     pub fn request(&self, method: &str, params: Value) -> Value {
         let id = self.next_id.get();

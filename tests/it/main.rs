@@ -4,6 +4,7 @@
 mod adversarial;
 mod common;
 mod config;
+mod containment;
 mod deploy;
 mod engine;
 mod exec_cli;

@@ -129,6 +129,10 @@ pub struct SessionsConfig {
     /// Live sessions at most; creating one more fails at once (1 to 10000).
     /// Environment: CODE_INTERPRETER_MCP_MAX_SESSIONS
     pub max_sessions: u64,
+    /// Calls that may wait for one busy session behind its running call (0 to 64); one more is
+    /// refused at once with the overload error.
+    /// Environment: CODE_INTERPRETER_MCP_SESSION_QUEUE_CAPACITY
+    pub queue_capacity: u64,
     /// A session unused for this many seconds ends (at least 1).
     /// Environment: CODE_INTERPRETER_MCP_SESSION_IDLE_TIMEOUT_S
     pub idle_timeout_s: u64,
@@ -142,6 +146,7 @@ impl Default for SessionsConfig {
         Self {
             enabled: true,
             max_sessions: 8,
+            queue_capacity: 4,
             idle_timeout_s: 1800,
             max_lifetime_s: 86400,
         }
@@ -906,6 +911,12 @@ pub fn validate(c: &AppConfig, sources: &BTreeMap<String, Source>) -> Result<(),
         "sessions.max_sessions",
         sessions.max_sessions,
         1..=10_000,
+        "",
+    )?;
+    in_range(
+        "sessions.queue_capacity",
+        sessions.queue_capacity,
+        0..=64,
         "",
     )?;
     in_range(

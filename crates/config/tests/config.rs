@@ -196,6 +196,7 @@ fn every_environment_override_applies_after_files() {
         ("CODE_INTERPRETER_MCP_SETUP_TIMEOUT_S", "20"),
         ("CODE_INTERPRETER_MCP_SESSIONS_ENABLED", "false"),
         ("CODE_INTERPRETER_MCP_MAX_SESSIONS", "3"),
+        ("CODE_INTERPRETER_MCP_SESSION_QUEUE_CAPACITY", "0"),
         ("CODE_INTERPRETER_MCP_SESSION_IDLE_TIMEOUT_S", "60"),
         ("CODE_INTERPRETER_MCP_SESSION_MAX_LIFETIME_S", "600"),
         ("CODE_INTERPRETER_MCP_MAX_INLINE_IMAGE_KB", "0"),
@@ -276,6 +277,7 @@ fn every_environment_override_applies_after_files() {
     assert_eq!(c.workers.setup_timeout_s, 20);
     assert!(!c.sessions.enabled);
     assert_eq!(c.sessions.max_sessions, 3);
+    assert_eq!(c.sessions.queue_capacity, 0);
     assert_eq!(c.sessions.idle_timeout_s, 60);
     assert_eq!(c.sessions.max_lifetime_s, 600);
     assert_eq!(c.results.max_inline_image_kb, 0);
@@ -379,6 +381,10 @@ fn validation_rules_name_the_key_the_source_and_what_is_allowed() {
         (
             "[sessions]\nmax_sessions = 0\n",
             &["sessions.max_sessions", "1..=10000"],
+        ),
+        (
+            "[sessions]\nqueue_capacity = 65\n",
+            &["sessions.queue_capacity", "0..=64"],
         ),
         (
             "[sessions]\nidle_timeout_s = 0\n",

@@ -3,15 +3,15 @@
 // existed (the ops, the file-system functions of `sandbox.fs`); what it hands to Rust is checked and
 // capped there.
 
-import { core } from "ext:core/mod.js";
-import { sandbox } from "ext:sandbox/pyodide.js";
+import { core, primordials } from "ext:core/mod.js";
+import { fatallyFailed, sandbox } from "ext:sandbox/pyodide.js";
 
 const {
   op_sandbox_call_options,
   op_sandbox_code,
   op_sandbox_collect_file,
+  op_sandbox_file_listed,
   op_sandbox_file_read,
-  op_sandbox_files_listed,
   op_sandbox_input_file,
   op_sandbox_input_file_count,
   op_sandbox_offer_file,
@@ -19,8 +19,20 @@ const {
   op_sandbox_start_clock,
   op_sandbox_write,
 } = core.ops;
+const {
+  ArrayIsArray,
+  ArrayPrototypeSort,
+  SafeMap,
+  String,
+  StringPrototypeIncludes,
+  StringPrototypeSlice,
+  StringPrototypeSplit,
+  StringPrototypeTrim,
+} = primordials;
 
 const WORKSPACE = "/workspace";
+/** No path Rust accepts is longer (it counts UTF-8 bytes: at least as many as UTF-16 units). */
+const MAX_PATH_CHARS = 4096;
 
 /** Called by the runner when the user's code starts: the timeout runs from here. */
 const startClock = () => op_sandbox_start_clock();
@@ -48,17 +60,44 @@ export async function run() {
     fs.writeFile(full, new Uint8Array(data), { canOwn: true });
   }
   // Files as they were before the code ran (in a session, changed files are returned too).
-  const before = new Map(workspaceFiles(fs).map((path) => [path, version(fs, path)]));
+  const before = new SafeMap();
+  walkWorkspace(fs, (path, st) => {
+    before.set(path, `${st.size}:${Number(st.mtime)}`);
+    return true;
+  });
 
   if (autoLoad) {
-    // Not user time: the clock starts inside the runner.
-    await pyodide.loadPackagesFromImports(code, {
-      messageCallback: () => {},
-      errorCallback: (msg) => op_sandbox_write(2, core.encode(msg + "\n")),
-    });
+    // Not user time: the clock starts inside the runner. Code the scan cannot read (nested too
+    // deeply for the parser, say) is left to the runner, which compiles it and reports why.
+    try {
+      await pyodide.loadPackagesFromImports(code, {
+        messageCallback: () => {},
+        errorCallback: (msg) => op_sandbox_write(2, core.encode(msg + "\n")),
+      });
+    } catch (error) {
+      // (A fatal error is recorded by Pyodide's hook; the check below stops the call.)
+      op_sandbox_write(2, core.encode(`The code's imports could not be scanned: ${lastLine(error)}\n`));
+    }
   }
-  await runner(code, startClock, report, persistent);
+  if (fatallyFailed()) return;
+  try {
+    await runner(code, startClock, report, persistent);
+  } finally {
+    fatallyFailed();
+  }
   collectFiles(fs, before, persistent);
+}
+
+/** The last non-empty line of an error's text (a Python traceback's says what was raised), short. */
+function lastLine(error) {
+  let text;
+  try {
+    text = String(error);
+  } catch {
+    return "(an error that cannot be printed)";
+  }
+  const lines = StringPrototypeSplit(StringPrototypeTrim(text), "\n");
+  return StringPrototypeSlice(lines[lines.length - 1], 0, 500);
 }
 
 /**
@@ -69,53 +108,80 @@ export async function run() {
 export function inspect(path, limit) {
   const { fs } = sandbox;
   if (path === undefined || path === null) {
-    op_sandbox_files_listed(
-      workspaceFiles(fs).map((p) => [p, fs.lstat(`${WORKSPACE}/${p}`).size]),
-    );
+    // Rust keeps at most its cap of entries and says when to stop.
+    walkWorkspace(fs, (p, st) => op_sandbox_file_listed(p, st.size));
     return;
   }
-  let st;
-  try {
-    st = fs.lstat(`${WORKSPACE}/${path}`);
-  } catch {
-    op_sandbox_file_read(1, new Uint8Array(0));
-    return;
-  }
-  if (!fs.isFile(st.mode)) op_sandbox_file_read(1, new Uint8Array(0));
+  const st = lstatInWorkspace(fs, path);
+  if (st === null || !fs.isFile(st.mode)) op_sandbox_file_read(1, new Uint8Array(0));
   else if (st.size > limit) op_sandbox_file_read(2, new Uint8Array(0));
   else op_sandbox_file_read(0, fs.readFile(`${WORKSPACE}/${path}`));
 }
 
-/** What tells whether a file changed: its size and modification time. */
-function version(fs, path) {
-  const st = fs.lstat(`${WORKSPACE}/${path}`);
-  return `${st.size}:${Number(st.mtime)}`;
+/**
+ * The lstat of `path` under /workspace, reached without following a link on the way (each
+ * component is looked at itself), or null: a session's resources never lead out of /workspace.
+ */
+function lstatInWorkspace(fs, path) {
+  let dir = WORKSPACE;
+  let st;
+  try {
+    st = fs.lstat(dir);
+    for (const name of StringPrototypeSplit(path, "/")) {
+      if (!fs.isDir(st.mode)) return null;
+      dir = `${dir}/${name}`;
+      st = fs.lstat(dir);
+    }
+  } catch {
+    return null;
+  }
+  return st;
 }
 
 /**
- * Every regular file below /workspace, as paths relative to it, sorted; none if /workspace is not a
- * directory (the code may have removed it, or replaced it with a link). Links are not followed.
+ * Calls `visit(path, stat)` for every regular file below /workspace (paths relative to it), in
+ * sorted order, until it returns false; nothing if /workspace is not a directory (the code may have
+ * removed it, or replaced it with a link). Links are not followed; entries the file system cannot
+ * stat, whose names cannot be a path component (a `/` in them), or whose paths would be longer than
+ * any path Rust accepts are skipped: the code may have made anything.
  */
-function workspaceFiles(fs) {
+function walkWorkspace(fs, visit) {
   let root;
   try {
     root = fs.lstat(WORKSPACE);
   } catch {
-    return [];
+    return;
   }
-  if (!fs.isDir(root.mode)) return [];
-  const out = [];
+  if (!fs.isDir(root.mode)) return;
   const walk = (dir, prefix) => {
-    for (const name of fs.readdir(dir)) {
-      if (name === "." || name === "..") continue;
-      const full = `${dir}/${name}`;
-      const st = fs.lstat(full);
-      if (fs.isDir(st.mode)) walk(full, `${prefix}${name}/`);
-      else if (fs.isFile(st.mode)) out.push(`${prefix}${name}`);
+    let names;
+    try {
+      names = fs.readdir(dir);
+      if (!ArrayIsArray(names)) return true;
+      names = ArrayPrototypeSort(names);
+    } catch {
+      return true;
     }
+    for (const name of names) {
+      if (name === "." || name === ".." || typeof name !== "string") continue;
+      if (name === "" || StringPrototypeIncludes(name, "/")) continue;
+      if (prefix.length + name.length > MAX_PATH_CHARS) continue;
+      const full = `${dir}/${name}`;
+      let st;
+      try {
+        st = fs.lstat(full);
+      } catch {
+        continue;
+      }
+      if (fs.isDir(st.mode)) {
+        if (!walk(full, `${prefix}${name}/`)) return false;
+      } else if (fs.isFile(st.mode) && !visit(`${prefix}${name}`, st)) {
+        return false;
+      }
+    }
+    return true;
   };
   walk(WORKSPACE, "");
-  return out.sort();
 }
 
 /**
@@ -123,11 +189,14 @@ function workspaceFiles(fs) {
  * sandbox's call returns only files that were not there when it started, as the tool promises).
  */
 function collectFiles(fs, before, persistent) {
-  for (const path of workspaceFiles(fs)) {
-    if (before.has(path) && (!persistent || before.get(path) === version(fs, path))) continue;
-    const full = `${WORKSPACE}/${path}`;
-    if (op_sandbox_offer_file(fs.lstat(full).size)) {
-      op_sandbox_collect_file(path, fs.readFile(full));
+  walkWorkspace(fs, (path, st) => {
+    const seen = before.get(path);
+    if (seen !== undefined && (!persistent || seen === `${st.size}:${Number(st.mtime)}`)) {
+      return true;
     }
-  }
+    if (op_sandbox_offer_file(st.size)) {
+      op_sandbox_collect_file(path, fs.readFile(`${WORKSPACE}/${path}`));
+    }
+    return true;
+  });
 }

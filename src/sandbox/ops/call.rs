@@ -8,14 +8,14 @@ use std::sync::atomic::AtomicI32;
 use deno_core::{OpState, op2, v8};
 use deno_error::JsErrorBox;
 
-use super::{state, state_mut};
+use super::{call_mut, call_state, state_mut};
 use crate::sandbox::output::Report;
 use crate::sandbox::watchdog::Phase;
 
 #[op2]
 #[string]
 pub(super) fn op_sandbox_code(op_state: &mut OpState) -> Result<String, JsErrorBox> {
-    state_mut(op_state)
+    call_mut(op_state)
         .code
         .take()
         .ok_or_else(|| JsErrorBox::generic("no code to run"))
@@ -68,22 +68,27 @@ unsafe extern "C" fn release_interrupt(
     drop(unsafe { Arc::from_raw(data.cast_const().cast::<AtomicI32>()) });
 }
 
-/// What `inspect` lists: every regular file of the session's /workspace with its size.
-#[op2]
-pub(super) fn op_sandbox_files_listed(op_state: &mut OpState, #[serde] files: Vec<(String, f64)>) {
-    state_mut(op_state).listed = Some(files);
+/// One regular file of the session's /workspace that `inspect` lists, with its size; false once the
+/// listing is full (see `Listing`: the bounds are kept here, whatever the JavaScript sends).
+#[op2(fast)]
+pub(super) fn op_sandbox_file_listed(
+    op_state: &mut OpState,
+    #[string] path: String,
+    size: f64,
+) -> bool {
+    call_mut(op_state).listing.push(path, size)
 }
 
 /// What `inspect` read: status 0 (the bytes), 1 (no such file) or 2 (over the size limit).
 #[op2(fast)]
 pub(super) fn op_sandbox_file_read(op_state: &mut OpState, status: u32, #[buffer] data: &[u8]) {
-    state_mut(op_state).read = Some((status, data.to_vec()));
+    call_mut(op_state).read = Some((status, data.to_vec()));
 }
 
 /// The runner's report; the first one counts, capped to the limits.
 #[op2]
 pub(super) fn op_sandbox_report(op_state: &mut OpState, #[serde] report: Report) {
-    let s = state_mut(op_state);
+    let s = call_mut(op_state);
     if s.report.is_none() {
         s.report = Some(report.capped());
     }
@@ -92,15 +97,29 @@ pub(super) fn op_sandbox_report(op_state: &mut OpState, #[serde] report: Report)
 /// What ended `run()` with an exception (see `runtime.js`), as text; the first one counts.
 #[op2(fast)]
 pub(super) fn op_sandbox_glue_error(op_state: &mut OpState, #[string] text: &str) {
-    let s = state_mut(op_state);
+    let s = call_mut(op_state);
     if s.glue_error.is_none() {
         s.glue_error = Some(crate::sandbox::output::cap_text(text.to_string(), 2000, false).0);
     }
 }
 
+/// Pyodide failed fatally (its `on_fatal` hook, or `call.js` finding its API disabled): the
+/// interpreter can run nothing more. The first cause counts.
+#[op2(fast)]
+pub(super) fn op_sandbox_fatal(op_state: &mut OpState, #[string] text: &str) {
+    let s = state_mut(op_state);
+    if s.fatal.is_none() {
+        s.fatal = Some(crate::sandbox::output::cap_text(text.to_string(), 2000, false).0);
+    }
+    // Nothing of the call can still run: it is stopped now rather than at its deadline.
+    if let Some(watchdog) = &call_state(op_state).watchdog {
+        watchdog.fatal();
+    }
+}
+
 #[op2(fast)]
 pub(super) fn op_sandbox_write(op_state: &mut OpState, fd: u32, #[buffer] data: &[u8]) -> u32 {
-    let s = state_mut(op_state);
+    let s = call_mut(op_state);
     match fd {
         1 => s.stdout.push(data),
         _ => s.stderr.push(data),
@@ -111,7 +130,8 @@ pub(super) fn op_sandbox_write(op_state: &mut OpState, fd: u32, #[buffer] data: 
 /// The user's code starts now: `timeout_ms` runs from here (the set-up's budget ends). Only once.
 #[op2(fast)]
 pub(super) fn op_sandbox_start_clock(op_state: &mut OpState) {
-    let s = state_mut(op_state);
+    state_mut(op_state).user_code_ran = true;
+    let s = call_mut(op_state);
     if s.user_started {
         return;
     }
@@ -124,7 +144,7 @@ pub(super) fn op_sandbox_start_clock(op_state: &mut OpState) {
 #[op2(fast)]
 #[smi]
 pub(super) fn op_sandbox_input_file_count(op_state: &mut OpState) -> u32 {
-    state(op_state).input_files.len() as u32
+    call_state(op_state).input_files.len() as u32
 }
 
 /// Input file `index` as `[path, ArrayBuffer]`, the buffer charged to the sandbox's memory budget;
@@ -135,9 +155,8 @@ pub(super) fn op_sandbox_input_file<'s, 'i>(
     op_state: &mut OpState,
     #[smi] index: u32,
 ) -> Result<v8::Local<'s, v8::Value>, JsErrorBox> {
-    let s = state_mut(op_state);
-    let budget = s.budget.clone();
-    let entry = s
+    let budget = op_state.borrow::<super::SandboxState>().budget.clone();
+    let entry = call_mut(op_state)
         .input_files
         .get_mut(index as usize)
         .ok_or_else(|| JsErrorBox::range_error("no such input file"))?;
@@ -156,7 +175,7 @@ pub(super) fn op_sandbox_offer_file(op_state: &mut OpState, size: f64) -> bool {
     } else {
         u64::MAX
     };
-    state_mut(op_state).files.offer(size)
+    call_mut(op_state).files.offer(size)
 }
 
 #[op2(fast)]
@@ -165,5 +184,5 @@ pub(super) fn op_sandbox_collect_file(
     #[string] path: String,
     #[buffer] data: &[u8],
 ) {
-    state_mut(op_state).files.collect(path, data);
+    call_mut(op_state).files.collect(path, data);
 }

@@ -101,16 +101,40 @@ pub(crate) enum Phase {
     Booted,
 }
 
-/// Per-sandbox state kept in the isolate's `OpState`.
+/// Per-sandbox state kept in the isolate's `OpState`: what lives as long as the sandbox. What one call
+/// uses is a [`CallState`] of its own, put into the `OpState` afresh for every call.
 pub(crate) struct SandboxState {
     pub shared: Arc<EngineShared>,
     pub role: Role,
     pub phase: Phase,
     pub budget: Arc<MemoryBudget>,
     pub started: Instant,
+    pub entry: Option<EntryPoints>,
+    /// The sandbox keeps its interpreter between calls (a session).
+    pub persistent: bool,
+    /// A session's interrupt buffer (Pyodide raises KeyboardInterrupt when it reads 2), shared
+    /// with the watchdog; handed to Pyodide at the session's first call.
+    pub interrupt: Option<Arc<std::sync::atomic::AtomicI32>>,
+    /// Whether Pyodide has been given the interrupt buffer.
+    pub interrupt_installed: bool,
+    /// Whether user code has ever started in this interpreter: from then on any of its JavaScript
+    /// and Python may have been changed by that code.
+    pub user_code_ran: bool,
+    /// Why Pyodide failed fatally (a WebAssembly trap, a stack overflow), once it has: the
+    /// interpreter can run nothing more.
+    pub fatal: Option<String>,
+    /// Whether wheels and HTTPS downloads may still be fetched (false once runtime installation is
+    /// disabled and initialisation is over).
+    pub downloads_enabled: bool,
+    /// How many copy-on-write mappings it was given (see `cow.rs`); past `MAX_MAPPINGS` it gets copies.
+    pub mappings: u32,
+}
+
+/// What one call (or the boot, or one inspection of a session's files) reads and produces, kept in
+/// the isolate's `OpState` beside [`SandboxState`] and replaced whole for every call.
+pub(crate) struct CallState {
     pub stdout: CappedBuffer,
     pub stderr: CappedBuffer,
-    pub entry: Option<EntryPoints>,
     pub code: Option<String>,
     pub input_files: Vec<(String, Option<Vec<u8>>)>,
     pub files: FileCollector,
@@ -123,23 +147,78 @@ pub(crate) struct SandboxState {
     pub user_timeout: Duration,
     /// Whether the call's user code has started.
     pub user_started: bool,
-    /// The sandbox keeps its interpreter between calls (a session).
-    pub persistent: bool,
-    /// A session's interrupt buffer (Pyodide raises KeyboardInterrupt when it reads 2), shared
-    /// with the watchdog; handed to Pyodide at the session's first call.
-    pub interrupt: Option<Arc<std::sync::atomic::AtomicI32>>,
-    /// Whether Pyodide has been given the interrupt buffer.
-    pub interrupt_installed: bool,
     /// What `inspect` reported: the files listed, or one file read (status, bytes).
-    pub listed: Option<Vec<(String, f64)>>,
+    pub listing: Listing,
     pub read: Option<(u32, Vec<u8>)>,
-    /// The call's outbound requests (cancelled when the sandbox goes).
+    /// The call's outbound requests (cancelled when the call ends).
     pub fetches: Arc<CallFetches>,
-    /// Whether wheels and HTTPS downloads may still be fetched (false once runtime installation is
-    /// disabled and initialisation is over).
-    pub downloads_enabled: bool,
-    /// How many copy-on-write mappings it was given (see `cow.rs`); past `MAX_MAPPINGS` it gets copies.
-    pub mappings: u32,
+}
+
+impl CallState {
+    /// A call's state: its code, input files, `timeout_ms` and watchdog.
+    pub fn new(
+        code: Option<String>,
+        input_files: Vec<(String, Option<Vec<u8>>)>,
+        user_timeout: Duration,
+        watchdog: Option<Arming>,
+    ) -> Self {
+        Self {
+            stdout: CappedBuffer::new(MAX_STREAM_BYTES),
+            stderr: CappedBuffer::new(MAX_STREAM_BYTES),
+            code,
+            input_files,
+            files: FileCollector::default(),
+            report: None,
+            glue_error: None,
+            watchdog,
+            user_timeout,
+            user_started: false,
+            listing: Listing::default(),
+            read: None,
+            fetches: Arc::default(),
+        }
+    }
+
+    /// The state of no call (while booting, or between calls).
+    pub fn idle() -> Self {
+        Self::new(None, Vec::new(), Duration::ZERO, None)
+    }
+}
+
+/// A session's files as `inspect` lists them, bounded here whatever its JavaScript sends: at most
+/// [`MAX_LISTED_FILES`] entries, each path at most `MAX_PATH_BYTES`.
+#[derive(Debug, Default)]
+pub(crate) struct Listing {
+    pub files: Vec<(String, u64)>,
+    /// Files left out: past the count cap, or with a path over the path limit.
+    pub left_out: u64,
+    /// Whether the walk stopped early (the cap was reached).
+    pub cut: bool,
+}
+
+/// Most files a session's listing holds.
+pub(crate) const MAX_LISTED_FILES: usize = 1000;
+
+impl Listing {
+    /// Takes one entry; false once the listing is full (the walk should stop).
+    pub fn push(&mut self, path: String, size: f64) -> bool {
+        if self.files.len() >= MAX_LISTED_FILES {
+            self.left_out += 1;
+            self.cut = true;
+            return false;
+        }
+        if path.len() > crate::config::limits::MAX_PATH_BYTES {
+            self.left_out += 1;
+            return true;
+        }
+        let size = if size.is_finite() && size > 0.0 {
+            size as u64
+        } else {
+            0
+        };
+        self.files.push((path, size));
+        true
+    }
 }
 
 impl SandboxState {
@@ -150,23 +229,12 @@ impl SandboxState {
             phase: Phase::Booting,
             budget,
             started: Instant::now(),
-            stdout: CappedBuffer::new(MAX_STREAM_BYTES),
-            stderr: CappedBuffer::new(MAX_STREAM_BYTES),
             entry: None,
-            code: None,
-            input_files: Vec::new(),
-            files: FileCollector::default(),
-            report: None,
-            glue_error: None,
-            watchdog: None,
-            user_timeout: Duration::ZERO,
-            user_started: false,
             persistent: false,
             interrupt: None,
             interrupt_installed: false,
-            listed: None,
-            read: None,
-            fetches: Arc::default(),
+            user_code_ran: false,
+            fatal: None,
             downloads_enabled: true,
             mappings: 0,
         }
@@ -198,8 +266,9 @@ deno_core::extension!(
         op_sandbox_register,
         call::op_sandbox_call_options,
         call::op_sandbox_code,
+        call::op_sandbox_fatal,
+        call::op_sandbox_file_listed,
         call::op_sandbox_file_read,
-        call::op_sandbox_files_listed,
         call::op_sandbox_collect_file,
         call::op_sandbox_glue_error,
         call::op_sandbox_input_file,
@@ -242,6 +311,7 @@ deno_core::extension!(
     options = { shared: Arc<EngineShared>, role: Role, budget: Arc<MemoryBudget> },
     state = |state, options| {
         state.put(SandboxState::new(options.shared, options.role, options.budget));
+        state.put(CallState::idle());
     },
 );
 
@@ -251,6 +321,14 @@ fn state(op_state: &OpState) -> &SandboxState {
 
 fn state_mut(op_state: &mut OpState) -> &mut SandboxState {
     op_state.borrow_mut::<SandboxState>()
+}
+
+fn call_state(op_state: &OpState) -> &CallState {
+    op_state.borrow::<CallState>()
+}
+
+fn call_mut(op_state: &mut OpState) -> &mut CallState {
+    op_state.borrow_mut::<CallState>()
 }
 
 #[op2]

@@ -3,7 +3,7 @@
 // snapshot or builds the package layer when the isolate exists only for that, and locks the realm
 // down before any user code can run.
 
-import { core } from "ext:core/mod.js";
+import { core, primordials } from "ext:core/mod.js";
 import { setTimeOrigin } from "ext:sandbox/web.js";
 import { recordDylibs, relinkDylibs } from "ext:sandbox/dylink.js";
 import { copyLayer } from "ext:sandbox/layer.js";
@@ -11,6 +11,7 @@ import { copyLayer } from "ext:sandbox/layer.js";
 const {
   op_sandbox_boot_config,
   op_sandbox_compile_wasm,
+  op_sandbox_fatal,
   op_sandbox_main_memory,
   op_sandbox_memory_room,
   op_sandbox_layer_capture,
@@ -88,11 +89,14 @@ if "matplotlib.font_manager" in sys.modules:
     sys.modules["matplotlib.font_manager"]._get_font.cache_clear()
 del name, modules
 gc.collect()`;
+const { ObjectGetOwnPropertyDescriptor, String: PrimordialString, StringPrototypeSlice } = primordials;
+
 /** The message of every refusal when runtime package installation is disabled. */
 const DISABLED = "Runtime package installation is disabled";
 
 let pyodide = null;
 let runner = null;
+let fatalSeen = false;
 let autoLoad = false;
 let fs = null;
 
@@ -111,6 +115,34 @@ export const sandbox = {
     return fs;
   },
 };
+
+/** Tells Rust that Pyodide failed fatally, with the cause as short text (once). */
+function reportFatal(cause) {
+  if (fatalSeen) return;
+  fatalSeen = true;
+  let text;
+  try {
+    text = StringPrototypeSlice(PrimordialString(cause), 0, 1000);
+  } catch {
+    text = "a cause that cannot be printed";
+  }
+  op_sandbox_fatal(text);
+}
+
+/**
+ * Whether Pyodide has failed fatally (and told Rust so if it had not heard): Pyodide's `on_fatal`
+ * hook reports it, and a fatal error also replaces the API's methods with getters that throw,
+ * which is checked here in case the code removed the hook. (Code that defines such a getter itself
+ * has broken its own interpreter: the same answer.)
+ */
+export function fatallyFailed() {
+  if (fatalSeen) return true;
+  const descriptor = pyodide && ObjectGetOwnPropertyDescriptor(pyodide, "runPython");
+  if (descriptor && typeof descriptor.get === "function") {
+    reportFatal("Pyodide's API was disabled by a fatal error");
+  }
+  return fatalSeen;
+}
 
 /**
  * Boots Pyodide inside this isolate with the configuration Rust hands over. Resolves once the
@@ -230,6 +262,8 @@ export async function boot() {
   runner = module.run.copy();
   module.destroy();
   fs = captureFs(pyodide.FS);
+  // A WebAssembly trap or stack overflow leaves the interpreter unusable: Rust hears of it at once.
+  pyodide._api.on_fatal = reportFatal;
 
   if (!cfg.autoLoad) disablePackageLoading();
   // The options loadPyodide was given stay reachable (pyodide._api.config): drop the loader closure,

@@ -6,7 +6,7 @@
 use deno_core::{OpState, op2, v8};
 use deno_error::JsErrorBox;
 
-use super::{Role, state, state_mut};
+use super::{Role, call_state, state, state_mut};
 use crate::config::limits::shown;
 use crate::sandbox::layer::LayerOrigin;
 use crate::sandbox::wasm::CodegenAllowed;
@@ -206,18 +206,24 @@ pub(super) fn op_sandbox_wrapper_module<'s, 'i>(
 
 /// A WebAssembly module compiled from `bytes` for this sandbox: the only way to compile WebAssembly
 /// once the sandbox has booted (`pyodide.js` routes `WebAssembly.Module`, `compile` and
-/// `instantiate` here). Refuses modules that define a memory of their own; compiled once per
-/// process (see `wasm.rs`).
+/// `instantiate` here). Refuses modules that define a memory of their own; the libraries of a call's
+/// imports are compiled once per process (see `wasm.rs`), anything compiled after user code has run
+/// only for this sandbox.
 #[op2]
 pub(super) fn op_sandbox_compile_wasm<'s, 'i>(
     scope: &mut v8::PinScope<'s, 'i>,
     op_state: &mut OpState,
     #[anybuffer] bytes: &[u8],
 ) -> Result<v8::Local<'s, v8::Value>, JsErrorBox> {
-    let shared = state(op_state).shared.clone();
+    let s = state(op_state);
+    // Before any user code has run in this interpreter, what is compiled is Pyodide's own or a
+    // verified lock-file wheel's library (a call's imports being loaded): kept for every sandbox.
+    // Afterwards it may be anything the code made: compiled for this sandbox only.
+    let keep = !s.user_code_ran;
+    let shared = s.shared.clone();
     shared
         .wasm_modules
-        .compile(scope, bytes)
+        .compile(scope, bytes, keep)
         .map(Into::into)
         .map_err(|e| JsErrorBox::type_error(e.to_string()))
 }
@@ -452,7 +458,10 @@ pub(super) fn op_sandbox_read_asset<'s, 'i>(
             "Runtime package installation is disabled: package downloads are refused",
         ));
     }
-    let deadline = s.watchdog.as_ref().and_then(|w| w.deadline());
+    let deadline = call_state(op_state)
+        .watchdog
+        .as_ref()
+        .and_then(|w| w.deadline());
     let bytes = s
         .shared
         .packages

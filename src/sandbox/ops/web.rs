@@ -9,7 +9,7 @@ use base64::Engine as _;
 use deno_core::{OpState, op2, v8};
 use deno_error::JsErrorBox;
 
-use super::state;
+use super::{call_state, state};
 use crate::config::limits::shown;
 use crate::fetch::{FetchError, SandboxRequest};
 
@@ -174,7 +174,7 @@ pub(super) async fn op_sandbox_fetch(
         // The watchdog ends the call at its deadline; the request's own cut comes a little later, so
         // a call blocked on a request always ends as a timeout rather than racing the watchdog to
         // a Python exception. (The request is aborted anyway when the sandbox ends.)
-        let deadline = s
+        let deadline = call_state(&op_state)
             .watchdog
             .as_ref()
             .and_then(|w| w.deadline())
@@ -193,7 +193,7 @@ pub(super) async fn op_sandbox_fetch(
     // The call's fetch state lives in the OpState; the request borrows it only while it runs.
     let fetches = {
         let op_state = op_state.borrow();
-        state(&op_state).fetches.clone()
+        call_state(&op_state).fetches.clone()
     };
     let r = fetcher
         .fetch(&fetches, request, deadline)
@@ -218,12 +218,11 @@ pub(super) fn op_sandbox_fetch_body<'s, 'i>(
     op_state: &mut OpState,
     #[smi] id: u32,
 ) -> Result<v8::Local<'s, v8::Value>, JsErrorBox> {
-    let s = state(op_state);
-    let body = s
+    let body = call_state(op_state)
         .fetches
         .take_body(id)
         .ok_or_else(|| JsErrorBox::generic("no such response body"))?;
-    Ok(s.budget.array_buffer(scope, body)?.into())
+    Ok(state(op_state).budget.array_buffer(scope, body)?.into())
 }
 
 /// A fetch response as handed to JavaScript; the body separately (see `op_sandbox_fetch_body`).

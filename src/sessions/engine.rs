@@ -1,0 +1,47 @@
+//! The real engine as the session manager's [`Backend`]: a session's sandbox is booted from the
+//! snapshot that serves its first call and kept for the session; Python execution time is recorded
+//! here, where it is measured.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+use super::Backend;
+use crate::sandbox::{Engine, ExecRequest, ExecResult, FileListing, FileRead, Sandbox, SandboxEnd};
+use crate::telemetry;
+
+impl Backend for Engine {
+    type Sandbox = Sandbox;
+
+    fn boot(&self, first_code: &str) -> Result<Sandbox, String> {
+        let mut sandbox = self
+            .boot_flavor(self.flavor_for(first_code))
+            .map_err(|e| e.to_string())?;
+        sandbox.keep_for_session();
+        Ok(sandbox)
+    }
+
+    fn run(
+        &self,
+        sandbox: &mut Sandbox,
+        request: ExecRequest,
+        cancel: Arc<AtomicBool>,
+    ) -> ExecResult {
+        let started = Instant::now();
+        let result = sandbox.run(request, Some(cancel));
+        telemetry::python_execution(result.outcome(), started.elapsed());
+        result
+    }
+
+    fn list(&self, sandbox: &mut Sandbox) -> Result<FileListing, String> {
+        sandbox.list_files()
+    }
+
+    fn read(&self, sandbox: &mut Sandbox, path: &str, limit: u64) -> Result<FileRead, String> {
+        sandbox.read_file(path, limit)
+    }
+
+    fn ended(&self, sandbox: &Sandbox) -> Option<SandboxEnd> {
+        sandbox.ended()
+    }
+}

@@ -1,0 +1,161 @@
+//! A session's thread: boots its sandbox, answers, then runs its jobs in order until the session
+//! ends (or its sandbox can run nothing more, which it reports to the manager before it answers the
+//! call that found out, so the next call already hears the session has ended).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Weak};
+
+use tokio::sync::oneshot;
+
+use super::{Backend, Inner, short};
+use crate::sandbox::{ExecRequest, ExecResult, FileListing, FileRead};
+
+/// One job's place in its session's queue: counted from when it is queued until its thread is done
+/// with it (run, skipped, or dropped with the queue), whether its caller still waits or not. A job's
+/// place is given back before its reply is sent, so a caller that has its reply finds the session
+/// idle.
+pub(super) struct Pending(Arc<AtomicUsize>);
+
+impl Pending {
+    /// A place, unless `max` jobs are already queued or running: then how many are.
+    pub fn take(counter: &Arc<AtomicUsize>, max: usize) -> Result<Self, usize> {
+        counter
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .map(|_| Pending(counter.clone()))
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// What a session's thread is asked to do.
+pub(super) enum Job {
+    Run {
+        request: ExecRequest,
+        /// Set when the caller goes away or the session ends: the call is skipped or stopped.
+        cancel: Arc<AtomicBool>,
+        reply: oneshot::Sender<ExecResult>,
+        pending: Pending,
+    },
+    List {
+        reply: oneshot::Sender<Result<FileListing, String>>,
+        pending: Pending,
+    },
+    Read {
+        path: String,
+        limit: u64,
+        reply: oneshot::Sender<Result<FileRead, String>>,
+        pending: Pending,
+    },
+}
+
+/// Starts session `id`'s thread: it boots a sandbox for `first_code`, says so on `booted`, then
+/// serves `jobs` until the channel closes or `dead` is set.
+pub(super) fn spawn<B: Backend>(
+    backend: Arc<B>,
+    manager: Weak<Inner<B>>,
+    id: String,
+    first_code: String,
+    dead: Arc<AtomicBool>,
+    jobs: mpsc::Receiver<Job>,
+    booted: oneshot::Sender<Result<(), String>>,
+) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name(format!("session-{}", short(&id)))
+        .stack_size(8 * 1024 * 1024)
+        .spawn(move || {
+            let mut sandbox = match backend.boot(&first_code) {
+                Ok(sandbox) => sandbox,
+                Err(e) => {
+                    let _ = booted.send(Err(e));
+                    return;
+                }
+            };
+            drop(first_code);
+            if booted.send(Ok(())).is_err() {
+                // The creating call went away: nobody knows this session.
+                return;
+            }
+            serve(&*backend, &mut sandbox, &manager, &id, &dead, jobs);
+            tracing::debug!(session = short(&id), "session thread ended");
+        })
+        .map(drop)
+}
+
+fn serve<B: Backend>(
+    backend: &B,
+    sandbox: &mut B::Sandbox,
+    manager: &Weak<Inner<B>>,
+    id: &str,
+    dead: &AtomicBool,
+    jobs: mpsc::Receiver<Job>,
+) {
+    while let Ok(job) = jobs.recv() {
+        if dead.load(Ordering::SeqCst) {
+            // The session ended: what is queued is dropped with the channel.
+            return;
+        }
+        let ended = match job {
+            Job::Run {
+                request,
+                cancel,
+                reply,
+                pending,
+            } => {
+                if cancel.load(Ordering::SeqCst) {
+                    // The caller left before this call started.
+                    continue;
+                }
+                let result = backend.run(sandbox, request, cancel);
+                let ended = report_end(backend, sandbox, manager, id);
+                drop(pending);
+                let _ = reply.send(result);
+                ended
+            }
+            Job::List { reply, pending } => {
+                let listing = backend.list(sandbox);
+                let ended = report_end(backend, sandbox, manager, id);
+                drop(pending);
+                let _ = reply.send(listing);
+                ended
+            }
+            Job::Read {
+                path,
+                limit,
+                reply,
+                pending,
+            } => {
+                let read = backend.read(sandbox, &path, limit);
+                let ended = report_end(backend, sandbox, manager, id);
+                drop(pending);
+                let _ = reply.send(read);
+                ended
+            }
+        };
+        if ended {
+            return;
+        }
+    }
+}
+
+/// If the sandbox can run nothing more, the manager ends the session (saying why); true then.
+fn report_end<B: Backend>(
+    backend: &B,
+    sandbox: &B::Sandbox,
+    manager: &Weak<Inner<B>>,
+    id: &str,
+) -> bool {
+    let Some(end) = backend.ended(sandbox) else {
+        return false;
+    };
+    if let Some(inner) = manager.upgrade() {
+        inner.sandbox_ended(id, end);
+    }
+    true
+}

@@ -1,0 +1,278 @@
+//! What a `/mcp` request must be before rmcp sees it, checked by one middleware:
+//! - its body within the HTTP body ceiling (413 with an explanation), read in full here: a truncated
+//!   body or broken chunked framing is the client's error (400), never a server fault;
+//! - bodies being read bounded together ([`BODY_BYTES_IN_FLIGHT`] ceilings' worth: a request waits
+//!   for room, and gets 503 if none comes within a few seconds), so many slow uploads cannot grow
+//!   the server's memory without bound;
+//! - an `Mcp-Param-Session-Id` header (x-mcp-header) that contradicts the body's `session_id` is
+//!   refused with HTTP 400 and JSON-RPC -32020 in both protocol eras, with a message that names
+//!   neither value (a session id is a credential);
+//! - a new legacy-era MCP session (`initialize`) is refused with 503 while [`MAX_MCP_SESSIONS`] are
+//!   open.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt as _;
+use tokio::sync::Semaphore;
+
+use super::mcp_sessions::ReplicaSessionManager;
+
+/// How many HTTP body ceilings' worth of request bodies may be read at once.
+pub const BODY_BYTES_IN_FLIGHT: u64 = 4;
+/// How long a request waits for room to read its body before it is refused (503).
+const BODY_WAIT: Duration = Duration::from_secs(10);
+/// Legacy-era MCP sessions open at once at most (each ends 5 minutes after its last request).
+pub const MAX_MCP_SESSIONS: usize = 4096;
+
+/// What the checks need.
+#[derive(Clone)]
+pub struct Checks {
+    /// The HTTP body ceiling in bytes, and the setting it derives from.
+    pub body_limit: u64,
+    pub max_total_file_kb: u64,
+    /// Room for bodies being read, in KiB.
+    pub reading: Arc<Semaphore>,
+    pub mcp_sessions: Arc<ReplicaSessionManager>,
+}
+
+impl Checks {
+    pub fn new(
+        body_limit: u64,
+        max_total_file_kb: u64,
+        mcp_sessions: Arc<ReplicaSessionManager>,
+    ) -> Self {
+        let room = kib(body_limit.saturating_mul(BODY_BYTES_IN_FLIGHT));
+        Self {
+            body_limit,
+            max_total_file_kb,
+            reading: Arc::new(Semaphore::new(
+                usize::try_from(room)
+                    .unwrap_or(Semaphore::MAX_PERMITS)
+                    .min(Semaphore::MAX_PERMITS),
+            )),
+            mcp_sessions,
+        }
+    }
+}
+
+fn kib(bytes: u64) -> u64 {
+    bytes.div_ceil(1024).max(1)
+}
+
+fn plain(status: StatusCode, message: String) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        message,
+    )
+        .into_response()
+}
+
+/// The middleware (see the module's doc).
+pub async fn check_request(State(checks): State<Checks>, request: Request, next: Next) -> Response {
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(len) = declared
+        && len > checks.body_limit
+    {
+        return too_large(&checks, len, request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let wanted = kib(declared.unwrap_or(checks.body_limit));
+    let permit = match tokio::time::timeout(
+        BODY_WAIT,
+        checks
+            .reading
+            .clone()
+            .acquire_many_owned(u32::try_from(wanted).unwrap_or(u32::MAX)),
+    )
+    .await
+    {
+        Ok(Ok(permit)) => permit,
+        _ => {
+            tracing::warn!(
+                "refused a /mcp request: too many request bodies are being read at once"
+            );
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [
+                    (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+                    (header::RETRY_AFTER, "5"),
+                ],
+                "the server is reading too many request bodies at once; retry shortly\n",
+            )
+                .into_response();
+        }
+    };
+    let bytes = match http_body_util::Limited::new(body, checks.body_limit as usize)
+        .collect()
+        .await
+    {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            return plain(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                ceiling_message(&checks, "a chunked body"),
+            );
+        }
+        Err(e) => {
+            return plain(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "the request body could not be read (truncated, or broken chunked framing): {}\n",
+                    crate::config::limits::shown(&e.to_string())
+                ),
+            );
+        }
+    };
+    drop(permit);
+    if let Some(response) = refuse_by_body(&checks, &parts.headers, &bytes).await {
+        return response;
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
+fn ceiling_message(checks: &Checks, what: &str) -> String {
+    format!(
+        "HTTP request body of {what} exceeds the HTTP body limit of {} bytes, which is derived from \
+input_limits.max_total_file_kb = {} (raise that setting to accept larger input files)\n",
+        checks.body_limit, checks.max_total_file_kb
+    )
+}
+
+/// 413 for a body declared larger than the ceiling. A moderately oversized body is read (and
+/// discarded) first, so the client sees the 413 instead of a connection reset while it is still
+/// sending; far larger bodies are cut off.
+async fn too_large(checks: &Checks, len: u64, request: Request) -> Response {
+    tracing::warn!(
+        content_length = len,
+        http_body_limit = checks.body_limit,
+        "rejected an HTTP request body over the limit"
+    );
+    if len <= checks.body_limit.saturating_mul(2) {
+        use futures::StreamExt as _;
+        let mut body = request.into_body().into_data_stream();
+        while let Some(Ok(_)) = body.next().await {}
+    }
+    plain(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        ceiling_message(checks, &format!("{len} bytes")),
+    )
+}
+
+/// What this middleware reads of a JSON-RPC request (everything else is skipped unread).
+#[derive(serde::Deserialize)]
+struct Peek {
+    #[serde(default)]
+    id: Option<serde_json::Value>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    params: Option<PeekParams>,
+}
+
+#[derive(serde::Deserialize)]
+struct PeekParams {
+    #[serde(default)]
+    arguments: Option<PeekArguments>,
+}
+
+#[derive(serde::Deserialize)]
+struct PeekArguments {
+    #[serde(default)]
+    session_id: Option<serde_json::Value>,
+}
+
+/// The value the `Mcp-Param-Session-Id` header carries (plain, or `=?base64?…?=`).
+fn header_value(raw: &str) -> Option<String> {
+    use base64::Engine as _;
+    match raw
+        .strip_prefix("=?base64?")
+        .and_then(|inner| inner.strip_suffix("?="))
+    {
+        Some(inner) => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(inner)
+                .ok()?;
+            String::from_utf8(bytes).ok()
+        }
+        None => Some(raw.to_string()),
+    }
+}
+
+/// A refusal decided by the body: a contradicting `Mcp-Param-Session-Id`, or a new MCP session
+/// while the table is full. Bodies that are not one JSON-RPC request are left to rmcp.
+async fn refuse_by_body(checks: &Checks, headers: &HeaderMap, body: &Bytes) -> Option<Response> {
+    let header = headers.get("mcp-param-session-id");
+    let initialize = !headers.contains_key("mcp-session-id");
+    if header.is_none() && !initialize {
+        return None;
+    }
+    let peek: Peek = serde_json::from_slice(body).ok()?;
+    if initialize
+        && peek.method.as_deref() == Some("initialize")
+        && checks.mcp_sessions.open().await >= MAX_MCP_SESSIONS
+    {
+        tracing::warn!(
+            limit = MAX_MCP_SESSIONS,
+            "refused a new MCP session: the session table is full"
+        );
+        return Some(
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [
+                    (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+                    (header::RETRY_AFTER, "60"),
+                ],
+                format!(
+                    "{MAX_MCP_SESSIONS} MCP sessions are open on this server; close one (DELETE) or \
+retry later\n"
+                ),
+            )
+                .into_response(),
+        );
+    }
+    let header = header?;
+    let body_value = peek
+        .params
+        .and_then(|p| p.arguments)
+        .and_then(|a| a.session_id)
+        .filter(|v| !v.is_null());
+    let matches = match (header.to_str().ok().and_then(header_value), body_value) {
+        (Some(header), Some(serde_json::Value::String(body))) => header == body,
+        _ => false,
+    };
+    if matches || peek.method.as_deref() != Some("tools/call") {
+        return None;
+    }
+    let error = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": peek.id,
+        "error": {
+            "code": rmcp::model::ErrorCode::HEADER_MISMATCH.0,
+            "message": "the Mcp-Param-Session-Id header does not match the body's session_id argument \
+    (or the body has none): send the same session id in both",
+        },
+    });
+    Some(
+        (
+            StatusCode::BAD_REQUEST,
+            [(header::CONTENT_TYPE, "application/json")],
+            error.to_string(),
+        )
+            .into_response(),
+    )
+}
