@@ -21,9 +21,14 @@
 //! engine's implementation, `thread.rs` a session's thread.
 
 mod engine;
+mod id;
 #[cfg(test)]
 mod tests;
 mod thread;
+mod types;
+
+pub use id::{mint_id, replica_of, short};
+pub use types::{SessionError, SessionFile, SessionFiles};
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -31,7 +36,6 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
 use tokio::sync::oneshot;
 
 use crate::sandbox::{ExecRequest, ExecResult, FileListing, FileRead, SandboxEnd};
@@ -105,91 +109,6 @@ pub struct Caller {
     pub client: Option<String>,
     /// The bearer token, when the server requires one.
     pub principal: Option<Principal>,
-}
-
-/// A session's id as logs show it: the replica prefix, if any, and six more characters.
-pub fn short(id: &str) -> &str {
-    let start = id
-        .find('.')
-        .filter(|&dot| dot <= 63)
-        .map_or(0, |dot| dot + 1);
-    &id[..id.floor_char_boundary(start + 6)]
-}
-
-/// The replica named in a session id (the part before its first dot), if any.
-pub fn replica_of(id: &str) -> Option<&str> {
-    id.split_once('.').map(|(replica, _)| replica)
-}
-
-/// A new id: `replica.` (when set), then `bytes` bytes of OS randomness, URL-safe Base64 without
-/// padding (the alphabet has no dot). Session ids and legacy-era MCP session ids are made here.
-pub fn mint_id(replica: &str, bytes: usize) -> Result<String, getrandom::Error> {
-    let mut random = vec![0u8; bytes];
-    getrandom::fill(&mut random)?;
-    let random = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random);
-    Ok(if replica.is_empty() {
-        random
-    } else {
-        format!("{replica}.{random}")
-    })
-}
-
-/// Random bytes in a session id (192 bits).
-const ID_BYTES: usize = 24;
-
-/// Why a session call could not run.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SessionError {
-    #[error(
-        "session {0} does not exist or has expired; pass session_id = \"new\" to start a fresh session"
-    )]
-    NotFound(String),
-    #[error("session {id} has ended: {reason}; pass session_id = \"new\" to start a fresh session")]
-    Ended { id: String, reason: &'static str },
-    #[error(
-        "session {id} was created by replica {owner}, and this is {here}: a session lives on the replica that created it (route session calls by the Mcp-Param-Session-Id header; see deploy/nginx), or it has ended; pass session_id = \"new\" to start a fresh session"
-    )]
-    OtherReplica {
-        id: String,
-        owner: String,
-        here: String,
-    },
-    #[error(
-        "no more sessions can be created: {live} are live, the limit sessions.max_sessions = {max}; clear one (clear_session) or retry later"
-    )]
-    TooMany { live: usize, max: usize },
-    #[error(
-        "session {id} is busy: {waiting} calls are queued or running in it (sessions.queue_capacity = {capacity} may wait behind the running one); retry when it has finished"
-    )]
-    Busy {
-        id: String,
-        waiting: usize,
-        capacity: usize,
-    },
-    #[error("the session could not start: {0}")]
-    Boot(String),
-    #[error(
-        "the server is shutting down: its sessions have ended and it accepts no session calls; pass session_id = \"new\" to start a fresh session (on another replica)"
-    )]
-    ShuttingDown,
-}
-
-/// One file of a session.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionFile {
-    pub path: String,
-    pub size: u64,
-}
-
-/// A session's files, at most `MAX_LISTED_FILES`, and what the listing left out.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SessionFiles {
-    pub files: Vec<SessionFile>,
-    /// Files left out (past the cap, or with paths over the path limit); with `truncated`, at least
-    /// this many.
-    pub left_out: u64,
-    /// The listing stopped at its cap.
-    pub truncated: bool,
 }
 
 /// A live session: the channel to its thread and what the manager tracks about it.
@@ -332,7 +251,7 @@ impl<B: Backend> Sessions<B> {
             inner.starting.fetch_add(1, Ordering::SeqCst);
             Starting(&inner.starting)
         };
-        let id = mint_id(&inner.config.replica_id, ID_BYTES)
+        let id = mint_id(&inner.config.replica_id, id::ID_BYTES)
             .map_err(|e| SessionError::Boot(format!("no OS randomness for the session id: {e}")))?;
         let (jobs, receiver) = mpsc::channel();
         let (booted, booted_rx) = oneshot::channel();
