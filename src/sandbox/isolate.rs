@@ -166,32 +166,9 @@ impl Sandbox {
                 BOOT_DEADLINE.as_secs()
             )));
         }
-        booted.expect("checked above").map_err(|e| {
-            if heap_exhausted.load(Ordering::SeqCst) {
-                EngineError::Boot(format!(
-                    "the V8 heap budget (workers.memory_limit_mb = {} MiB) is too small to start Pyodide",
-                    shared.config.memory_limit_mb
-                ))
-            } else if budget.exceeded() {
-                EngineError::Boot(format!(
-                    "the sandbox memory budget (workers.sandbox_memory_limit_mb = {} MiB) is too small to start Pyodide",
-                    shared.config.sandbox_memory_limit_mb
-                ))
-            } else {
-                // What Python or Emscripten printed usually says more than the JS exception.
-                let state = runtime.op_state();
-                let state = state.borrow();
-                let s = state.borrow::<CallState>();
-                let printed = format!("{}{}", s.stdout.text(), s.stderr.text());
-                let printed = printed.trim();
-                let tail = &printed[printed.floor_char_boundary(printed.len().saturating_sub(1000))..];
-                if tail.is_empty() {
-                    EngineError::Boot(e.to_string())
-                } else {
-                    EngineError::Boot(format!("{e}; output: {tail}"))
-                }
-            }
-        })?;
+        booted
+            .expect("checked above")
+            .map_err(|e| boot_failure(&runtime, &shared, &heap_exhausted, &budget, e))?;
         let mut sandbox = Self {
             runtime,
             tokio,
@@ -482,6 +459,40 @@ JavaScript environment?): {e}\n"
                 ))
             }
         }
+    }
+}
+
+/// Why booting failed, as precisely as the sandbox can say: a budget too small for Pyodide, or the
+/// exception with what Python or Emscripten printed (which usually says more).
+fn boot_failure(
+    runtime: &JsRuntime,
+    shared: &EngineShared,
+    heap_exhausted: &AtomicBool,
+    budget: &MemoryBudget,
+    error: impl std::fmt::Display,
+) -> EngineError {
+    if heap_exhausted.load(Ordering::SeqCst) {
+        return EngineError::Boot(format!(
+            "the V8 heap budget (workers.memory_limit_mb = {} MiB) is too small to start Pyodide",
+            shared.config.memory_limit_mb
+        ));
+    }
+    if budget.exceeded() {
+        return EngineError::Boot(format!(
+            "the sandbox memory budget (workers.sandbox_memory_limit_mb = {} MiB) is too small to start Pyodide",
+            shared.config.sandbox_memory_limit_mb
+        ));
+    }
+    let state = runtime.op_state();
+    let state = state.borrow();
+    let s = state.borrow::<CallState>();
+    let printed = format!("{}{}", s.stdout.text(), s.stderr.text());
+    let printed = printed.trim();
+    let tail = &printed[printed.floor_char_boundary(printed.len().saturating_sub(1000))..];
+    if tail.is_empty() {
+        EngineError::Boot(error.to_string())
+    } else {
+        EngineError::Boot(format!("{error}; output: {tail}"))
     }
 }
 

@@ -67,25 +67,42 @@ pub(crate) struct Classified {
 
 /// Classifies one call.
 pub(crate) fn classify(observed: Observed, limits: Limits) -> Classified {
-    let Observed {
-        stopped,
-        returned,
-        report,
-        user_started,
-        tainted,
-        heap_exhausted,
-        budget_exceeded,
-        fatal,
-        session,
-    } = observed;
-    let timeout_ms = limits.timeout_ms;
-    let fail = |kind, error_type, message: String| {
-        Verdict::Failed(ExecError::new(kind, error_type, message))
+    let timed_out = matches!(
+        observed.stopped,
+        Some(Stop::Deadline(_) | Stop::Interrupted(Interrupt::Timeout))
+    );
+    let session = observed.session;
+    let (verdict, end) = match stopped(&observed, &limits) {
+        Some(stopped) => stopped,
+        None => finished(observed),
     };
-    let (verdict, end) = match stopped {
+    // Only a session's sandbox lives on after a call; a stopped one-call sandbox is dropped anyway.
+    let end = end.filter(|_| session);
+    let verdict = match (verdict, end) {
+        (Verdict::Failed(mut error), Some(_)) => {
+            error.message.push_str("; the session has ended");
+            Verdict::Failed(error)
+        }
+        (verdict, _) => verdict,
+    };
+    Classified {
+        verdict,
+        timed_out,
+        end,
+    }
+}
+
+fn fail(kind: ErrorKind, error_type: ErrorType, message: String) -> Verdict {
+    Verdict::Failed(ExecError::new(kind, error_type, message))
+}
+
+/// A call that something stopped, or whose interpreter died: the error says what.
+fn stopped(observed: &Observed, limits: &Limits) -> Option<(Verdict, Option<SandboxEnd>)> {
+    let timeout_ms = limits.timeout_ms;
+    Some(match observed.stopped {
         // Nothing but the code runs in the interpreter: whatever crashed it, the code caused, and
         // however the call then ended, the interpreter is gone.
-        _ if fatal.is_some() || stopped == Some(Stop::Fatal) => (
+        _ if observed.fatal.is_some() || observed.stopped == Some(Stop::Fatal) => (
             fail(
                 ErrorKind::Python,
                 ErrorType::InterpreterCrashed,
@@ -93,7 +110,7 @@ pub(crate) fn classify(observed: Observed, limits: Limits) -> Classified {
                     "the Python interpreter failed fatally ({}): usually a WebAssembly stack overflow \
 from code nested too deeply (split long expressions, lower the recursion), or a crash in a native \
 extension; the interpreter cannot be used any more",
-                    fatal.as_deref().unwrap_or("no cause was given")
+                    observed.fatal.as_deref().unwrap_or("no cause was given")
                 ),
             ),
             Some(SandboxEnd::Crashed),
@@ -119,7 +136,7 @@ session's state is kept"
             ),
             None,
         ),
-        Some(Stop::Deadline(Phase::User)) if session => (
+        Some(Stop::Deadline(Phase::User)) if observed.session => (
             fail(
                 ErrorKind::Timeout,
                 ErrorType::TimeoutError,
@@ -143,24 +160,11 @@ its interrupt (a long call outside Python); it was terminated",
             fail(
                 ErrorKind::Timeout,
                 ErrorType::SetupTimeout,
-                if limits.setup_within_timeout {
-                    format!(
-                        "setting up the call (writing its input files, loading the packages its \
-imports need) exceeded its budget and was stopped: in a session whose code has already run, set-up \
-is bounded by timeout_ms = {timeout_ms} ms too (at most workers.setup_timeout_s = {} s)",
-                        limits.setup_timeout_s
-                    )
-                } else {
-                    format!(
-                        "setting up the call (writing its input files, loading the packages its \
-imports need) exceeded workers.setup_timeout_s = {} s and was stopped",
-                        limits.setup_timeout_s
-                    )
-                },
+                setup_timeout_message(limits),
             ),
             Some(SandboxEnd::SetupTimeout),
         ),
-        _ if budget_exceeded || stopped == Some(Stop::MemoryBudget) => (
+        _ if observed.budget_exceeded || observed.stopped == Some(Stop::MemoryBudget) => (
             fail(
                 ErrorKind::Python,
                 ErrorType::MemoryLimitExceeded,
@@ -172,7 +176,7 @@ ArrayBuffers, in-memory files, network responses and Python's WebAssembly memory
             ),
             Some(SandboxEnd::Memory),
         ),
-        _ if heap_exhausted => (
+        _ if observed.heap_exhausted => (
             fail(
                 ErrorKind::Python,
                 ErrorType::MemoryLimitExceeded,
@@ -191,73 +195,84 @@ ArrayBuffers, in-memory files, network responses and Python's WebAssembly memory
             ),
             Some(SandboxEnd::Cancelled),
         ),
-        _ => match (returned, report) {
-            (returned, Some(report)) => (
-                Verdict::Reported {
-                    report,
-                    collect_failure: returned.and_then(Result::err).map(stalled_or),
-                },
-                None,
-            ),
-            // The sandbox's own JavaScript failed after the code started (or in an interpreter the
-            // code had changed before): something the code did (it can change any JavaScript
-            // object it reaches) made it fail.
-            (Some(Err(e)), None) if user_started || tainted => (
-                fail(
-                    ErrorKind::Python,
-                    ErrorType::SandboxError,
-                    format!(
-                        "the sandbox's JavaScript failed {} (did the code change the JavaScript \
+        _ => return None,
+    })
+}
+
+fn setup_timeout_message(limits: &Limits) -> String {
+    if limits.setup_within_timeout {
+        format!(
+            "setting up the call (writing its input files, loading the packages its imports need) \
+exceeded its budget and was stopped: in a session whose code has already run, set-up is bounded by \
+timeout_ms = {} ms too (at most workers.setup_timeout_s = {} s)",
+            limits.timeout_ms, limits.setup_timeout_s
+        )
+    } else {
+        format!(
+            "setting up the call (writing its input files, loading the packages its imports need) \
+exceeded workers.setup_timeout_s = {} s and was stopped",
+            limits.setup_timeout_s
+        )
+    }
+}
+
+/// A call that ended by itself: the runner's report, or why there is none. A failure of the glue
+/// after the code started (or in an interpreter the code changed before) is the code's doing: it
+/// can change any JavaScript object it reaches.
+fn finished(observed: Observed) -> (Verdict, Option<SandboxEnd>) {
+    let Observed {
+        returned,
+        report,
+        user_started,
+        tainted,
+        ..
+    } = observed;
+    let broken = (!user_started).then_some(SandboxEnd::Broken);
+    match (returned, report) {
+        (returned, Some(report)) => (
+            Verdict::Reported {
+                report,
+                collect_failure: returned.and_then(Result::err).map(stalled_or),
+            },
+            None,
+        ),
+        (Some(Err(e)), None) if user_started || tainted => (
+            fail(
+                ErrorKind::Python,
+                ErrorType::SandboxError,
+                format!(
+                    "the sandbox's JavaScript failed {} (did the code change the JavaScript \
 environment?): {}",
-                        if user_started {
-                            "after the code started"
-                        } else {
-                            "before the code could start"
-                        },
-                        stalled_or(e)
-                    ),
+                    if user_started {
+                        "after the code started"
+                    } else {
+                        "before the code could start"
+                    },
+                    stalled_or(e)
                 ),
-                (!user_started).then_some(SandboxEnd::Broken),
             ),
-            (Some(Err(e)), None) => (
-                fail(ErrorKind::Runtime, ErrorType::SandboxError, stalled_or(e)),
-                None,
+            broken,
+        ),
+        (Some(Err(e)), None) => (
+            fail(ErrorKind::Runtime, ErrorType::SandboxError, stalled_or(e)),
+            None,
+        ),
+        (_, None) if user_started || tainted => (
+            fail(
+                ErrorKind::Python,
+                ErrorType::SandboxError,
+                "the code ended without a result (did it change the sandbox's runner?)".into(),
             ),
-            (_, None) if user_started || tainted => (
-                fail(
-                    ErrorKind::Python,
-                    ErrorType::SandboxError,
-                    "the code ended without a result (did it change the sandbox's runner?)".into(),
-                ),
-                (!user_started).then_some(SandboxEnd::Broken),
+            broken,
+        ),
+        (_, None) => (
+            fail(
+                ErrorKind::Runtime,
+                ErrorType::SandboxError,
+                "the sandbox ended without a result".into(),
             ),
-            (_, None) => (
-                fail(
-                    ErrorKind::Runtime,
-                    ErrorType::SandboxError,
-                    "the sandbox ended without a result".into(),
-                ),
-                None,
-            ),
-        },
-    };
-    let timed_out = matches!(
-        stopped,
-        Some(Stop::Deadline(_) | Stop::Interrupted(Interrupt::Timeout))
-    );
-    // Only a session's sandbox lives on after a call; a stopped one-call sandbox is dropped anyway.
-    let end = end.filter(|_| session);
-    let verdict = match (verdict, end) {
-        (Verdict::Failed(mut error), Some(_)) => {
-            error.message.push_str("; the session has ended");
-            Verdict::Failed(error)
-        }
-        (verdict, _) => verdict,
-    };
-    Classified {
-        verdict,
-        timed_out,
-        end,
+            None,
+        ),
     }
 }
 
@@ -274,291 +289,250 @@ fn stalled_or(message: String) -> String {
 mod tests {
     use super::*;
 
-    fn report(success: bool) -> Report {
-        Report {
-            success,
-            result: success.then(|| "1".to_string()),
-            result_truncated: false,
-            error_type: (!success).then(|| "ValueError".to_string()),
-            message: (!success).then(|| "bad".to_string()),
-            traceback: None,
+    /// One case: what was observed, and what the call must say.
+    struct Case {
+        name: &'static str,
+        stopped: Option<Stop>,
+        /// What `run()` returned: `Some("")` for `Ok`, `Some(text)` for an exception.
+        returned: Option<&'static str>,
+        /// The runner's report: success, or the name of the exception it raised.
+        report: Option<Result<(), &'static str>>,
+        user_started: bool,
+        tainted: bool,
+        heap_exhausted: bool,
+        budget_exceeded: bool,
+        fatal: Option<&'static str>,
+        session: bool,
+        /// The error's kind and type (`None`: a report stands, successful or not).
+        error: Option<(ErrorKind, &'static str)>,
+        timed_out: bool,
+        end: Option<SandboxEnd>,
+    }
+
+    const BASE: Case = Case {
+        name: "",
+        stopped: None,
+        returned: Some(""),
+        report: None,
+        user_started: true,
+        tainted: false,
+        heap_exhausted: false,
+        budget_exceeded: false,
+        fatal: None,
+        session: false,
+        error: None,
+        timed_out: false,
+        end: None,
+    };
+
+    const STACK: &str = "RangeError: Maximum call stack size exceeded";
+
+    const CASES: &[Case] = &[
+        Case {
+            name: "success",
+            report: Some(Ok(())),
+            ..BASE
+        },
+        Case {
+            name: "a Python exception",
+            report: Some(Err("ValueError")),
+            ..BASE
+        },
+        Case {
+            name: "timeout, one-call sandbox",
+            stopped: Some(Stop::Deadline(Phase::User)),
+            returned: None,
+            error: Some((ErrorKind::Timeout, "TimeoutError")),
+            timed_out: true,
+            ..BASE
+        },
+        Case {
+            name: "timeout in a session, interrupted",
+            stopped: Some(Stop::Interrupted(Interrupt::Timeout)),
+            report: Some(Err("KeyboardInterrupt")),
+            session: true,
+            error: Some((ErrorKind::Timeout, "TimeoutError")),
+            timed_out: true,
+            ..BASE
+        },
+        Case {
+            name: "timeout in a session, not answering the interrupt",
+            stopped: Some(Stop::Deadline(Phase::User)),
+            returned: None,
+            session: true,
+            error: Some((ErrorKind::Timeout, "TimeoutError")),
+            timed_out: true,
+            end: Some(SandboxEnd::Timeout),
+            ..BASE
+        },
+        Case {
+            name: "set-up past its budget",
+            stopped: Some(Stop::Deadline(Phase::Setup)),
+            returned: None,
+            user_started: false,
+            tainted: true,
+            session: true,
+            error: Some((ErrorKind::Timeout, "SetupTimeout")),
+            timed_out: true,
+            end: Some(SandboxEnd::SetupTimeout),
+            ..BASE
+        },
+        Case {
+            name: "cancelled in a session, interrupted",
+            stopped: Some(Stop::Interrupted(Interrupt::Cancel)),
+            session: true,
+            error: Some((ErrorKind::Cancelled, "Cancelled")),
+            ..BASE
+        },
+        Case {
+            name: "cancelled, terminated",
+            stopped: Some(Stop::Cancelled),
+            returned: None,
+            user_started: false,
+            session: true,
+            error: Some((ErrorKind::Cancelled, "Cancelled")),
+            end: Some(SandboxEnd::Cancelled),
+            ..BASE
+        },
+        Case {
+            name: "memory budget",
+            stopped: Some(Stop::MemoryBudget),
+            returned: None,
+            budget_exceeded: true,
+            session: true,
+            error: Some((ErrorKind::Python, "MemoryLimitExceeded")),
+            end: Some(SandboxEnd::Memory),
+            ..BASE
+        },
+        Case {
+            name: "V8 heap",
+            returned: Some("terminated"),
+            heap_exhausted: true,
+            error: Some((ErrorKind::Python, "MemoryLimitExceeded")),
+            ..BASE
+        },
+        Case {
+            name: "a fatal error before the clock started (the import scan)",
+            returned: Some(STACK),
+            user_started: false,
+            fatal: Some(STACK),
+            session: true,
+            error: Some((ErrorKind::Python, "InterpreterCrashed")),
+            end: Some(SandboxEnd::Crashed),
+            ..BASE
+        },
+        Case {
+            name: "a fatal error, then the deadline",
+            stopped: Some(Stop::Interrupted(Interrupt::Timeout)),
+            fatal: Some(STACK),
+            session: true,
+            error: Some((ErrorKind::Python, "InterpreterCrashed")),
+            timed_out: true,
+            end: Some(SandboxEnd::Crashed),
+            ..BASE
+        },
+        Case {
+            name: "glue failure after the code started",
+            returned: Some("TypeError: x"),
+            error: Some((ErrorKind::Python, "SandboxError")),
+            ..BASE
+        },
+        Case {
+            name: "glue failure before the code, in a session the code changed",
+            returned: Some("[object Object]"),
+            user_started: false,
+            tainted: true,
+            session: true,
+            error: Some((ErrorKind::Python, "SandboxError")),
+            end: Some(SandboxEnd::Broken),
+            ..BASE
+        },
+        Case {
+            name: "glue failure in a fresh sandbox: the server's fault",
+            returned: Some("TypeError: x"),
+            user_started: false,
+            error: Some((ErrorKind::Runtime, "SandboxError")),
+            ..BASE
+        },
+        Case {
+            name: "a replaced runner that reports nothing",
+            user_started: false,
+            tainted: true,
+            session: true,
+            error: Some((ErrorKind::Python, "SandboxError")),
+            end: Some(SandboxEnd::Broken),
+            ..BASE
+        },
+        Case {
+            name: "no result from a fresh sandbox",
+            user_started: false,
+            error: Some((ErrorKind::Runtime, "SandboxError")),
+            ..BASE
+        },
+        Case {
+            name: "a report, then collecting files failed",
+            returned: Some("broken stream"),
+            report: Some(Ok(())),
+            ..BASE
+        },
+        Case {
+            name: "a report whose message says the session has ended is only a report",
+            report: Some(Err("the session has ended")),
+            session: true,
+            ..BASE
+        },
+    ];
+
+    fn observed(case: &Case) -> Observed {
+        Observed {
+            stopped: case.stopped,
+            returned: case.returned.map(|text| {
+                if text.is_empty() {
+                    Ok(())
+                } else {
+                    Err(text.to_string())
+                }
+            }),
+            report: case.report.map(|report| Report {
+                success: report.is_ok(),
+                result: report.is_ok().then(|| "1".to_string()),
+                result_truncated: false,
+                error_type: report.err().map(str::to_string),
+                message: report.err().map(str::to_string),
+                traceback: None,
+            }),
+            user_started: case.user_started,
+            tainted: case.tainted,
+            heap_exhausted: case.heap_exhausted,
+            budget_exceeded: case.budget_exceeded,
+            fatal: case.fatal.map(str::to_string),
+            session: case.session,
         }
     }
 
-    /// (case, observed) → (kind or None for success, error type, timed out, session end).
     #[test]
     fn every_ending_is_classified_by_who_caused_it() {
-        type Row = (
-            &'static str,
-            Observed,
-            Option<ErrorKind>,
-            &'static str,
-            bool,
-            Option<SandboxEnd>,
-        );
-        let session = |o: Observed| Observed { session: true, ..o };
-        let rows: Vec<Row> = vec![
-            (
-                "success",
-                Observed {
-                    returned: Some(Ok(())),
-                    report: Some(report(true)),
-                    user_started: true,
-                    ..Default::default()
-                },
-                None,
-                "",
-                false,
-                None,
-            ),
-            (
-                "a Python exception",
-                Observed {
-                    returned: Some(Ok(())),
-                    report: Some(report(false)),
-                    user_started: true,
-                    ..Default::default()
-                },
-                Some(ErrorKind::Python),
-                "ValueError",
-                false,
-                None,
-            ),
-            (
-                "timeout, one-call sandbox",
-                Observed {
-                    stopped: Some(Stop::Deadline(Phase::User)),
-                    user_started: true,
-                    ..Default::default()
-                },
-                Some(ErrorKind::Timeout),
-                "TimeoutError",
-                true,
-                None,
-            ),
-            (
-                "timeout in a session, interrupted",
-                session(Observed {
-                    stopped: Some(Stop::Interrupted(Interrupt::Timeout)),
-                    report: Some(report(false)),
-                    user_started: true,
-                    ..Default::default()
-                }),
-                Some(ErrorKind::Timeout),
-                "TimeoutError",
-                true,
-                None,
-            ),
-            (
-                "timeout in a session, not answering the interrupt",
-                session(Observed {
-                    stopped: Some(Stop::Deadline(Phase::User)),
-                    user_started: true,
-                    ..Default::default()
-                }),
-                Some(ErrorKind::Timeout),
-                "TimeoutError",
-                true,
-                Some(SandboxEnd::Timeout),
-            ),
-            (
-                "set-up past its budget",
-                session(Observed {
-                    stopped: Some(Stop::Deadline(Phase::Setup)),
-                    tainted: true,
-                    ..Default::default()
-                }),
-                Some(ErrorKind::Timeout),
-                "SetupTimeout",
-                true,
-                Some(SandboxEnd::SetupTimeout),
-            ),
-            (
-                "cancelled in a session, interrupted",
-                session(Observed {
-                    stopped: Some(Stop::Interrupted(Interrupt::Cancel)),
-                    user_started: true,
-                    ..Default::default()
-                }),
-                Some(ErrorKind::Cancelled),
-                "Cancelled",
-                false,
-                None,
-            ),
-            (
-                "cancelled, terminated",
-                session(Observed {
-                    stopped: Some(Stop::Cancelled),
-                    ..Default::default()
-                }),
-                Some(ErrorKind::Cancelled),
-                "Cancelled",
-                false,
-                Some(SandboxEnd::Cancelled),
-            ),
-            (
-                "memory budget",
-                session(Observed {
-                    stopped: Some(Stop::MemoryBudget),
-                    budget_exceeded: true,
-                    user_started: true,
-                    ..Default::default()
-                }),
-                Some(ErrorKind::Python),
-                "MemoryLimitExceeded",
-                false,
-                Some(SandboxEnd::Memory),
-            ),
-            (
-                "V8 heap",
-                Observed {
-                    heap_exhausted: true,
-                    returned: Some(Err("terminated".into())),
-                    user_started: true,
-                    ..Default::default()
-                },
-                Some(ErrorKind::Python),
-                "MemoryLimitExceeded",
-                false,
-                None,
-            ),
-            (
-                "a fatal error before the clock started (the import scan)",
-                session(Observed {
-                    returned: Some(Err("RangeError: Maximum call stack size exceeded".into())),
-                    fatal: Some("RangeError: Maximum call stack size exceeded".into()),
-                    ..Default::default()
-                }),
-                Some(ErrorKind::Python),
-                "InterpreterCrashed",
-                false,
-                Some(SandboxEnd::Crashed),
-            ),
-            (
-                "a fatal error, then the deadline",
-                session(Observed {
-                    stopped: Some(Stop::Interrupted(Interrupt::Timeout)),
-                    fatal: Some("RangeError: Maximum call stack size exceeded".into()),
-                    user_started: true,
-                    ..Default::default()
-                }),
-                Some(ErrorKind::Python),
-                "InterpreterCrashed",
-                true,
-                Some(SandboxEnd::Crashed),
-            ),
-            (
-                "glue failure after the code started",
-                Observed {
-                    returned: Some(Err("TypeError: x".into())),
-                    user_started: true,
-                    ..Default::default()
-                },
-                Some(ErrorKind::Python),
-                "SandboxError",
-                false,
-                None,
-            ),
-            (
-                "glue failure before the code, in a session the code changed",
-                session(Observed {
-                    returned: Some(Err("[object Object]".into())),
-                    tainted: true,
-                    ..Default::default()
-                }),
-                Some(ErrorKind::Python),
-                "SandboxError",
-                false,
-                Some(SandboxEnd::Broken),
-            ),
-            (
-                "glue failure in a fresh sandbox: the server's fault",
-                Observed {
-                    returned: Some(Err("TypeError: x".into())),
-                    ..Default::default()
-                },
-                Some(ErrorKind::Runtime),
-                "SandboxError",
-                false,
-                None,
-            ),
-            (
-                "a replaced runner that reports nothing",
-                session(Observed {
-                    returned: Some(Ok(())),
-                    tainted: true,
-                    ..Default::default()
-                }),
-                Some(ErrorKind::Python),
-                "SandboxError",
-                false,
-                Some(SandboxEnd::Broken),
-            ),
-            (
-                "no result from a fresh sandbox",
-                Observed {
-                    returned: Some(Ok(())),
-                    ..Default::default()
-                },
-                Some(ErrorKind::Runtime),
-                "SandboxError",
-                false,
-                None,
-            ),
-            (
-                "a report, then collecting files failed",
-                Observed {
-                    returned: Some(Err("broken sort".into())),
-                    report: Some(report(true)),
-                    user_started: true,
-                    ..Default::default()
-                },
-                None,
-                "",
-                false,
-                None,
-            ),
-        ];
-        for (case, observed, kind, error_type, timed_out, end) in rows {
-            let session = observed.session;
-            let c = classify(observed, Limits::default());
-            assert_eq!(c.timed_out, timed_out, "{case}");
-            assert_eq!(c.end, end, "{case}");
-            match (&c.verdict, kind) {
-                (Verdict::Reported { report, .. }, None) => assert!(report.success, "{case}"),
-                (Verdict::Reported { report, .. }, Some(ErrorKind::Python)) => {
-                    assert_eq!(report.error_type.as_deref(), Some(error_type), "{case}")
+        for case in CASES {
+            let c = classify(observed(case), Limits::default());
+            let name = case.name;
+            assert_eq!(c.timed_out, case.timed_out, "{name}");
+            assert_eq!(c.end, case.end, "{name}");
+            match (&c.verdict, case.error) {
+                (Verdict::Reported { report, .. }, None) => {
+                    assert_eq!(report.success, case.report == Some(Ok(())), "{name}")
                 }
-                (Verdict::Failed(e), Some(kind)) => {
-                    assert_eq!(e.kind, kind, "{case}");
-                    assert_eq!(e.error_type, error_type, "{case}");
+                (Verdict::Failed(e), Some((kind, error_type))) => {
+                    assert_eq!(e.kind, kind, "{name}");
+                    assert_eq!(e.error_type, error_type, "{name}");
                     assert_eq!(
                         e.message.ends_with("the session has ended"),
-                        session && end.is_some(),
-                        "{case}: {}",
+                        case.end.is_some(),
+                        "{name}: {}",
                         e.message
                     );
                 }
-                (verdict, kind) => panic!("{case}: {verdict:?} against {kind:?}"),
+                (verdict, error) => panic!("{name}: {verdict:?} against {error:?}"),
             }
         }
-    }
-
-    #[test]
-    fn no_message_text_decides_an_ending() {
-        // A report whose message says the session has ended is only a report.
-        let mut said = report(false);
-        said.message = Some("the session has ended".into());
-        let c = classify(
-            Observed {
-                returned: Some(Ok(())),
-                report: Some(said),
-                user_started: true,
-                session: true,
-                ..Default::default()
-            },
-            Limits::default(),
-        );
-        assert_eq!(c.end, None);
     }
 }

@@ -29,6 +29,8 @@ pub const BODY_BYTES_IN_FLIGHT: u64 = 4;
 const BODY_WAIT: Duration = Duration::from_secs(10);
 /// Legacy-era MCP sessions open at once at most (each ends 5 minutes after its last request).
 pub const MAX_MCP_SESSIONS: usize = 4096;
+/// Bodies up to this size without an MCP session are looked at for `initialize`.
+const MAX_INITIALIZE_BYTES: usize = 64 * 1024;
 
 /// What the checks need.
 #[derive(Clone)]
@@ -217,7 +219,8 @@ fn header_value(raw: &str) -> Option<String> {
 /// while the table is full. Bodies that are not one JSON-RPC request are left to rmcp.
 async fn refuse_by_body(checks: &Checks, headers: &HeaderMap, body: &Bytes) -> Option<Response> {
     let header = headers.get("mcp-param-session-id");
-    let initialize = !headers.contains_key("mcp-session-id");
+    // (An initialize request is small: large bodies without a session are not read for it.)
+    let initialize = !headers.contains_key("mcp-session-id") && body.len() <= MAX_INITIALIZE_BYTES;
     if header.is_none() && !initialize {
         return None;
     }
