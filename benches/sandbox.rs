@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use code_interpreter_mcp::config::AppConfig;
+use code_interpreter_mcp::config::Settings;
 use code_interpreter_mcp::packages::PackageSource;
 use code_interpreter_mcp::sandbox::{BootMode, Engine, EngineConfig, ExecRequest, Flavor};
 
@@ -41,7 +41,7 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
     let started = Instant::now();
     let mut config = EngineConfig {
         boot,
-        ..code_interpreter_mcp::app::engine_config(&AppConfig::default())
+        ..code_interpreter_mcp::app::engine_config(&Settings::default().engine)
     };
     // Wheels (micropip for the package layer) from CODE_INTERPRETER_MCP_PACKAGE_BASE_URL, else the
     // team's local mirror next to the checkout, else the Pyodide CDN.

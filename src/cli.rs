@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::limits::{DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS};
-use crate::config::{AppConfig, ConfigError};
+use crate::config::{ConfigError, EngineSettings};
+use crate::protocol::limits::{DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS};
+use crate::sandbox::SnapshotOrigin;
 use crate::sandbox::{ExecRequest, InputFile};
 
 #[derive(Debug, Parser)]
@@ -65,18 +66,19 @@ pub fn main() -> i32 {
         print!("{}", crate::config::print_config(&loaded));
         return 0;
     }
+    let settings = &loaded.settings;
     if cli.command.is_some() {
         // The one-shot commands log only what went wrong (stdout is theirs), unless RUST_LOG says.
-        crate::app::init_logging(loaded.config.log_format, "warn");
+        crate::app::init_logging(settings.log_format, "warn");
     }
     let outcome = match cli.command {
         Some(Command::Exec {
             script,
             files,
             timeout_ms,
-        }) => exec(script, files, timeout_ms, &loaded.config),
-        Some(Command::Prepare) => prepare(&loaded.config),
-        None => crate::app::serve(loaded, cli.stdio),
+        }) => exec(script, files, timeout_ms, &settings.engine),
+        Some(Command::Prepare) => prepare(&settings.engine),
+        None => crate::app::serve(settings, cli.stdio),
     };
     match outcome {
         Ok(code) => code,
@@ -92,7 +94,7 @@ pub fn exec(
     script: PathBuf,
     files: Vec<String>,
     timeout_ms: u64,
-    config: &AppConfig,
+    config: &EngineSettings,
 ) -> anyhow::Result<i32> {
     let code = std::fs::read_to_string(&script)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", script.display()))?;
@@ -119,7 +121,7 @@ pub fn exec(
 }
 
 /// Runs `prepare`; returns the process exit status.
-pub fn prepare(config: &AppConfig) -> anyhow::Result<i32> {
+pub fn prepare(config: &EngineSettings) -> anyhow::Result<i32> {
     let started = std::time::Instant::now();
     let engine = crate::app::engine(config)?;
     let layer = engine.layer_origin();
@@ -143,20 +145,15 @@ pub fn prepare(config: &AppConfig) -> anyhow::Result<i32> {
         "a sandbox from the prepared layer failed: {}",
         serde_json::to_string(&result)?
     );
-    let dir = std::path::Path::new(&config.package_cache_dir);
-    let snapshot = dir.join("snapshot");
-    let snapshots = std::fs::read_dir(&snapshot)
-        .map(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .filter(|e| e.path().extension().is_some_and(|x| x == "bin"))
-                .count()
-        })
-        .unwrap_or(0);
+    let dir = &config.package_cache_dir;
+    let origin = engine.snapshot_origin();
     anyhow::ensure!(
-        config.workers.boot == crate::config::BootMode::Full || snapshots > 0,
-        "no memory snapshot was written to {}",
-        snapshot.display()
+        matches!(
+            origin,
+            None | Some(SnapshotOrigin::ReadBack | SnapshotOrigin::Taken { on_disk: true })
+        ),
+        "no memory snapshot was written to {} ({origin:?})",
+        dir.display()
     );
     anyhow::ensure!(
         config.preimport_modules.is_empty() || engine.preimported(),

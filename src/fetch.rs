@@ -17,8 +17,8 @@ use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use url::Url;
 
-pub use crate::config::limits::MAX_RESPONSE_BYTES;
-use crate::config::limits::{
+pub use crate::protocol::limits::MAX_RESPONSE_BYTES;
+use crate::protocol::limits::{
     FETCH_CONNECT_TIMEOUT_S, FETCH_READ_TIMEOUT_S, FETCH_TOTAL_TIMEOUT_S, MAX_FETCH_BYTES_PER_CALL,
     MAX_FETCH_CACHE_BYTES, MAX_FETCHES_IN_FLIGHT, shown,
 };

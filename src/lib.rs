@@ -14,13 +14,15 @@
 //! - [`fetch`]: the sandboxes' outbound HTTPS (allowlist, redirects, size caps, artifact cache).
 //! - [`assets`]: the pinned Pyodide runtime files.
 //! - [`telemetry`]: Prometheus metrics (the fourteen application families, the tokio reporter).
-//! - [`config`]: the one configuration type, its loading, validation and generated reference, and
-//!   the fixed per-request limits (a crate of its own, `crates/config`, free of V8).
+//! - [`config`]: the one configuration type, its loading, its validation into typed settings, and
+//!   its generated reference (a crate of its own, `crates/config`, free of V8);
+//!   [`protocol`]: the tools' fixed per-request limits and request checks (`crates/protocol`).
 
 pub mod app;
 pub mod assets;
 pub mod cli;
 pub use code_interpreter_mcp_config as config;
+pub use code_interpreter_mcp_protocol as protocol;
 pub mod fetch;
 pub mod packages;
 pub mod pool;

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use sha2::{Digest, Sha256};
 
 use crate::assets::Assets;
-use crate::config::limits::MAX_WHEEL_CACHE_BYTES;
 use crate::fetch::Fetcher;
+use crate::protocol::limits::MAX_WHEEL_CACHE_BYTES;
 
 /// The configured package source.
 #[derive(Debug, Clone)]

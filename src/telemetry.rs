@@ -6,13 +6,11 @@
 //! Labels only ever take the fixed values listed here: never code, paths, package names, URLs, session
 //! ids or messages.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-
-use crate::config::PrometheusConfig;
 
 const TOOL_CALLS: &str = "code_interpreter_mcp_tool_calls_total";
 const TOOL_CALL_DURATION: &str = "code_interpreter_mcp_tool_call_duration_seconds";
@@ -224,8 +222,6 @@ pub fn session_ended(reason: SessionEnd, live: usize) {
 /// Why metrics could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
-    #[error("integrations.prometheus.host {0:?} is not an IP address")]
-    Host(String),
     #[error("cannot install the Prometheus recorder: {0}")]
     Recorder(String),
     #[error("cannot bind the Prometheus listener on {addr}: {source}")]
@@ -237,15 +233,7 @@ pub enum TelemetryError {
 
 /// Installs the recorder, registers every family at zero, binds the `/metrics` listener and starts
 /// the tokio reporter. Must run inside the main tokio runtime, before Python initialisation.
-pub async fn start(
-    config: &PrometheusConfig,
-    queue_capacity: u64,
-) -> Result<SocketAddr, TelemetryError> {
-    let ip: IpAddr = config
-        .host
-        .parse()
-        .map_err(|_| TelemetryError::Host(config.host.clone()))?;
-    let addr = SocketAddr::new(ip, u16::try_from(config.port).unwrap_or(0));
+pub async fn start(addr: SocketAddr, queue_capacity: u64) -> Result<SocketAddr, TelemetryError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| TelemetryError::Bind { addr, source })?;

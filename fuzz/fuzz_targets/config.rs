@@ -7,7 +7,8 @@
 
 use std::collections::HashMap;
 
-use code_interpreter_mcp_config::{parse, print_config, validate};
+use code_interpreter_mcp_config::validate::validate;
+use code_interpreter_mcp_config::{parse, print_config};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -20,10 +21,13 @@ fuzz_target!(|data: &[u8]| {
         .collect();
     let lookup = |k: &str| env.get(k).cloned();
     if let Ok(loaded) = parse(&[("fuzz.toml".into(), toml.to_string())], &lookup) {
-        validate(&loaded.config, &loaded.sources).expect("an accepted configuration is valid");
+        let settings = validate(&loaded.config, &loaded.sources, loaded.settings.tokio_worker_threads)
+            .expect("an accepted configuration is valid");
+        assert_eq!(settings, loaded.settings, "validation is a function of the configuration");
         let printed = print_config(&loaded);
         let again = parse(&[("printed.toml".into(), printed.clone())], &|_| None)
             .unwrap_or_else(|e| panic!("the printed configuration loads: {e}\n{printed}"));
         assert_eq!(again.config, loaded.config, "{printed}");
+        assert_eq!(again.settings.engine, loaded.settings.engine, "{printed}");
     }
 });

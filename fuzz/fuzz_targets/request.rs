@@ -7,11 +7,11 @@
 
 #![no_main]
 
-use code_interpreter_mcp_config::InputLimitsConfig;
-use code_interpreter_mcp_config::limits::{
+use code_interpreter_mcp_protocol::InputLimits;
+use code_interpreter_mcp_protocol::limits::{
     MAX_PATH_BYTES, MAX_PATH_COMPONENT_BYTES, MAX_PATH_COMPONENTS,
 };
-use code_interpreter_mcp_config::request::{normalize_path, validate};
+use code_interpreter_mcp_protocol::request::{normalize_path, validate};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
         [a, b, ..] => (u64::from(*a % 4) + 1, u64::from(*b % 8) + 1),
         _ => (1, 1),
     };
-    let limits = InputLimitsConfig {
+    let limits = InputLimits {
         max_file_kb: max_file_kb.min(max_total_file_kb),
         max_total_file_kb,
     };

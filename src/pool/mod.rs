@@ -53,15 +53,7 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Self::Output;
 }
 
-/// Pool sizing.
-#[derive(Debug, Clone, Copy)]
-pub struct PoolConfig {
-    pub max_workers: usize,
-    pub queue_capacity: usize,
-    pub prewarmed_workers: usize,
-    /// Sandboxes each prewarmed worker keeps booted and ready (at least 1).
-    pub ready_sandboxes: usize,
-}
+pub use crate::config::WorkerSettings;
 
 /// A job's outcome and where its time went.
 #[derive(Debug)]
@@ -196,7 +188,7 @@ pub type ExecPool = Pool<crate::sandbox::Engine>;
 
 impl<B: Backend> Pool<B> {
     /// Starts the workers and waits until every prewarmed worker has booted its first sandbox.
-    pub fn start(backend: Arc<B>, config: PoolConfig) -> Result<Self, PoolError> {
+    pub fn start(backend: Arc<B>, config: WorkerSettings) -> Result<Self, PoolError> {
         let health = Arc::new(Health::default());
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue {

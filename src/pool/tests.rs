@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::executor::block_on;
 
-use super::{Backend, JobError, Pool, PoolConfig, PoolError, SubmitError};
+use super::{Backend, JobError, Pool, PoolError, SubmitError, WorkerSettings};
 
 /// Boots numbered sandboxes (or fails to, when told), runs jobs that announce themselves.
 #[derive(Default)]
@@ -151,7 +151,7 @@ fn stocked_pool(
 ) -> Pool<Fake> {
     Pool::start(
         backend.clone(),
-        PoolConfig {
+        WorkerSettings {
             max_workers: workers,
             queue_capacity: queue,
             prewarmed_workers: prewarmed,
@@ -348,7 +348,7 @@ fn boot_failures_fail_the_job_or_the_start() {
 
     let error = Pool::start(
         fake.clone(),
-        PoolConfig {
+        WorkerSettings {
             max_workers: 2,
             queue_capacity: 8,
             prewarmed_workers: 1,

@@ -8,8 +8,7 @@ use std::time::Instant;
 
 use super::flavor::{Flavor, Preimported, PreimportedSet};
 use super::isolate::Sandbox;
-use super::memory_snapshot::Kind;
-use super::memory_snapshot::{self, SharedSnapshot};
+use super::memory_snapshot::{self, Kind, SharedSnapshot, SnapshotOrigin};
 use super::ops::{Role, TakenSnapshot};
 use super::shared::{BootMode, EngineConfig, EngineError, EngineShared};
 use super::types::{ErrorKind, ErrorType, ExecError, ExecRequest, ExecResult};
@@ -80,11 +79,14 @@ impl Engine {
         let layer = self.prepare_layer();
         let taken = maker.map(SnapshotMaker::join);
         layer?;
-        let snapshot = match (stored, taken) {
+        let (snapshot, origin) = match (stored, taken) {
             (_, Some(taken)) => {
                 let bytes = taken?.bytes;
-                memory_snapshot::store(cache_dir, Kind::Plain, &key, &bytes);
-                Arc::new(SharedSnapshot::new(bytes))
+                let on_disk = memory_snapshot::store(cache_dir, Kind::Plain, &key, &bytes);
+                (
+                    Arc::new(SharedSnapshot::new(bytes)),
+                    SnapshotOrigin::Taken { on_disk },
+                )
             }
             (Some(bytes), None) => {
                 let len = bytes.len();
@@ -95,20 +97,24 @@ impl Engine {
                             bytes = len,
                             "Pyodide memory snapshot read from package_cache_dir"
                         );
-                        candidate
+                        (candidate, SnapshotOrigin::ReadBack)
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "the stored Pyodide snapshot does not boot; taking a new one");
                         memory_snapshot::discard(cache_dir, Kind::Plain, &key);
                         let bytes = self.spawn_snapshot_maker(Vec::new())?.join()?.bytes;
-                        memory_snapshot::store(cache_dir, Kind::Plain, &key, &bytes);
-                        Arc::new(SharedSnapshot::new(bytes))
+                        let on_disk = memory_snapshot::store(cache_dir, Kind::Plain, &key, &bytes);
+                        (
+                            Arc::new(SharedSnapshot::new(bytes)),
+                            SnapshotOrigin::Taken { on_disk },
+                        )
                     }
                 }
             }
             (None, None) => unreachable!("a snapshot maker runs when none is stored"),
         };
         let _ = self.shared.snapshot.set(snapshot);
+        let _ = self.shared.snapshot_origin.set(origin);
         Ok(key)
     }
 
@@ -187,7 +193,7 @@ impl Engine {
             }
         };
         if !reused {
-            memory_snapshot::store(
+            let _ = memory_snapshot::store(
                 cache_dir,
                 Kind::Preimported,
                 &key,
@@ -446,6 +452,11 @@ check({modules})"
     /// Whether sandboxes start with pre-imported modules (`preimport_modules`, `preimport_preinstalled`).
     pub fn preimported(&self) -> bool {
         self.shared.preimported.get().is_some()
+    }
+
+    /// Where the plain memory snapshot came from (`None` in full boot, which has none).
+    pub fn snapshot_origin(&self) -> Option<SnapshotOrigin> {
+        self.shared.snapshot_origin.get().copied()
     }
 
     /// Boots a sandbox (of the flavor that serves it) and runs `request` in it. Start-up failures

@@ -293,9 +293,18 @@ pub fn load(cache_dir: &Path, kind: Kind, key: &str) -> Option<Vec<u8>> {
     }
 }
 
-/// Stores `bytes` as this build's snapshot, removing snapshots of other builds. Failures only warn:
-/// the next start then takes a snapshot again.
-pub fn store(cache_dir: &Path, kind: Kind, key: &str, bytes: &[u8]) {
+/// Where the plain memory snapshot of an engine came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotOrigin {
+    /// Read back from `package_cache_dir` (and booted from).
+    ReadBack,
+    /// Taken at this start; `on_disk`: stored for the next one.
+    Taken { on_disk: bool },
+}
+
+/// Stores `bytes` as this build's snapshot, removing snapshots of other builds; whether it was
+/// stored. Failures only warn: the next start then takes a snapshot again.
+pub fn store(cache_dir: &Path, kind: Kind, key: &str, bytes: &[u8]) -> bool {
     let dir = dir(cache_dir, kind);
     let name = format!("{key}.bin");
     let result = (|| -> std::io::Result<()> {
@@ -321,9 +330,10 @@ pub fn store(cache_dir: &Path, kind: Kind, key: &str, bytes: &[u8]) {
             let _ = std::fs::remove_file(&tmp);
         })
     })();
-    if let Err(e) = result {
+    if let Err(e) = &result {
         tracing::warn!(dir = %dir.display(), error = %e, "cannot store the Pyodide snapshot; the next start takes it again");
     }
+    result.is_ok()
 }
 
 /// Removes this build's stored snapshot (it failed to boot).

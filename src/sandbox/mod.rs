@@ -40,12 +40,13 @@ mod watchdog;
 pub use engine::Engine;
 pub use flavor::Flavor;
 pub use isolate::{FileListing, FileRead, MAX_LISTED_FILES, Sandbox};
+pub use memory_snapshot::SnapshotOrigin;
 pub use shared::{BootMode, EngineConfig, EngineError};
 pub use types::{
     ErrorKind, ErrorType, ExecError, ExecRequest, ExecResult, InputFile, OutputFile, SandboxEnd,
 };
 
-pub use crate::config::limits::{
+pub use crate::protocol::limits::{
     MAX_RESULT_BYTES, MAX_RETURNED_FILE_BYTES, MAX_RETURNED_FILES, MAX_RETURNED_TOTAL_BYTES,
     MAX_STREAM_BYTES,
 };

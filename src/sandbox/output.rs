@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use base64::Engine as _;
 
 use super::types::OutputFile;
-use crate::config::limits::{
+use crate::protocol::limits::{
     MAX_ERROR_MESSAGE_BYTES, MAX_ERROR_TYPE_BYTES, MAX_RESULT_BYTES, MAX_RETURNED_FILE_BYTES,
     MAX_RETURNED_FILES, MAX_RETURNED_TOTAL_BYTES, MAX_TRACEBACK_BYTES,
 };
@@ -136,7 +136,7 @@ impl FileCollector {
     /// canonical form, is new, and `data` fits the limits; otherwise it is omitted and the output
     /// marked truncated.
     pub fn collect(&mut self, path: String, data: &[u8]) {
-        let canonical = crate::config::request::normalize_path(&path).is_ok_and(|p| p == path);
+        let canonical = crate::protocol::request::normalize_path(&path).is_ok_and(|p| p == path);
         if !canonical || self.paths.contains(&path) || !self.fits(data.len() as u64) {
             self.truncated = true;
             return;

@@ -9,10 +9,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use deno_core::v8;
 
 use super::flavor::Preimported;
-use super::memory_snapshot::SharedSnapshot;
+use super::memory_snapshot::{SharedSnapshot, SnapshotOrigin};
 use super::wasm::WasmModules;
 use super::{cow, layer, modules};
 use crate::assets::{AssetError, Assets};
+pub use crate::config::BootMode;
 use crate::fetch::{self, Fetcher};
 use crate::packages::{PackageSource, Packages};
 
@@ -52,15 +53,6 @@ pub struct EngineConfig {
     pub setup_timeout: std::time::Duration,
 }
 
-/// How a sandbox's interpreter comes to life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BootMode {
-    /// Restore the Pyodide memory snapshot the engine took at start-up.
-    Snapshot,
-    /// Run CPython's whole start-up in every sandbox.
-    Full,
-}
-
 /// Why the engine could not be created or a sandbox could not boot.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -84,6 +76,8 @@ pub(crate) struct EngineShared {
     pub packages: Packages,
     /// The Pyodide memory snapshot sandboxes restore (snapshot boot mode).
     pub snapshot: OnceLock<Arc<SharedSnapshot>>,
+    /// Where that snapshot came from.
+    pub snapshot_origin: OnceLock<SnapshotOrigin>,
     /// The snapshot with `preimport_modules` imported, when there is a working one: restored instead.
     pub preimported: OnceLock<Preimported>,
     /// The package layer copied into every sandbox (micropip and the preinstalled packages).
@@ -143,6 +137,7 @@ impl EngineShared {
             fetcher,
             packages,
             snapshot: OnceLock::new(),
+            snapshot_origin: OnceLock::new(),
             preimported: OnceLock::new(),
             layer: OnceLock::new(),
             compiled_wasm: OnceLock::new(),

@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use crate::config::SessionSettings;
 use crate::sandbox::{ExecRequest, ExecResult, FileListing, FileRead, SandboxEnd};
 use crate::telemetry::{self, SessionEnd};
 use thread::{Job, Pending};
@@ -83,18 +84,6 @@ impl Clock for SystemClock {
     fn now(&self) -> Instant {
         Instant::now()
     }
-}
-
-/// Session settings (from `[sessions]`, and the replica's name).
-#[derive(Debug, Clone)]
-pub struct SessionsConfig {
-    pub max_sessions: usize,
-    /// Calls that may wait for a busy session behind its running one.
-    pub queue_capacity: usize,
-    pub idle_timeout: Duration,
-    pub max_lifetime: Duration,
-    /// Prefix of minted ids (`replica_id`); empty: none.
-    pub replica_id: String,
 }
 
 /// The bearer token a request was authenticated with, as its SHA-256 digest (put into the request's
@@ -143,7 +132,9 @@ const REMEMBERED_ENDS: usize = 256;
 struct Inner<B: Backend> {
     backend: Arc<B>,
     clock: Arc<dyn Clock>,
-    config: SessionsConfig,
+    config: SessionSettings,
+    /// Prefix of minted ids (`replica_id`); empty: none.
+    replica_id: String,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     /// Sessions ended by their sandbox, newest last (id, why), for the next call's error.
     ended: Mutex<VecDeque<(String, &'static str)>>,
@@ -192,10 +183,15 @@ impl Drop for StopGuard {
 }
 
 impl<B: Backend> Sessions<B> {
-    /// A manager for `backend`'s sessions reading `clock`; starts the reaper (a thread that ends
-    /// idle and old sessions every 250 ms, while the manager exists).
-    pub fn new(backend: Arc<B>, config: SessionsConfig, clock: Arc<dyn Clock>) -> Self {
-        let sessions = Self::without_reaper(backend, config, clock);
+    /// A manager for `backend`'s sessions, minting ids for `replica_id` and reading `clock`; starts
+    /// the reaper (a thread that ends idle and old sessions every 250 ms, while the manager exists).
+    pub fn new(
+        backend: Arc<B>,
+        config: SessionSettings,
+        replica_id: &str,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        let sessions = Self::without_reaper(backend, config, replica_id, clock);
         let weak = Arc::downgrade(&sessions.inner);
         let _ = std::thread::Builder::new()
             .name("session-reaper".into())
@@ -212,13 +208,19 @@ impl<B: Backend> Sessions<B> {
     }
 
     /// A manager whose idle and old sessions end only when [`reap`](Self::reap) is called.
-    pub fn without_reaper(backend: Arc<B>, config: SessionsConfig, clock: Arc<dyn Clock>) -> Self {
+    pub fn without_reaper(
+        backend: Arc<B>,
+        config: SessionSettings,
+        replica_id: &str,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         telemetry::sessions_live(0);
         Self {
             inner: Arc::new(Inner {
                 backend,
                 clock,
                 config,
+                replica_id: replica_id.to_string(),
                 sessions: Mutex::new(HashMap::new()),
                 ended: Mutex::new(VecDeque::new()),
                 starting: AtomicUsize::new(0),
@@ -251,7 +253,7 @@ impl<B: Backend> Sessions<B> {
             inner.starting.fetch_add(1, Ordering::SeqCst);
             Starting(&inner.starting)
         };
-        let id = mint_id(&inner.config.replica_id, id::ID_BYTES)
+        let id = mint_id(&inner.replica_id, id::ID_BYTES)
             .map_err(|e| SessionError::Boot(format!("no OS randomness for the session id: {e}")))?;
         let (jobs, receiver) = mpsc::channel();
         let (booted, booted_rx) = oneshot::channel();
@@ -302,12 +304,12 @@ impl<B: Backend> Sessions<B> {
                 reason,
             };
         }
-        let here = &self.inner.config.replica_id;
+        let here = &self.inner.replica_id;
         match replica_of(id) {
             Some(owner) if owner != here.as_str() && !owner.is_empty() => {
                 SessionError::OtherReplica {
                     id: short(id).to_string(),
-                    owner: crate::config::limits::shown(owner),
+                    owner: crate::protocol::limits::shown(owner),
                     here: if here.is_empty() {
                         "a server without replica_id".into()
                     } else {

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-use super::{Backend, Caller, Clock, Principal, SessionError, Sessions, SessionsConfig};
+use super::{Backend, Caller, Clock, Principal, SessionError, Sessions};
+use crate::config::SessionSettings;
 use crate::sandbox::{
     ErrorKind, ExecError, ExecRequest, ExecResult, FileListing, FileRead, SandboxEnd,
 };
@@ -162,13 +163,12 @@ impl Backend for Fake {
     }
 }
 
-fn config(max_sessions: usize, queue_capacity: usize) -> SessionsConfig {
-    SessionsConfig {
+fn config(max_sessions: usize, queue_capacity: usize) -> SessionSettings {
+    SessionSettings {
         max_sessions,
         queue_capacity,
         idle_timeout: Duration::from_secs(60),
         max_lifetime: Duration::from_secs(3600),
-        replica_id: String::new(),
     }
 }
 
@@ -191,8 +191,12 @@ fn manager(
 ) {
     let (fake, started, release) = Fake::new();
     let clock = ManualClock::new();
-    let sessions =
-        Sessions::without_reaper(fake, config(max_sessions, queue_capacity), clock.clone());
+    let sessions = Sessions::without_reaper(
+        fake,
+        config(max_sessions, queue_capacity),
+        "",
+        clock.clone(),
+    );
     (sessions, clock, started, release)
 }
 

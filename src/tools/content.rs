@@ -45,7 +45,7 @@ pub fn parse_session_uri(uri: &str) -> Option<(String, String)> {
     if decoded.iter().any(|c| c.contains('/')) {
         return None;
     }
-    let path = crate::config::request::normalize_path(&decoded.join("/")).ok()?;
+    let path = crate::protocol::request::normalize_path(&decoded.join("/")).ok()?;
     (!id.is_empty()).then(|| (id.to_string(), path))
 }
 

@@ -9,8 +9,8 @@ use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::{Peer, RequestContext};
 
 use super::validation::{FileInput, InputLimits, validate};
-use crate::config::limits::{DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS};
 use crate::pool::{Completed, ExecPool, JobError, SubmitError, Ticket};
+use crate::protocol::limits::{DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS};
 use crate::sandbox::{self, ErrorType, ExecError, ExecRequest, ExecResult};
 use crate::sessions::{Caller, Principal, SessionError, Sessions};
 use crate::telemetry::{self, Rejection, ToolOutcome};

@@ -12,7 +12,7 @@ use rmcp::model::{
 
 use super::content::{parse_session_uri, session_uri};
 use super::run::{CallErrorKind, SESSION_ID_HEADER, session_error};
-use crate::config::limits::MAX_RETURNED_FILE_BYTES;
+use crate::protocol::limits::MAX_RETURNED_FILE_BYTES;
 use crate::sandbox::{ExecError, MAX_LISTED_FILES};
 use crate::sessions::{Caller, Sessions, short};
 
@@ -195,7 +195,7 @@ fn parse_cursor(cursor: &str) -> Option<(usize, usize)> {
 /// credential, and rmcp logs error data), the path cut at 200 characters.
 fn shown_uri(uri: &str) -> String {
     let Some(rest) = uri.strip_prefix("session://") else {
-        return crate::config::limits::shown(uri);
+        return crate::protocol::limits::shown(uri);
     };
     let (id, path) = rest.split_once('/').unwrap_or((rest, ""));
     let path: String = path.chars().take(200).collect();

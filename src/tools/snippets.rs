@@ -40,7 +40,7 @@ pub struct Catalog {
 impl Catalog {
     /// Applies the include and exclude filters of `config`: when either include list is non-empty a
     /// snippet is visible if its id is listed or it has a listed tag; excluded ids are never visible.
-    pub fn new(config: &CodeSnippetsConfig, min_hits: u64) -> Self {
+    pub fn new(config: &CodeSnippetsConfig, min_hits: usize) -> Self {
         let filtering =
             !config.include_snippet_ids.is_empty() || !config.include_snippet_tags.is_empty();
         let snippets = config
@@ -56,18 +56,7 @@ impl Catalog {
             .filter(|(id, _)| !config.exclude_snippet_ids.contains(id))
             .map(|(id, s)| (id.clone(), s.clone()))
             .collect();
-        Self {
-            snippets,
-            min_hits: usize::try_from(min_hits).unwrap_or(usize::MAX),
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.snippets.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.snippets.is_empty()
+        Self { snippets, min_hits }
     }
 
     /// Searches the visible snippets; an omitted, blank or punctuation-only query lists them all by id.

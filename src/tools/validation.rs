@@ -1,8 +1,8 @@
 //! Request validation before anything is queued or executed: the tool's file type and its mapping to
 //! the configuration crate's checks (source size, file count, path rules, strict Base64, the decoded
-//! per-file and aggregate size limits; see `config::request`).
+//! per-file and aggregate size limits; see `protocol::request`).
 
-pub use crate::config::InputLimitsConfig as InputLimits;
+pub use crate::protocol::InputLimits;
 use crate::sandbox::InputFile;
 
 /// One file as sent by the client.
@@ -23,7 +23,7 @@ pub fn validate(
     let files = files
         .iter()
         .map(|f| (f.path.as_str(), f.content_base64.as_str()));
-    Ok(crate::config::request::validate(code, files, limits)?
+    Ok(crate::protocol::request::validate(code, files, limits)?
         .into_iter()
         .map(|f| InputFile {
             path: f.path,

@@ -134,7 +134,7 @@ pub async fn check_request(State(checks): State<Checks>, request: Request, next:
                 StatusCode::BAD_REQUEST,
                 format!(
                     "the request body could not be read (truncated, or broken chunked framing): {}\n",
-                    crate::config::limits::shown(&e.to_string())
+                    crate::protocol::limits::shown(&e.to_string())
                 ),
             );
         }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use code_interpreter_mcp::config::AppConfig;
+use code_interpreter_mcp::config::Settings;
 use code_interpreter_mcp::packages::PackageSource;
 use code_interpreter_mcp::sandbox::{
     BootMode, Engine, EngineConfig, ExecRequest, ExecResult, InputFile,
@@ -34,7 +34,7 @@ pub fn engine_config() -> EngineConfig {
         },
         // Tests of pre-imported modules ask for them.
         preimport_preinstalled: false,
-        ..code_interpreter_mcp::app::engine_config(&AppConfig::default())
+        ..code_interpreter_mcp::app::engine_config(&Settings::default().engine)
     }
 }
 

@@ -286,7 +286,7 @@ fn every_environment_override_applies_after_files() {
     assert!(c.integrations.prometheus.enabled);
     assert_eq!(c.integrations.prometheus.host, "::1");
     assert_eq!(c.integrations.prometheus.port, 9100);
-    assert_eq!(loaded.tokio_worker_threads, Some(2));
+    assert_eq!(loaded.settings.tokio_worker_threads, Some(2));
     assert_eq!(
         loaded.sources["workers.max_workers"],
         Source::Env("CODE_INTERPRETER_MCP_MAX_WORKERS".into())

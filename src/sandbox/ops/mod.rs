@@ -26,8 +26,8 @@ use super::memory_snapshot::SharedSnapshot;
 use super::output::{CappedBuffer, FileCollector, Report};
 use super::shared::EngineShared;
 use super::watchdog::Arming;
-use crate::config::limits::MAX_STREAM_BYTES;
 use crate::fetch::CallFetches;
+use crate::protocol::limits::MAX_STREAM_BYTES;
 
 /// The Python half of an execution, evaluated once per sandbox (or into the memory snapshot).
 pub(crate) const RUNNER_PY: &str = include_str!("runner.py");
@@ -207,7 +207,7 @@ impl Listing {
             self.cut = true;
             return false;
         }
-        if path.len() > crate::config::limits::MAX_PATH_BYTES {
+        if path.len() > crate::protocol::limits::MAX_PATH_BYTES {
             self.left_out += 1;
             return true;
         }

@@ -7,7 +7,7 @@ use deno_core::{OpState, op2, v8};
 use deno_error::JsErrorBox;
 
 use super::{Role, call_state, state, state_mut};
-use crate::config::limits::shown;
+use crate::protocol::limits::shown;
 use crate::sandbox::layer::LayerOrigin;
 use crate::sandbox::wasm::CodegenAllowed;
 

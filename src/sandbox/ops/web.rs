@@ -10,8 +10,8 @@ use deno_core::{OpState, op2, v8};
 use deno_error::JsErrorBox;
 
 use super::{call_state, state};
-use crate::config::limits::shown;
 use crate::fetch::{FetchError, SandboxRequest};
+use crate::protocol::limits::shown;
 
 #[op2]
 #[string]

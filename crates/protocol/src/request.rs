@@ -7,7 +7,7 @@ use std::collections::HashSet;
 
 use base64::Engine as _;
 
-use crate::InputLimitsConfig;
+use crate::InputLimits;
 use crate::limits::{
     MAX_INPUT_FILES, MAX_PATH_BYTES, MAX_PATH_COMPONENT_BYTES, MAX_PATH_COMPONENTS,
     MAX_SOURCE_BYTES,
@@ -26,7 +26,7 @@ pub struct CheckedFile {
 pub fn validate<'a>(
     code: &str,
     files: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
-    limits: InputLimitsConfig,
+    limits: InputLimits,
 ) -> Result<Vec<CheckedFile>, String> {
     if code.len() > MAX_SOURCE_BYTES {
         return Err(format!(
@@ -146,17 +146,14 @@ pub fn normalize_path(path: &str) -> Result<String, String> {
 mod tests {
     use super::*;
 
-    fn check(
-        files: &[(&str, &str)],
-        limits: InputLimitsConfig,
-    ) -> Result<Vec<CheckedFile>, String> {
+    fn check(files: &[(&str, &str)], limits: InputLimits) -> Result<Vec<CheckedFile>, String> {
         validate("", files.iter().copied(), limits)
     }
 
     #[test]
     fn default_http_ceiling_matches_the_specification() {
-        assert_eq!(InputLimitsConfig::default().http_body_limit(), 78_293_928);
-        let raised = InputLimitsConfig {
+        assert_eq!(InputLimits::default().http_body_limit(), 78_293_928);
+        let raised = InputLimits {
             max_file_kb: 51200,
             max_total_file_kb: 102400,
         };
@@ -165,7 +162,7 @@ mod tests {
 
     #[test]
     fn path_rules() {
-        let l = InputLimitsConfig::default();
+        let l = InputLimits::default();
         let long_component = "x".repeat(MAX_PATH_COMPONENT_BYTES + 1);
         let deep = vec!["d"; MAX_PATH_COMPONENTS + 1].join("/");
         let long = "a/".repeat(MAX_PATH_BYTES / 2 + 1);
@@ -196,7 +193,7 @@ mod tests {
 
     #[test]
     fn a_path_cannot_be_both_a_file_and_a_directory() {
-        let l = InputLimitsConfig::default();
+        let l = InputLimits::default();
         for files in [[("a", ""), ("a/b", "")], [("x/y/z", ""), ("x/y", "")]] {
             let err = check(&files, l).unwrap_err();
             assert!(err.contains("is also a directory of"), "{err}");
@@ -206,14 +203,14 @@ mod tests {
 
     #[test]
     fn base64_must_be_strict() {
-        let l = InputLimitsConfig::default();
+        let l = InputLimits::default();
         assert!(check(&[("a", "aGk")], l).unwrap_err().contains("Base64"));
         assert!(check(&[("a", "aG k=")], l).unwrap_err().contains("Base64"));
     }
 
     #[test]
     fn sizes_name_the_configuration_key_and_allowance() {
-        let l = InputLimitsConfig {
+        let l = InputLimits {
             max_file_kb: 1,
             max_total_file_kb: 2,
         };
@@ -232,13 +229,13 @@ mod tests {
         let names: Vec<String> = (0..65).map(|i| format!("f{i}")).collect();
         let files: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "")).collect();
         assert!(
-            check(&files, InputLimitsConfig::default())
+            check(&files, InputLimits::default())
                 .unwrap_err()
                 .contains("at most 64")
         );
         let big = "x".repeat(MAX_SOURCE_BYTES + 1);
         assert!(
-            validate(&big, std::iter::empty(), InputLimitsConfig::default())
+            validate(&big, std::iter::empty(), InputLimits::default())
                 .unwrap_err()
                 .contains("1 MiB")
         );

@@ -1,0 +1,258 @@
+//! Loading: the TOML files (discovered in the working directory, or named with `--config`) merged in
+//! order (tables by key, arrays replaced whole), environment variables applied last, deserialised
+//! into [`AppConfig`], validated into [`Settings`], with the source of every value remembered.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::model::{AUTO_SUFFIX, AppConfig, CONFIG_FILE};
+use crate::reference::{KeyInfo, keys};
+use crate::settings::Settings;
+use crate::validate::validate;
+
+/// Where a value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    Default,
+    File(PathBuf),
+    Env(String),
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Default => write!(f, "default"),
+            Source::File(p) => write!(f, "file {}", p.display()),
+            Source::Env(v) => write!(f, "environment variable {v}"),
+        }
+    }
+}
+
+/// A configuration that cannot be used; the message names the key, where it came from and what is
+/// allowed. The process exits with status 2.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration: {0}")]
+pub struct ConfigError(pub String);
+
+/// The loaded configuration: as written (for `--print-config`), as validated and parsed (what the
+/// application uses), and the source of every value.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub config: AppConfig,
+    pub settings: Settings,
+    pub sources: BTreeMap<String, Source>,
+    pub files: Vec<PathBuf>,
+}
+
+/// Loads the configuration: `explicit` files (each must exist) or discovery in `dir`, then `env`.
+pub fn load(
+    explicit: &[PathBuf],
+    dir: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Loaded, ConfigError> {
+    let files = if explicit.is_empty() {
+        discover(dir)?
+    } else {
+        for f in explicit {
+            if !f.is_file() {
+                return Err(ConfigError(format!(
+                    "configuration file {} given with --config does not exist",
+                    f.display()
+                )));
+            }
+        }
+        explicit.to_vec()
+    };
+    let mut texts = Vec::with_capacity(files.len());
+    for file in files {
+        let text = std::fs::read_to_string(&file).map_err(|e| {
+            ConfigError(format!(
+                "cannot read configuration file {}: {e}",
+                file.display()
+            ))
+        })?;
+        texts.push((file, text));
+    }
+    parse(&texts, env)
+}
+
+/// The configuration of these files' texts (in order, later ones winning) and `env`: merged,
+/// overridden, deserialised and validated as [`load`] does.
+pub fn parse(
+    files: &[(PathBuf, String)],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Loaded, ConfigError> {
+    let mut merged = toml::Table::new();
+    let mut sources = BTreeMap::new();
+    for (file, text) in files {
+        let table: toml::Table = text.parse().map_err(|e| {
+            ConfigError(format!(
+                "configuration file {} is not valid TOML: {e}",
+                file.display()
+            ))
+        })?;
+        merge(
+            &mut merged,
+            table,
+            "",
+            &Source::File(file.clone()),
+            &mut sources,
+        );
+    }
+
+    for info in keys() {
+        let Some(var) = &info.env else { continue };
+        let Some(raw) = env(var) else { continue };
+        let value = env_value(&info, var, &raw)?;
+        set_path(&mut merged, &info.key, value);
+        sources.insert(info.key.clone(), Source::Env(var.clone()));
+    }
+
+    let config: AppConfig =
+        serde_path_to_error::deserialize(toml::Value::Table(merged)).map_err(|e| {
+            let path = e.path().to_string();
+            let source = source_of(&sources, &path);
+            ConfigError(format!("key {path} ({source}): {}", e.inner()))
+        })?;
+
+    let tokio_worker_threads = match env("TOKIO_WORKER_THREADS") {
+        None => None,
+        Some(raw) => Some(
+            raw.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| {
+                    ConfigError(format!(
+                        "environment variable TOKIO_WORKER_THREADS = {raw:?}: must be a positive integer"
+                    ))
+                })?,
+        ),
+    };
+
+    let settings = validate(&config, &sources, tokio_worker_threads)?;
+    Ok(Loaded {
+        config,
+        settings,
+        sources,
+        files: files.iter().map(|(file, _)| file.clone()).collect(),
+    })
+}
+
+/// `code-interpreter-mcp.toml` and `*.auto.code-interpreter-mcp.toml` in `dir`, in file-name order.
+pub fn discover(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| {
+        ConfigError(format!(
+            "cannot list the working directory {}: {e}",
+            dir.display()
+        ))
+    })?;
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().map(|t| !t.is_dir()).unwrap_or(false))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n == CONFIG_FILE || (n.ends_with(AUTO_SUFFIX) && n.len() > AUTO_SUFFIX.len()))
+        .collect();
+    names.sort();
+    Ok(names.into_iter().map(|n| dir.join(n)).collect())
+}
+
+/// Merges `from` into `into`: tables by key, everything else (arrays included) replaced whole.
+fn merge(
+    into: &mut toml::Table,
+    from: toml::Table,
+    prefix: &str,
+    source: &Source,
+    sources: &mut BTreeMap<String, Source>,
+) {
+    for (key, value) in from {
+        let path = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        match (into.get_mut(&key), value) {
+            (Some(toml::Value::Table(existing)), toml::Value::Table(incoming)) => {
+                merge(existing, incoming, &path, source, sources);
+            }
+            (_, toml::Value::Table(incoming)) => {
+                let mut fresh = toml::Table::new();
+                merge(&mut fresh, incoming, &path, source, sources);
+                into.insert(key, toml::Value::Table(fresh));
+            }
+            (_, value) => {
+                sources.retain(|k, _| !(k == &path || k.starts_with(&format!("{path}."))));
+                sources.insert(path, source.clone());
+                into.insert(key, value);
+            }
+        }
+    }
+}
+
+fn set_path(table: &mut toml::Table, path: &str, value: toml::Value) {
+    let mut parts: Vec<&str> = path.split('.').collect();
+    let last = parts.pop().expect("non-empty path");
+    let mut cur = table;
+    for part in parts {
+        let entry = cur
+            .entry(part.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if !entry.is_table() {
+            *entry = toml::Value::Table(toml::Table::new());
+        }
+        cur = entry.as_table_mut().expect("just made a table");
+    }
+    cur.insert(last.to_string(), value);
+}
+
+fn env_value(info: &KeyInfo, var: &str, raw: &str) -> Result<toml::Value, ConfigError> {
+    let bad = |allowed: &str| {
+        ConfigError(format!(
+            "environment variable {var} = {raw:?} (for key {}): {allowed}",
+            info.key
+        ))
+    };
+    Ok(match info.kind {
+        "boolean" => match raw.trim() {
+            "true" => toml::Value::Boolean(true),
+            "false" => toml::Value::Boolean(false),
+            _ => return Err(bad("must be true or false")),
+        },
+        "integer" => {
+            toml::Value::Integer(raw.trim().parse().map_err(|_| bad("must be an integer"))?)
+        }
+        "array of strings" if info.env_whitespace => toml::Value::Array(
+            raw.split_whitespace()
+                .map(|s| toml::Value::String(s.to_string()))
+                .collect(),
+        ),
+        "array of strings" => toml::Value::Array(
+            raw.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| toml::Value::String(s.to_string()))
+                .collect(),
+        ),
+        _ => toml::Value::String(raw.to_string()),
+    })
+}
+
+/// The source of `path`: its own, else that of a key below it (for a table), else that of the nearest
+/// key above it; a key no file or variable set is a default.
+pub(crate) fn source_of(sources: &BTreeMap<String, Source>, path: &str) -> Source {
+    if let Some(s) = sources.get(path) {
+        return s.clone();
+    }
+    let below = format!("{path}.");
+    if let Some((_, s)) = sources.iter().find(|(k, _)| k.starts_with(&below)) {
+        return s.clone();
+    }
+    let mut p = path;
+    while let Some(i) = p.rfind('.') {
+        p = &p[..i];
+        if let Some(s) = sources.get(p) {
+            return s.clone();
+        }
+    }
+    Source::Default
+}

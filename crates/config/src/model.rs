@@ -1,0 +1,426 @@
+//! The configuration type as files and environment variables spell it: [`AppConfig`] and its
+//! tables, every key with its default (the `Default` impls), its documentation and its environment
+//! override (the `Environment:` line of the key's doc comment, read by `reference.rs`).
+
+use std::collections::BTreeMap;
+
+use facet::Facet;
+use serde::{Deserialize, Serialize};
+
+use code_interpreter_mcp_protocol::InputLimits;
+
+/// File name of the main configuration file, looked up in the working directory.
+pub const CONFIG_FILE: &str = "code-interpreter-mcp.toml";
+/// Suffix of the additional configuration files, looked up in the working directory.
+pub const AUTO_SUFFIX: &str = ".auto.code-interpreter-mcp.toml";
+
+/// Server configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct AppConfig {
+    /// HTTP socket address to listen on; port 0 lets the operating system pick a free port.
+    /// Environment: CODE_INTERPRETER_MCP_BIND_ADDR
+    pub bind_addr: String,
+    /// HTTPS hosts sandboxes may download from (subdomains are accepted).
+    /// Environment: CODE_INTERPRETER_MCP_ALLOWED_HOSTS (comma-separated)
+    pub allowed_hosts: Vec<String>,
+    /// Directory with the files of the pinned `pyodide` npm package (empty: node_modules/pyodide).
+    /// Environment: CODE_INTERPRETER_MCP_ASSET_DIR
+    pub asset_dir: String,
+    /// Directory of the durable local package layer.
+    /// Environment: CODE_INTERPRETER_MCP_PACKAGE_CACHE_DIR
+    pub package_cache_dir: String,
+    /// Where Pyodide package wheels come from: an https:// mirror of the Pyodide package directory, a
+    /// file:// URL or a local directory (empty: the Pyodide CDN directory of the pinned version).
+    /// Environment: CODE_INTERPRETER_MCP_PACKAGE_BASE_URL
+    pub package_base_url: String,
+    /// micropip requirements installed once at start-up into the package layer (version constraints
+    /// and wheel URLs allowed); the layer is rebuilt when this list or the Pyodide version changes.
+    /// Environment: CODE_INTERPRETER_MCP_PREINSTALL_PACKAGES (whitespace-separated: requirements may contain commas)
+    pub preinstall_packages: Vec<String>,
+    /// Python modules (of the preinstalled packages, e.g. "pandas", "matplotlib.pyplot") imported
+    /// once at start-up into a second memory snapshot that every sandbox restores instead of the plain
+    /// one, their shared libraries relinked at the recorded addresses: `import pandas` then costs
+    /// nothing in a fresh sandbox, and every sandbox's start-up costs more (see the README). Empty:
+    /// none. If that snapshot cannot be made or does not work, sandboxes import as usual (a warning).
+    /// Environment: CODE_INTERPRETER_MCP_PREIMPORT_MODULES (comma-separated)
+    pub preimport_modules: Vec<String>,
+    /// Pre-import the top-level modules of preinstall_packages too (their import names in Pyodide's
+    /// lock file, e.g. scikit-learn as sklearn; matplotlib as matplotlib.pyplot; a package outside
+    /// the lock by its own name), as if listed in preimport_modules. Only with workers.boot =
+    /// "snapshot"; if that snapshot cannot be made, a warning, and sandboxes import as usual.
+    /// Environment: CODE_INTERPRETER_MCP_PREIMPORT_PREINSTALLED
+    pub preimport_preinstalled: bool,
+    /// micropip package index URLs, tried in order: a simple index base (PEP 503/691) or a JSON API
+    /// URL containing {package_name}; empty keeps micropip's default (the Python Package Index).
+    /// Environment: CODE_INTERPRETER_MCP_PACKAGE_INDEX_URLS (comma-separated)
+    pub package_index_urls: Vec<String>,
+    /// PEM files with CA certificates trusted for outbound HTTPS in addition to the system and
+    /// built-in roots (a private package mirror or index).
+    /// Environment: CODE_INTERPRETER_MCP_EXTRA_CA_CERTS (comma-separated)
+    pub extra_ca_certs: Vec<String>,
+    /// Load packages for recognised imports and allow micropip.install at run time.
+    /// Environment: CODE_INTERPRETER_MCP_RUNTIME_PACKAGE_INSTALLATION (true/false)
+    pub runtime_package_installation: bool,
+    /// Inbound HTTP Host allowlist for /mcp; empty keeps the loopback defaults. `host:port` pins a port.
+    /// Environment: CODE_INTERPRETER_MCP_HTTP_ALLOWED_HOSTS (comma-separated)
+    pub http_allowed_hosts: Vec<String>,
+    /// Browser origins allowed on /mcp (scheme://host[:port]); requests with another Origin get 403.
+    /// Environment: CODE_INTERPRETER_MCP_HTTP_ALLOWED_ORIGINS (comma-separated)
+    pub http_allowed_origins: Vec<String>,
+    /// Accept any inbound Host header (disables DNS-rebinding protection).
+    /// Environment: CODE_INTERPRETER_MCP_SKIP_HOST_HEADER_VERIFICATION (true/false)
+    pub skip_host_header_verification: bool,
+    /// Log line format on stderr: "text" or "json".
+    /// Environment: CODE_INTERPRETER_MCP_LOG_FORMAT
+    pub log_format: LogFormat,
+    /// This replica's name when several serve one endpoint: session ids (and legacy-era MCP session
+    /// ids) start with it and a dot, so a load balancer can route a session's calls to its replica
+    /// without reading bodies (lower-case letters, digits and '-', at most 63; empty: no prefix).
+    /// Environment: CODE_INTERPRETER_MCP_REPLICA_ID
+    pub replica_id: String,
+    /// Authentication of /mcp requests.
+    pub auth: AuthConfig,
+    /// Python execution workers.
+    pub workers: WorkersConfig,
+    /// Decoded input file limits, in KB (1 KB = 1024 bytes).
+    pub input_limits: InputLimitsConfig,
+    /// Code snippet search.
+    pub search: SearchConfig,
+    /// Configured code snippets.
+    pub code_snippets: CodeSnippetsConfig,
+    /// Stateful sessions: one interpreter kept alive across calls.
+    pub sessions: SessionsConfig,
+    /// What results carry besides the JSON.
+    pub results: ResultsConfig,
+    /// Integrations with other systems.
+    pub integrations: IntegrationsConfig,
+}
+
+/// `[auth]`
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// File of accepted bearer tokens, one per line (blank lines and # comments ignored); when set,
+    /// every /mcp request needs `Authorization: Bearer <token>` (probes and /metrics do not). Reloaded
+    /// when it changes or on SIGHUP. Empty: no authentication.
+    /// Environment: CODE_INTERPRETER_MCP_AUTH_BEARER_TOKENS_FILE
+    pub bearer_tokens_file: String,
+}
+
+/// `[sessions]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionsConfig {
+    /// Offer sessions: run_python_code's session_id, list_session_files, clear_session and the
+    /// session:// resources.
+    /// Environment: CODE_INTERPRETER_MCP_SESSIONS_ENABLED (true/false)
+    pub enabled: bool,
+    /// Live sessions at most; creating one more fails at once (1 to 10000).
+    /// Environment: CODE_INTERPRETER_MCP_MAX_SESSIONS
+    pub max_sessions: u64,
+    /// Calls that may wait for one busy session behind its running call (0 to 64); one more is
+    /// refused at once with the overload error.
+    /// Environment: CODE_INTERPRETER_MCP_SESSION_QUEUE_CAPACITY
+    pub queue_capacity: u64,
+    /// A session unused for this many seconds ends (at least 1).
+    /// Environment: CODE_INTERPRETER_MCP_SESSION_IDLE_TIMEOUT_S
+    pub idle_timeout_s: u64,
+    /// A session ends this many seconds after it was created, used or not (at least 1).
+    /// Environment: CODE_INTERPRETER_MCP_SESSION_MAX_LIFETIME_S
+    pub max_lifetime_s: u64,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_sessions: 8,
+            queue_capacity: 4,
+            idle_timeout_s: 1800,
+            max_lifetime_s: 86400,
+        }
+    }
+}
+
+/// `[results]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct ResultsConfig {
+    /// Returned images up to this size (KB) are also inlined as MCP image content; larger ones are
+    /// only returned as files (0: never inline).
+    /// Environment: CODE_INTERPRETER_MCP_MAX_INLINE_IMAGE_KB
+    pub max_inline_image_kb: u64,
+}
+
+impl Default for ResultsConfig {
+    fn default() -> Self {
+        Self {
+            max_inline_image_kb: 1024,
+        }
+    }
+}
+
+/// `[workers]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkersConfig {
+    /// Maximum simultaneous executions.
+    /// Environment: CODE_INTERPRETER_MCP_MAX_WORKERS
+    pub max_workers: u64,
+    /// Maximum number of requests waiting for a worker.
+    /// Environment: CODE_INTERPRETER_MCP_QUEUE_CAPACITY
+    pub queue_capacity: u64,
+    /// Workers that initialise Pyodide before the server accepts requests and keep a stock of ready
+    /// sandboxes (at most max_workers; the default, 2, is cut to max_workers when that is lower).
+    /// Environment: CODE_INTERPRETER_MCP_PREWARMED_WORKERS
+    pub prewarmed_workers: u64,
+    /// Sandboxes each prewarmed worker keeps booted and ready (1 to 64). A call takes one; the
+    /// worker boots replacements while no call waits, so up to this many calls back to back per
+    /// prewarmed worker start without waiting for a boot. Each ready sandbox holds about 30 MB
+    /// (more with pre-imported modules).
+    /// Environment: CODE_INTERPRETER_MCP_READY_SANDBOXES
+    pub ready_sandboxes: u64,
+    /// V8 heap budget per isolate in MB (1 MB = 1,048,576 bytes).
+    /// Environment: CODE_INTERPRETER_MCP_MEMORY_LIMIT_MB
+    pub memory_limit_mb: u64,
+    /// Cap on one WebAssembly linear memory (Python's heap) in MB, 16 to 4096.
+    /// Environment: CODE_INTERPRETER_MCP_WASM_MEMORY_LIMIT_MB
+    pub wasm_memory_limit_mb: u64,
+    /// How sandboxes start: "snapshot" restores a Pyodide memory snapshot taken once at start-up
+    /// (fast), "full" boots Pyodide from scratch every time (slow; the fallback).
+    /// Environment: CODE_INTERPRETER_MCP_BOOT
+    pub boot: BootMode,
+    /// Memory budget per sandbox outside the V8 heap, in MB: ArrayBuffers and typed arrays, in-memory
+    /// file data, network responses and Python's WebAssembly memory, together. Exceeding it ends the
+    /// call with MemoryLimitExceeded (a file write past it fails with ENOSPC first). A sandbox uses at
+    /// most this plus memory_limit_mb (64 to 1048576).
+    /// Environment: CODE_INTERPRETER_MCP_SANDBOX_MEMORY_LIMIT_MB
+    pub sandbox_memory_limit_mb: u64,
+    /// Time allowed per call for its set-up, in seconds: writing the input files and loading the
+    /// packages its imports need, before timeout_ms starts (1 to 3600).
+    /// Environment: CODE_INTERPRETER_MCP_SETUP_TIMEOUT_S
+    pub setup_timeout_s: u64,
+}
+
+/// `workers.boot`: how sandboxes start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Facet)]
+#[serde(rename_all = "lowercase", try_from = "String")]
+#[repr(u8)]
+pub enum BootMode {
+    /// Restore the Pyodide memory snapshot taken once at start-up.
+    Snapshot,
+    /// Run CPython's whole start-up in every sandbox.
+    Full,
+}
+
+impl TryFrom<String> for BootMode {
+    type Error = String;
+    fn try_from(value: String) -> Result<Self, String> {
+        match value.as_str() {
+            "snapshot" => Ok(Self::Snapshot),
+            "full" => Ok(Self::Full),
+            _ => Err(format!("{value:?} must be \"snapshot\" or \"full\"")),
+        }
+    }
+}
+
+/// `log_format`: how log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Facet)]
+#[serde(rename_all = "lowercase", try_from = "String")]
+#[repr(u8)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+impl TryFrom<String> for LogFormat {
+    type Error = String;
+    fn try_from(value: String) -> Result<Self, String> {
+        match value.as_str() {
+            "text" => Ok(Self::Text),
+            "json" => Ok(Self::Json),
+            _ => Err(format!("{value:?} must be \"text\" or \"json\"")),
+        }
+    }
+}
+
+/// `[input_limits]`
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct InputLimitsConfig {
+    /// Decoded KB allowed per input file (1 to 1048576).
+    /// Environment: CODE_INTERPRETER_MCP_MAX_FILE_KB
+    pub max_file_kb: u64,
+    /// Decoded KB allowed across the input files of one request (1 to 1048576).
+    /// Environment: CODE_INTERPRETER_MCP_MAX_TOTAL_FILE_KB
+    pub max_total_file_kb: u64,
+}
+
+/// `[search]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct SearchConfig {
+    /// Minimum number of snippets a search returns, filled with the next best ones (0: only matches).
+    pub min_hits: u64,
+}
+
+/// `[code_snippets]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct CodeSnippetsConfig {
+    /// Offer list_code_snippets and get_code_snippet.
+    pub enabled: bool,
+    /// When this or include_snippet_tags is non-empty, only listed ids (or tagged snippets) are visible.
+    pub include_snippet_ids: Vec<String>,
+    /// When this or include_snippet_ids is non-empty, only snippets with a listed tag (or id) are visible.
+    pub include_snippet_tags: Vec<String>,
+    /// Snippet ids that are never visible (wins over the include lists).
+    pub exclude_snippet_ids: Vec<String>,
+    /// The snippets, by id.
+    pub snippets: BTreeMap<String, Snippet>,
+}
+
+/// `[code_snippets.snippets.ID]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields)]
+pub struct Snippet {
+    /// Short title.
+    pub title: String,
+    /// What the snippet does.
+    pub description: String,
+    /// Packages the snippet imports.
+    #[serde(default)]
+    pub required_python_packages: Vec<String>,
+    /// Tags for include filters.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// The Python source.
+    pub code_snippet: String,
+}
+
+/// `[integrations]`
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct IntegrationsConfig {
+    /// Prometheus metrics on a dedicated listener.
+    pub prometheus: PrometheusConfig,
+}
+
+/// `[integrations.prometheus]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct PrometheusConfig {
+    /// Serve /metrics.
+    /// Environment: CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED (true/false)
+    pub enabled: bool,
+    /// IP address of the metrics listener.
+    /// Environment: CODE_INTERPRETER_MCP_PROMETHEUS_HOST
+    pub host: String,
+    /// Port of the metrics listener (1 to 65535, not bind_addr's port).
+    /// Environment: CODE_INTERPRETER_MCP_PROMETHEUS_PORT
+    pub port: u64,
+}
+
+impl Default for AppConfig {
+    fn default() -> Self {
+        Self {
+            bind_addr: "127.0.0.1:8000".into(),
+            allowed_hosts: default_allowed_hosts(),
+            asset_dir: String::new(),
+            package_cache_dir: ".code-interpreter-mcp-package-cache".into(),
+            package_base_url: String::new(),
+            preinstall_packages: Vec::new(),
+            preimport_modules: Vec::new(),
+            preimport_preinstalled: true,
+            package_index_urls: Vec::new(),
+            extra_ca_certs: Vec::new(),
+            runtime_package_installation: true,
+            http_allowed_hosts: Vec::new(),
+            http_allowed_origins: Vec::new(),
+            skip_host_header_verification: false,
+            log_format: LogFormat::Text,
+            replica_id: String::new(),
+            auth: AuthConfig::default(),
+            workers: WorkersConfig::default(),
+            input_limits: InputLimitsConfig::default(),
+            search: SearchConfig::default(),
+            code_snippets: CodeSnippetsConfig::default(),
+            sessions: SessionsConfig::default(),
+            results: ResultsConfig::default(),
+            integrations: IntegrationsConfig::default(),
+        }
+    }
+}
+
+/// The outbound HTTPS hosts allowed by default: the Pyodide CDN and the Python Package Index's API and
+/// file hosts.
+pub fn default_allowed_hosts() -> Vec<String> {
+    ["cdn.jsdelivr.net", "pypi.org", "files.pythonhosted.org"]
+        .into_iter()
+        .map(String::from)
+        .collect()
+}
+
+impl WorkersConfig {
+    /// The workers that prewarm: `prewarmed_workers`, at most `max_workers`.
+    pub fn prewarmed(&self) -> u64 {
+        self.prewarmed_workers.min(self.max_workers)
+    }
+}
+
+impl Default for WorkersConfig {
+    fn default() -> Self {
+        Self {
+            max_workers: 2,
+            queue_capacity: 8,
+            prewarmed_workers: 2,
+            ready_sandboxes: 4,
+            memory_limit_mb: 512,
+            wasm_memory_limit_mb: 2048,
+            boot: BootMode::Snapshot,
+            sandbox_memory_limit_mb: 2560,
+            setup_timeout_s: 60,
+        }
+    }
+}
+
+impl Default for InputLimitsConfig {
+    fn default() -> Self {
+        let d = InputLimits::default();
+        Self {
+            max_file_kb: d.max_file_kb,
+            max_total_file_kb: d.max_total_file_kb,
+        }
+    }
+}
+
+impl Default for SearchConfig {
+    fn default() -> Self {
+        Self { min_hits: 3 }
+    }
+}
+
+impl Default for CodeSnippetsConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            include_snippet_ids: Vec::new(),
+            include_snippet_tags: Vec::new(),
+            exclude_snippet_ids: Vec::new(),
+            snippets: BTreeMap::new(),
+        }
+    }
+}
+
+impl Default for PrometheusConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            host: "127.0.0.1".into(),
+            port: 3131,
+        }
+    }
+}

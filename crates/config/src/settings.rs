@@ -1,0 +1,111 @@
+//! The validated configuration as the application uses it: every value parsed once (addresses,
+//! paths, durations, choices), the derived defaults applied, optional parts present only when
+//! enabled. `validate.rs` makes it; the application's assembly point (`app.rs`) is the one place that
+//! maps it into the running parts, which take these types directly.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use code_interpreter_mcp_protocol::InputLimits;
+
+use crate::model::{BootMode, CodeSnippetsConfig, LogFormat};
+
+/// The whole validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub log_format: LogFormat,
+    /// Main runtime threads (`TOKIO_WORKER_THREADS`), when set.
+    pub tokio_worker_threads: Option<usize>,
+    /// The replica's name (`replica_id`): prefixes session and MCP session ids; empty: none.
+    pub replica_id: String,
+    pub http: HttpSettings,
+    pub engine: EngineSettings,
+    pub workers: WorkerSettings,
+    /// Sessions, when enabled.
+    pub sessions: Option<SessionSettings>,
+    /// The snippet catalog and its search, when enabled.
+    pub snippets: Option<SnippetSettings>,
+    /// Returned images up to this many bytes are inlined as image content.
+    pub max_inline_image_bytes: u64,
+    /// Where `/metrics` listens, when the Prometheus integration is enabled.
+    pub prometheus: Option<SocketAddr>,
+}
+
+/// The HTTP transport.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpSettings {
+    pub bind_addr: SocketAddr,
+    /// Inbound Host allowlist: empty keeps the loopback names; `None` accepts any Host.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// Browser origins allowed on /mcp; empty keeps pages served from loopback.
+    pub allowed_origins: Vec<String>,
+    /// Bearer tokens required on /mcp, when set.
+    pub bearer_tokens_file: Option<PathBuf>,
+    /// The input-file allowances (the HTTP body ceiling derives from them).
+    pub input_limits: InputLimits,
+}
+
+/// The engine: where Pyodide and packages come from, and each sandbox's budgets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineSettings {
+    /// The pinned Pyodide files; `None`: node_modules/pyodide.
+    pub asset_dir: Option<PathBuf>,
+    pub allowed_hosts: Vec<String>,
+    /// The package directory (an https:// mirror, a file:// URL or a directory); `None`: the
+    /// Pyodide CDN of the pinned version.
+    pub package_base_url: Option<String>,
+    pub package_cache_dir: PathBuf,
+    pub preinstall_packages: Vec<String>,
+    pub preimport_modules: Vec<String>,
+    pub preimport_preinstalled: bool,
+    pub package_index_urls: Vec<String>,
+    pub extra_ca_certs: Vec<PathBuf>,
+    pub runtime_package_installation: bool,
+    pub boot: BootMode,
+    pub memory_limit_mb: u64,
+    pub wasm_memory_limit_mb: u64,
+    pub sandbox_memory_limit_mb: u64,
+    pub setup_timeout: Duration,
+}
+
+/// The worker pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerSettings {
+    pub max_workers: usize,
+    pub queue_capacity: usize,
+    /// Workers prewarmed (the default cut to `max_workers`).
+    pub prewarmed_workers: usize,
+    /// Sandboxes each prewarmed worker keeps ready (at least 1).
+    pub ready_sandboxes: usize,
+}
+
+/// Stateful sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionSettings {
+    pub max_sessions: usize,
+    /// Calls that may wait for a busy session behind its running one.
+    pub queue_capacity: usize,
+    pub idle_timeout: Duration,
+    pub max_lifetime: Duration,
+}
+
+/// The snippet catalog.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SnippetSettings {
+    pub catalog: CodeSnippetsConfig,
+    /// Fewer matches than this are filled up with other snippets.
+    pub min_hits: usize,
+}
+
+impl Default for Settings {
+    /// The settings of the default configuration.
+    fn default() -> Self {
+        crate::validate::validate(
+            &crate::AppConfig::default(),
+            &std::collections::BTreeMap::new(),
+            None,
+        )
+        .expect("the default configuration is valid")
+    }
+}

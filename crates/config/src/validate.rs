@@ -1,0 +1,421 @@
+//! Validation: every rule a configuration must obey, checked once, and the [`Settings`] it yields.
+//! Numeric ranges are one table ([`RANGES`]: a new limit is one row); the other rules each name the
+//! key, where its value came from and what is allowed.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::ops::RangeInclusive;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use code_interpreter_mcp_protocol::InputLimits;
+use code_interpreter_mcp_protocol::limits::shown;
+
+use crate::load::{ConfigError, Source, source_of};
+use crate::model::{AppConfig, BootMode};
+use crate::settings::{
+    EngineSettings, HttpSettings, SessionSettings, Settings, SnippetSettings, WorkerSettings,
+};
+
+/// A numeric key's allowed range.
+struct Range {
+    key: &'static str,
+    value: fn(&AppConfig) -> u64,
+    allowed: RangeInclusive<u64>,
+    unit: &'static str,
+}
+
+/// The largest KB allowance (1 GiB).
+const MAX_KB: u64 = 1_048_576;
+
+/// Every numeric key's range, in the order they are checked.
+const RANGES: &[Range] = &[
+    Range {
+        key: "input_limits.max_file_kb",
+        value: |c| c.input_limits.max_file_kb,
+        allowed: 1..=MAX_KB,
+        unit: " KB",
+    },
+    Range {
+        key: "input_limits.max_total_file_kb",
+        value: |c| c.input_limits.max_total_file_kb,
+        allowed: 1..=MAX_KB,
+        unit: " KB",
+    },
+    Range {
+        key: "workers.wasm_memory_limit_mb",
+        value: |c| c.workers.wasm_memory_limit_mb,
+        allowed: 16..=4096,
+        unit: " MB",
+    },
+    Range {
+        key: "workers.sandbox_memory_limit_mb",
+        value: |c| c.workers.sandbox_memory_limit_mb,
+        allowed: 64..=1_048_576,
+        unit: " MB",
+    },
+    Range {
+        key: "workers.setup_timeout_s",
+        value: |c| c.workers.setup_timeout_s,
+        allowed: 1..=3600,
+        unit: " s",
+    },
+    Range {
+        key: "workers.max_workers",
+        value: |c| c.workers.max_workers,
+        allowed: 1..=1024,
+        unit: "",
+    },
+    Range {
+        key: "workers.ready_sandboxes",
+        value: |c| c.workers.ready_sandboxes,
+        allowed: 1..=64,
+        unit: "",
+    },
+    Range {
+        key: "workers.queue_capacity",
+        value: |c| c.workers.queue_capacity,
+        allowed: 0..=1_000_000,
+        unit: "",
+    },
+    Range {
+        key: "sessions.max_sessions",
+        value: |c| c.sessions.max_sessions,
+        allowed: 1..=10_000,
+        unit: "",
+    },
+    Range {
+        key: "sessions.queue_capacity",
+        value: |c| c.sessions.queue_capacity,
+        allowed: 0..=64,
+        unit: "",
+    },
+    Range {
+        key: "sessions.idle_timeout_s",
+        value: |c| c.sessions.idle_timeout_s,
+        allowed: 1..=u64::MAX / 2,
+        unit: " s",
+    },
+    Range {
+        key: "sessions.max_lifetime_s",
+        value: |c| c.sessions.max_lifetime_s,
+        allowed: 1..=u64::MAX / 2,
+        unit: " s",
+    },
+    Range {
+        key: "results.max_inline_image_kb",
+        value: |c| c.results.max_inline_image_kb,
+        allowed: 0..=MAX_KB,
+        unit: " KB",
+    },
+];
+
+/// The error for `key`: its source and what is allowed.
+struct Fail<'a>(&'a BTreeMap<String, Source>);
+
+impl Fail<'_> {
+    fn at(&self, key: &str, allowed: impl std::fmt::Display) -> ConfigError {
+        ConfigError(format!("key {key} ({}): {allowed}", source_of(self.0, key)))
+    }
+}
+
+/// Checks `c` (whose values came from `sources`) and parses it into [`Settings`].
+pub fn validate(
+    c: &AppConfig,
+    sources: &BTreeMap<String, Source>,
+    tokio_worker_threads: Option<usize>,
+) -> Result<Settings, ConfigError> {
+    let fail = Fail(sources);
+    let bind_addr: SocketAddr = c.bind_addr.parse().map_err(|_| {
+        fail.at(
+            "bind_addr",
+            format!(
+                "{:?} is not a socket address such as 127.0.0.1:8000",
+                c.bind_addr
+            ),
+        )
+    })?;
+    for range in RANGES {
+        let value = (range.value)(c);
+        if !range.allowed.contains(&value) {
+            return Err(fail.at(
+                range.key,
+                format!(
+                    "{value} is outside {}..={}{}",
+                    range.allowed.start(),
+                    range.allowed.end(),
+                    range.unit
+                ),
+            ));
+        }
+    }
+    check_workers(c, &fail, sources)?;
+    check_names(c, &fail)?;
+    check_lists(c, &fail)?;
+    let prometheus = prometheus(c, &fail, bind_addr, sources)?;
+    Ok(settings(c, bind_addr, prometheus, tokio_worker_threads))
+}
+
+fn check_workers(
+    c: &AppConfig,
+    fail: &Fail,
+    sources: &BTreeMap<String, Source>,
+) -> Result<(), ConfigError> {
+    let il = &c.input_limits;
+    if il.max_file_kb > il.max_total_file_kb {
+        return Err(fail.at(
+            "input_limits.max_file_kb",
+            format!(
+                "{} must not exceed input_limits.max_total_file_kb ({})",
+                il.max_file_kb, il.max_total_file_kb
+            ),
+        ));
+    }
+    let w = &c.workers;
+    if w.memory_limit_mb == 0
+        || w.memory_limit_mb
+            .checked_mul(1_048_576)
+            .is_none_or(|b| usize::try_from(b).is_err())
+    {
+        return Err(fail.at(
+            "workers.memory_limit_mb",
+            format!(
+                "{} must be a positive number of MB whose size in bytes fits this platform's address size",
+                w.memory_limit_mb
+            ),
+        ));
+    }
+    // The default is cut to max_workers (see `WorkersConfig::prewarmed`); a set value must fit.
+    if w.prewarmed_workers > w.max_workers
+        && source_of(sources, "workers.prewarmed_workers") != Source::Default
+    {
+        return Err(fail.at(
+            "workers.prewarmed_workers",
+            format!(
+                "{} must not exceed workers.max_workers ({})",
+                w.prewarmed_workers, w.max_workers
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn check_names(c: &AppConfig, fail: &Fail) -> Result<(), ConfigError> {
+    let replica = &c.replica_id;
+    if replica.len() > 63
+        || !replica
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        return Err(fail.at(
+            "replica_id",
+            format!(
+                "\"{}\" must be at most 63 lower-case letters, digits and '-' (empty: no prefix)",
+                shown(replica)
+            ),
+        ));
+    }
+    if c.auth.bearer_tokens_file.trim() != c.auth.bearer_tokens_file {
+        return Err(fail.at(
+            "auth.bearer_tokens_file",
+            "must not start or end with whitespace",
+        ));
+    }
+    for module in &c.preimport_modules {
+        let valid = !module.is_empty()
+            && module.split('.').all(|part| {
+                part.chars()
+                    .next()
+                    .is_some_and(|c| c.is_alphabetic() || c == '_')
+                    && part.chars().all(|c| c.is_alphanumeric() || c == '_')
+            });
+        if !valid {
+            return Err(fail.at(
+                "preimport_modules",
+                format!(
+                    "{module:?} must be a Python module name such as \"pandas\" or \"matplotlib.pyplot\""
+                ),
+            ));
+        }
+    }
+    if !c.preimport_modules.is_empty() && c.workers.boot == BootMode::Full {
+        return Err(fail.at(
+            "preimport_modules",
+            "needs workers.boot = \"snapshot\" (modules are pre-imported into the memory snapshot)",
+        ));
+    }
+    Ok(())
+}
+
+/// One list-valued key's rule: what each entry must be, and the error for one that is not.
+struct ListRule {
+    key: &'static str,
+    entries: fn(&AppConfig) -> &[String],
+    ok: fn(&str) -> bool,
+    error: fn(&str) -> String,
+}
+
+/// The list-valued keys' rules.
+const LIST_RULES: &[ListRule] = &[
+    ListRule {
+        key: "allowed_hosts",
+        entries: |c| &c.allowed_hosts,
+        ok: |h| !(h.trim().is_empty() || h.contains('/') || h.contains(':')),
+        error: |h| format!("{h:?} must be a bare host name such as pypi.org"),
+    },
+    ListRule {
+        key: "preinstall_packages",
+        entries: |c| &c.preinstall_packages,
+        ok: |r| !r.trim().is_empty(),
+        error: |_| {
+            "entries must be micropip requirements such as \"pandas\" or \"snowballstemmer==3.0.1\", not empty strings".into()
+        },
+    },
+    ListRule {
+        key: "package_index_urls",
+        entries: |c| &c.package_index_urls,
+        ok: |u| u.starts_with("https://"),
+        error: |u| format!("{u:?} must be an https:// URL (sandboxes fetch over HTTPS only)"),
+    },
+    ListRule {
+        key: "extra_ca_certs",
+        entries: |c| &c.extra_ca_certs,
+        ok: |p| !p.trim().is_empty(),
+        error: |_| "entries must be paths of PEM files, not empty strings".into(),
+    },
+    ListRule {
+        key: "http_allowed_hosts",
+        entries: |c| &c.http_allowed_hosts,
+        ok: |h| !(h.trim().is_empty() || h.contains('/')),
+        error: |h| format!("{h:?} must be a host name or host:port such as mcp.example.com:8443"),
+    },
+    ListRule {
+        key: "http_allowed_origins",
+        entries: |c| &c.http_allowed_origins,
+        ok: |o| o == "null" || o.starts_with("http://") || o.starts_with("https://"),
+        error: |o| format!("{o:?} must be an origin such as https://app.example.com or null"),
+    },
+];
+
+/// Every entry of the list-valued keys is of its key's form.
+fn check_lists(c: &AppConfig, fail: &Fail) -> Result<(), ConfigError> {
+    for rule in LIST_RULES {
+        if let Some(bad) = (rule.entries)(c).iter().find(|e| !(rule.ok)(e)) {
+            return Err(fail.at(rule.key, (rule.error)(bad)));
+        }
+    }
+    Ok(())
+}
+
+/// Where `/metrics` listens, when enabled: an IP address and a port apart from `bind_addr`'s.
+fn prometheus(
+    c: &AppConfig,
+    fail: &Fail,
+    bind: SocketAddr,
+    sources: &BTreeMap<String, Source>,
+) -> Result<Option<SocketAddr>, ConfigError> {
+    let p = &c.integrations.prometheus;
+    if !p.enabled {
+        return Ok(None);
+    }
+    let ip: IpAddr = p.host.parse().map_err(|_| {
+        fail.at(
+            "integrations.prometheus.host",
+            format!(
+                "{:?} must be an IPv4 or IPv6 address such as 127.0.0.1 or ::1",
+                p.host
+            ),
+        )
+    })?;
+    let port = u16::try_from(p.port)
+        .ok()
+        .filter(|port| *port > 0)
+        .ok_or_else(|| {
+            fail.at(
+                "integrations.prometheus.port",
+                format!("{} is outside 1..=65535", p.port),
+            )
+        })?;
+    if port == bind.port() {
+        return Err(fail.at(
+            "integrations.prometheus.port",
+            format!(
+                "{} must differ from bind_addr's port ({}, {})",
+                p.port,
+                bind.port(),
+                source_of(sources, "bind_addr")
+            ),
+        ));
+    }
+    Ok(Some(SocketAddr::new(ip, port)))
+}
+
+fn nonempty_path(text: &str) -> Option<PathBuf> {
+    (!text.is_empty()).then(|| PathBuf::from(text))
+}
+
+/// The settings of a configuration that passed every check.
+fn settings(
+    c: &AppConfig,
+    bind_addr: SocketAddr,
+    prometheus: Option<SocketAddr>,
+    tokio_worker_threads: Option<usize>,
+) -> Settings {
+    let w = &c.workers;
+    let s = &c.sessions;
+    Settings {
+        log_format: c.log_format,
+        tokio_worker_threads,
+        replica_id: c.replica_id.clone(),
+        http: HttpSettings {
+            bind_addr,
+            allowed_hosts: (!c.skip_host_header_verification).then(|| {
+                c.http_allowed_hosts
+                    .iter()
+                    .map(|h| h.trim().to_string())
+                    .collect()
+            }),
+            allowed_origins: c.http_allowed_origins.clone(),
+            bearer_tokens_file: nonempty_path(&c.auth.bearer_tokens_file),
+            input_limits: InputLimits {
+                max_file_kb: c.input_limits.max_file_kb,
+                max_total_file_kb: c.input_limits.max_total_file_kb,
+            },
+        },
+        engine: EngineSettings {
+            asset_dir: nonempty_path(&c.asset_dir),
+            allowed_hosts: c.allowed_hosts.clone(),
+            package_base_url: (!c.package_base_url.is_empty()).then(|| c.package_base_url.clone()),
+            package_cache_dir: PathBuf::from(&c.package_cache_dir),
+            preinstall_packages: c.preinstall_packages.clone(),
+            preimport_modules: c.preimport_modules.clone(),
+            preimport_preinstalled: c.preimport_preinstalled,
+            package_index_urls: c.package_index_urls.clone(),
+            extra_ca_certs: c.extra_ca_certs.iter().map(PathBuf::from).collect(),
+            runtime_package_installation: c.runtime_package_installation,
+            boot: w.boot,
+            memory_limit_mb: w.memory_limit_mb,
+            wasm_memory_limit_mb: w.wasm_memory_limit_mb,
+            sandbox_memory_limit_mb: w.sandbox_memory_limit_mb,
+            setup_timeout: Duration::from_secs(w.setup_timeout_s),
+        },
+        workers: WorkerSettings {
+            max_workers: w.max_workers as usize,
+            queue_capacity: w.queue_capacity as usize,
+            prewarmed_workers: w.prewarmed() as usize,
+            ready_sandboxes: w.ready_sandboxes as usize,
+        },
+        sessions: s.enabled.then(|| SessionSettings {
+            max_sessions: s.max_sessions as usize,
+            queue_capacity: s.queue_capacity as usize,
+            idle_timeout: Duration::from_secs(s.idle_timeout_s),
+            max_lifetime: Duration::from_secs(s.max_lifetime_s),
+        }),
+        snippets: c.code_snippets.enabled.then(|| SnippetSettings {
+            catalog: c.code_snippets.clone(),
+            min_hits: c.search.min_hits as usize,
+        }),
+        max_inline_image_bytes: c.results.max_inline_image_kb * 1024,
+        prometheus,
+    }
+}

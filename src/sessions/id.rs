@@ -1,0 +1,34 @@
+//! Session ids: minted from OS randomness (also the legacy-era MCP session ids), named by their
+//! replica, and shortened for logs and errors (an id is its session's only credential).
+
+use base64::Engine as _;
+
+/// A session's id as logs show it: the replica prefix, if any, and six more characters.
+pub fn short(id: &str) -> &str {
+    let start = id
+        .find('.')
+        .filter(|&dot| dot <= 63)
+        .map_or(0, |dot| dot + 1);
+    &id[..id.floor_char_boundary(start + 6)]
+}
+
+/// The replica named in a session id (the part before its first dot), if any.
+pub fn replica_of(id: &str) -> Option<&str> {
+    id.split_once('.').map(|(replica, _)| replica)
+}
+
+/// A new id: `replica.` (when set), then `bytes` bytes of OS randomness, URL-safe Base64 without
+/// padding (the alphabet has no dot). Session ids and legacy-era MCP session ids are made here.
+pub fn mint_id(replica: &str, bytes: usize) -> Result<String, getrandom::Error> {
+    let mut random = vec![0u8; bytes];
+    getrandom::fill(&mut random)?;
+    let random = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random);
+    Ok(if replica.is_empty() {
+        random
+    } else {
+        format!("{replica}.{random}")
+    })
+}
+
+/// Random bytes in a session id (192 bits).
+pub(super) const ID_BYTES: usize = 24;
