@@ -13,53 +13,22 @@ pub mod validation;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use std::time::{Duration, Instant};
+
 use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::model::{
     CallToolResult, Implementation, ListResourceTemplatesResult, ListResourcesResult,
     PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
     ServerConfig, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
-use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_handler, tool_router};
+use rmcp::{ErrorData, RoleServer, ServerHandler, tool_handler};
 
 use crate::pool::ExecPool;
 use crate::sessions::Sessions;
 use crate::telemetry::{self, ToolOutcome};
-use run::{CallResult, RunPythonCodeArgs};
-use session::{ClearSessionResult, ListSessionFilesResult, SessionArgs};
-use snippets::{Catalog, SnippetDetail, SnippetSummary};
+use snippets::Catalog;
 use validation::InputLimits;
-
-/// Arguments of `list_code_snippets`.
-#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
-pub struct ListSnippetsArgs {
-    /// Words describing the task, e.g. "XLSX risk register". Omit or leave blank to list every snippet.
-    #[serde(default)]
-    pub query: Option<String>,
-}
-
-/// Result of `list_code_snippets`.
-#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
-pub struct ListSnippetsResult {
-    /// Best matches first; when fewer than the configured minimum match, the next best (possibly
-    /// unrelated) snippets follow.
-    pub snippets: Vec<SnippetSummary>,
-}
-
-/// Arguments of `get_code_snippet`.
-#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
-pub struct GetSnippetArgs {
-    /// A snippet id from list_code_snippets.
-    pub id: String,
-}
-
-/// Result of `get_code_snippet`.
-#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
-pub struct GetSnippetResult {
-    /// The snippet with its code, or null when no visible snippet has that id.
-    pub snippet: Option<SnippetDetail>,
-}
 
 /// What the tools offer besides the pool: sessions, the package policy, inlined images.
 #[derive(Clone, Default)]
@@ -90,7 +59,7 @@ pub struct CodeInterpreter {
 }
 
 /// Counts one run_python_code handler as in flight until it returns (or is dropped).
-struct InFlight(Arc<AtomicUsize>);
+pub(crate) struct InFlight(Arc<AtomicUsize>);
 
 impl InFlight {
     fn enter(counter: &Arc<AtomicUsize>) -> Self {
@@ -180,225 +149,48 @@ clear_session, and session:// resources)."
     pub fn calls_in_flight(&self) -> Arc<AtomicUsize> {
         self.in_flight.clone()
     }
-
-    /// Validates and runs one call; the structured result. Logs one line per call with its outcome and
-    /// timings, never the code, file contents or paths.
-    pub async fn run(
-        &self,
-        args: RunPythonCodeArgs,
-        context: Option<RequestContext<RoleServer>>,
-    ) -> CallResult {
-        let started = std::time::Instant::now();
-        let ended = run::validate_and_execute(
-            &self.pool,
-            self.sessions.as_ref(),
-            self.limits,
-            args,
-            context,
-        )
-        .await;
-        let outcome = ended.outcome.metric();
-        let result = CallResult {
-            result: ended.outcome.into_result(),
-            session_id: ended.session_id,
-        };
-        telemetry::tool_call("run_python_code", outcome, started.elapsed());
-        tracing::info!(
-            tool = "run_python_code",
-            outcome = outcome.label(),
-            queue_wait_ms = ended.queue_wait.as_millis() as u64,
-            execution_ms = ended.execution.as_millis() as u64,
-            total_ms = started.elapsed().as_millis() as u64,
-            output_truncated = result.output_truncated,
-            session = result.session_id.as_deref().map(crate::sessions::short),
-            "tool call"
-        );
-        result
-    }
-
-    /// Records a session tool's call.
-    fn session_tool_call(tool: &'static str, success: bool, started: std::time::Instant) {
-        let outcome = if success {
-            ToolOutcome::Success
-        } else {
-            ToolOutcome::ValidationError
-        };
-        telemetry::tool_call(tool, outcome, started.elapsed());
-        tracing::info!(tool, outcome = outcome.label(), "tool call");
-    }
 }
 
-#[tool_router]
-impl CodeInterpreter {
-    #[tool(
-        name = "run_python_code",
-        title = "Run Python code",
-        description = "Run Python 3 code in a fresh, isolated Pyodide (WebAssembly) sandbox and return \
-stdout, stderr, the str() of the final expression, and any new files written under /workspace \
-(the working directory). Every call starts from a clean interpreter: nothing persists between calls. \
-Top-level await is supported. Pass input files as Base64 in `files`; they appear under /workspace.",
-        output_schema = rmcp::handler::server::tool::schema_for_type::<CallResult>()
-    )]
-    async fn run_python_code(
-        &self,
-        Parameters(args): Parameters<RunPythonCodeArgs>,
-        context: RequestContext<RoleServer>,
-    ) -> CallToolResult {
-        let _in_flight = InFlight::enter(&self.in_flight);
-        let result = self.run(args, Some(context)).await;
-        let value = serde_json::to_value(&result).unwrap_or_default();
-        let mut reply = if result.success {
-            CallToolResult::structured(value)
-        } else {
-            CallToolResult::structured_error(value)
-        };
-        reply.content.extend(content::file_blocks(
-            &result.files,
-            result.session_id.as_deref(),
-            self.max_inline_image_bytes,
-        ));
-        reply
-    }
+/// What a tool call's log line says beyond its tool, outcome and duration.
+#[derive(Debug, Default)]
+pub(crate) struct Details<'a> {
+    pub queue_wait: Option<Duration>,
+    pub execution: Option<Duration>,
+    pub output_truncated: Option<bool>,
+    /// The session the call ran in (logged shortened).
+    pub session: Option<&'a str>,
+    /// How many snippets a search returned.
+    pub results: Option<usize>,
+    /// Whether a snippet was found.
+    pub found: Option<bool>,
 }
 
-#[tool_router(router = session_router)]
-impl CodeInterpreter {
-    #[tool(
-        name = "list_session_files",
-        title = "List session files",
-        description = "List the regular files under a session's /workspace: path, size, MIME type \
-and the session:// URI to read each one as an MCP resource.",
-        annotations(
-            title = "List session files",
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        ),
-        output_schema = rmcp::handler::server::tool::schema_for_type::<ListSessionFilesResult>()
-    )]
-    async fn list_session_files(
-        &self,
-        Parameters(args): Parameters<SessionArgs>,
-        context: RequestContext<RoleServer>,
-    ) -> CallToolResult {
-        let started = std::time::Instant::now();
-        let sessions = self
-            .sessions
-            .as_ref()
-            .expect("the session tools exist with sessions");
-        let caller = run::caller(Some(&context));
-        let result = session::list_files(sessions, &caller, args.session_id).await;
-        Self::session_tool_call("list_session_files", result.success, started);
-        structured(&result, result.success)
-    }
-
-    #[tool(
-        name = "clear_session",
-        title = "Clear a session",
-        description = "End a session at once: its interpreter, variables and files are discarded \
-(a call running in it is stopped).",
-        annotations(
-            title = "Clear a session",
-            read_only_hint = false,
-            destructive_hint = true,
-            idempotent_hint = false,
-            open_world_hint = false
-        ),
-        output_schema = rmcp::handler::server::tool::schema_for_type::<ClearSessionResult>()
-    )]
-    async fn clear_session(
-        &self,
-        Parameters(args): Parameters<SessionArgs>,
-        context: RequestContext<RoleServer>,
-    ) -> CallToolResult {
-        let started = std::time::Instant::now();
-        let sessions = self
-            .sessions
-            .as_ref()
-            .expect("the session tools exist with sessions");
-        let caller = run::caller(Some(&context));
-        let result = session::clear(sessions, &caller, &args.session_id);
-        Self::session_tool_call("clear_session", result.success, started);
-        structured(&result, result.success)
-    }
+/// Every tool call's metric and log line (never code, file contents, paths or a whole session id).
+pub(crate) fn record(tool: &'static str, outcome: ToolOutcome, started: Instant, details: Details) {
+    let elapsed = started.elapsed();
+    telemetry::tool_call(tool, outcome, elapsed);
+    let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
+    tracing::info!(
+        tool,
+        outcome = outcome.label(),
+        total_ms = elapsed.as_millis() as u64,
+        queue_wait_ms = ms(details.queue_wait),
+        execution_ms = ms(details.execution),
+        output_truncated = details.output_truncated,
+        session = details.session.map(crate::sessions::short),
+        results = details.results,
+        found = details.found,
+        "tool call"
+    );
 }
 
 /// A tool result with `value` as structured content and its JSON text, an error unless `ok`.
-fn structured(value: &impl serde::Serialize, ok: bool) -> CallToolResult {
+pub(crate) fn structured(value: &impl serde::Serialize, ok: bool) -> CallToolResult {
     let value = serde_json::to_value(value).unwrap_or_default();
     if ok {
         CallToolResult::structured(value)
     } else {
         CallToolResult::structured_error(value)
-    }
-}
-
-#[tool_router(router = snippet_router)]
-impl CodeInterpreter {
-    #[tool(
-        name = "list_code_snippets",
-        title = "Search code snippets",
-        annotations(
-            title = "Search code snippets",
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        ),
-        description = "Search the server's catalog of ready-made Python code snippets by words describing \
-the task (matched against titles and descriptions, case-insensitive); an empty query lists them all. \
-Returns ids with titles, descriptions, required packages and tags, best matches first. Short result \
-lists are filled with other snippets that may be unrelated: read each description before using one. \
-Then call get_code_snippet with an id to fetch the code, and run it (adapted) with run_python_code."
-    )]
-    async fn list_code_snippets(
-        &self,
-        Parameters(args): Parameters<ListSnippetsArgs>,
-    ) -> Json<ListSnippetsResult> {
-        let started = std::time::Instant::now();
-        let snippets = self.catalog.search(args.query.as_deref());
-        telemetry::tool_call(
-            "list_code_snippets",
-            ToolOutcome::Success,
-            started.elapsed(),
-        );
-        tracing::info!(
-            tool = "list_code_snippets",
-            outcome = "success",
-            results = snippets.len(),
-            "tool call"
-        );
-        Json(ListSnippetsResult { snippets })
-    }
-
-    #[tool(
-        name = "get_code_snippet",
-        title = "Get a code snippet",
-        annotations(
-            title = "Get a code snippet",
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        ),
-        description = "Fetch one snippet from the catalog by the id that list_code_snippets returned: its \
-metadata and Python source. Returns snippet = null when no snippet has that id."
-    )]
-    async fn get_code_snippet(
-        &self,
-        Parameters(args): Parameters<GetSnippetArgs>,
-    ) -> Json<GetSnippetResult> {
-        let started = std::time::Instant::now();
-        let snippet = self.catalog.get(&args.id);
-        telemetry::tool_call("get_code_snippet", ToolOutcome::Success, started.elapsed());
-        tracing::info!(
-            tool = "get_code_snippet",
-            outcome = "success",
-            found = snippet.is_some(),
-            "tool call"
-        );
-        Json(GetSnippetResult { snippet })
     }
 }
 
@@ -470,5 +262,26 @@ persist between calls; send input files with each call."
                 None,
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_metric_labels_are_the_routers_tools() {
+        let router = CodeInterpreter::tool_router()
+            + CodeInterpreter::session_router()
+            + CodeInterpreter::snippet_router();
+        let mut routed: Vec<String> = router
+            .list_all()
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        routed.sort();
+        let mut labels: Vec<String> = telemetry::TOOLS.iter().map(|t| t.to_string()).collect();
+        labels.sort();
+        assert_eq!(routed, labels);
     }
 }

@@ -4,11 +4,13 @@
 
 use std::time::Duration;
 
-use rmcp::RoleServer;
-use rmcp::model::{ProgressNotificationParam, ProgressToken};
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ProgressNotificationParam, ProgressToken};
 use rmcp::service::{Peer, RequestContext};
+use rmcp::{RoleServer, tool, tool_router};
 
 use super::validation::{FileInput, InputLimits, validate};
+use super::{CodeInterpreter, InFlight, content};
 use crate::pool::{Completed, ExecPool, JobError, SubmitError, Ticket};
 use crate::protocol::limits::{DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS};
 use crate::sandbox::{self, ErrorType, ExecError, ExecRequest, ExecResult};
@@ -477,4 +479,75 @@ and the preinstalled packages (with their dependencies) can be imported.",
         );
     }
     text
+}
+
+impl CodeInterpreter {
+    /// Validates and runs one call; the structured result. Logs one line per call with its outcome and
+    /// timings, never the code, file contents or paths.
+    pub async fn run(
+        &self,
+        args: RunPythonCodeArgs,
+        context: Option<RequestContext<RoleServer>>,
+    ) -> CallResult {
+        let started = std::time::Instant::now();
+        let ended = validate_and_execute(
+            &self.pool,
+            self.sessions.as_ref(),
+            self.limits,
+            args,
+            context,
+        )
+        .await;
+        let outcome = ended.outcome.metric();
+        let result = CallResult {
+            result: ended.outcome.into_result(),
+            session_id: ended.session_id,
+        };
+        super::record(
+            "run_python_code",
+            outcome,
+            started,
+            super::Details {
+                queue_wait: Some(ended.queue_wait),
+                execution: Some(ended.execution),
+                output_truncated: Some(result.output_truncated),
+                session: result.session_id.as_deref(),
+                ..Default::default()
+            },
+        );
+        result
+    }
+}
+
+#[tool_router(vis = "pub(super)")]
+impl CodeInterpreter {
+    #[tool(
+        name = "run_python_code",
+        title = "Run Python code",
+        description = "Run Python 3 code in a fresh, isolated Pyodide (WebAssembly) sandbox and return \
+stdout, stderr, the str() of the final expression, and any new files written under /workspace \
+(the working directory). Every call starts from a clean interpreter: nothing persists between calls. \
+Top-level await is supported. Pass input files as Base64 in `files`; they appear under /workspace.",
+        output_schema = rmcp::handler::server::tool::schema_for_type::<CallResult>()
+    )]
+    async fn run_python_code(
+        &self,
+        Parameters(args): Parameters<RunPythonCodeArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let _in_flight = InFlight::enter(&self.in_flight);
+        let result = self.run(args, Some(context)).await;
+        let value = serde_json::to_value(&result).unwrap_or_default();
+        let mut reply = if result.success {
+            CallToolResult::structured(value)
+        } else {
+            CallToolResult::structured_error(value)
+        };
+        reply.content.extend(content::file_blocks(
+            &result.files,
+            result.session_id.as_deref(),
+            self.max_inline_image_bytes,
+        ));
+        reply
+    }
 }

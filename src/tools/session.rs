@@ -10,11 +10,18 @@ use rmcp::model::{
     ResourceContents, ResourceTemplate,
 };
 
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::CallToolResult;
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, tool, tool_router};
+
 use super::content::{parse_session_uri, session_uri};
-use super::run::{CallErrorKind, SESSION_ID_HEADER, session_error};
+use super::run::{CallErrorKind, SESSION_ID_HEADER, caller, session_error};
+use super::{CodeInterpreter, structured};
 use crate::protocol::limits::MAX_RETURNED_FILE_BYTES;
 use crate::sandbox::{ExecError, MAX_LISTED_FILES};
 use crate::sessions::{Caller, Sessions, short};
+use crate::telemetry::ToolOutcome;
 
 /// Arguments of `list_session_files` and `clear_session`.
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -251,4 +258,77 @@ pub async fn read(
 fn blob(data: Vec<u8>, uri: &str) -> ResourceContents {
     use base64::Engine as _;
     ResourceContents::blob(base64::engine::general_purpose::STANDARD.encode(data), uri)
+}
+
+/// A session tool's metric and log line: success, or a refused session (the caller's error).
+fn record_session_tool(tool: &'static str, success: bool, started: std::time::Instant) {
+    let outcome = if success {
+        ToolOutcome::Success
+    } else {
+        ToolOutcome::ValidationError
+    };
+    super::record(tool, outcome, started, super::Details::default());
+}
+
+#[tool_router(router = session_router, vis = "pub(super)")]
+impl CodeInterpreter {
+    #[tool(
+        name = "list_session_files",
+        title = "List session files",
+        description = "List the regular files under a session's /workspace: path, size, MIME type \
+and the session:// URI to read each one as an MCP resource.",
+        annotations(
+            title = "List session files",
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        ),
+        output_schema = rmcp::handler::server::tool::schema_for_type::<ListSessionFilesResult>()
+    )]
+    async fn list_session_files(
+        &self,
+        Parameters(args): Parameters<SessionArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let started = std::time::Instant::now();
+        let sessions = self
+            .sessions
+            .as_ref()
+            .expect("the session tools exist with sessions");
+        let caller = caller(Some(&context));
+        let result = list_files(sessions, &caller, args.session_id).await;
+        record_session_tool("list_session_files", result.success, started);
+        structured(&result, result.success)
+    }
+
+    #[tool(
+        name = "clear_session",
+        title = "Clear a session",
+        description = "End a session at once: its interpreter, variables and files are discarded \
+(a call running in it is stopped).",
+        annotations(
+            title = "Clear a session",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = false,
+            open_world_hint = false
+        ),
+        output_schema = rmcp::handler::server::tool::schema_for_type::<ClearSessionResult>()
+    )]
+    async fn clear_session(
+        &self,
+        Parameters(args): Parameters<SessionArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let started = std::time::Instant::now();
+        let sessions = self
+            .sessions
+            .as_ref()
+            .expect("the session tools exist with sessions");
+        let caller = caller(Some(&context));
+        let result = clear(sessions, &caller, &args.session_id);
+        record_session_tool("clear_session", result.success, started);
+        structured(&result, result.success)
+    }
 }

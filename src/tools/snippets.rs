@@ -1,13 +1,18 @@
 //! The configured code-snippet catalog: include/exclude filtering, and the search behind
 //! `list_code_snippets` — case-insensitive, query split on punctuation and whitespace into distinct
 //! words matched as substrings of title and description, ranked by matched words, then title matches,
-//! then id, with short lists filled up to `[search] min_hits` by the next best visible snippets.
+//! then id, with short lists filled up to `[search] min_hits` by the next best visible snippets; and
+//! the two snippet tools with their arguments and results.
 
 use std::collections::BTreeMap;
 
+use rmcp::handler::server::wrapper::{Json, Parameters};
+use rmcp::{tool, tool_router};
 use serde::Serialize;
 
+use super::CodeInterpreter;
 use crate::config::{CodeSnippetsConfig, Snippet};
+use crate::telemetry::ToolOutcome;
 
 /// A snippet as listed: metadata without the code.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
@@ -141,5 +146,103 @@ mod tests {
         );
         assert!(query_words(" ,.;!? ").is_empty());
         assert_eq!(query_words("risk_register"), ["risk", "register"]);
+    }
+}
+
+/// Arguments of `list_code_snippets`.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct ListSnippetsArgs {
+    /// Words describing the task, e.g. "XLSX risk register". Omit or leave blank to list every snippet.
+    #[serde(default)]
+    pub query: Option<String>,
+}
+
+/// Result of `list_code_snippets`.
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+pub struct ListSnippetsResult {
+    /// Best matches first; when fewer than the configured minimum match, the next best (possibly
+    /// unrelated) snippets follow.
+    pub snippets: Vec<SnippetSummary>,
+}
+
+/// Arguments of `get_code_snippet`.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct GetSnippetArgs {
+    /// A snippet id from list_code_snippets.
+    pub id: String,
+}
+
+/// Result of `get_code_snippet`.
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+pub struct GetSnippetResult {
+    /// The snippet with its code, or null when no visible snippet has that id.
+    pub snippet: Option<SnippetDetail>,
+}
+
+#[tool_router(router = snippet_router, vis = "pub(super)")]
+impl CodeInterpreter {
+    #[tool(
+        name = "list_code_snippets",
+        title = "Search code snippets",
+        annotations(
+            title = "Search code snippets",
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        ),
+        description = "Search the server's catalog of ready-made Python code snippets by words describing \
+the task (matched against titles and descriptions, case-insensitive); an empty query lists them all. \
+Returns ids with titles, descriptions, required packages and tags, best matches first. Short result \
+lists are filled with other snippets that may be unrelated: read each description before using one. \
+Then call get_code_snippet with an id to fetch the code, and run it (adapted) with run_python_code."
+    )]
+    async fn list_code_snippets(
+        &self,
+        Parameters(args): Parameters<ListSnippetsArgs>,
+    ) -> Json<ListSnippetsResult> {
+        let started = std::time::Instant::now();
+        let snippets = self.catalog.search(args.query.as_deref());
+        super::record(
+            "list_code_snippets",
+            ToolOutcome::Success,
+            started,
+            super::Details {
+                results: Some(snippets.len()),
+                ..Default::default()
+            },
+        );
+        Json(ListSnippetsResult { snippets })
+    }
+
+    #[tool(
+        name = "get_code_snippet",
+        title = "Get a code snippet",
+        annotations(
+            title = "Get a code snippet",
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        ),
+        description = "Fetch one snippet from the catalog by the id that list_code_snippets returned: its \
+metadata and Python source. Returns snippet = null when no snippet has that id."
+    )]
+    async fn get_code_snippet(
+        &self,
+        Parameters(args): Parameters<GetSnippetArgs>,
+    ) -> Json<GetSnippetResult> {
+        let started = std::time::Instant::now();
+        let snippet = self.catalog.get(&args.id);
+        super::record(
+            "get_code_snippet",
+            ToolOutcome::Success,
+            started,
+            super::Details {
+                found: Some(snippet.is_some()),
+                ..Default::default()
+            },
+        );
+        Json(GetSnippetResult { snippet })
     }
 }

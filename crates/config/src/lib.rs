@@ -4,7 +4,8 @@
 //! - [`model`]: the one configuration type, [`AppConfig`], as files and environment variables spell
 //!   it: every key with its default, documentation and environment override;
 //! - [`reference`]: the keys as the type describes them, and the generated reference;
-//! - [`load`]: discovery, merging, environment variables, deserialisation, the source of each value;
+//! - [`load`]: discovery, merging, environment variables, deserialisation; [`sources`]: where each
+//!   value came from, and the error naming a key with its source;
 //! - [`validate`]: every rule (numeric ranges in one table), yielding [`Settings`] ([`settings`]):
 //!   the configuration parsed once, which the application maps into its running parts;
 //! - [`print`]: what `--print-config` shows.
@@ -17,15 +18,17 @@ pub mod model;
 pub mod print;
 pub mod reference;
 pub mod settings;
+pub mod sources;
 pub mod validate;
 
-pub use load::{ConfigError, Loaded, Source, discover, load, parse};
+pub use load::{Loaded, discover, load, parse};
 pub use model::*;
 pub use print::print_config;
 pub use reference::{KeyInfo, keys, reference_json};
 pub use settings::{
     EngineSettings, HttpSettings, SessionSettings, Settings, SnippetSettings, WorkerSettings,
 };
+pub use sources::{ConfigError, Source};
 
 #[cfg(test)]
 mod tests {

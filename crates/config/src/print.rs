@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::load::{Loaded, Source, source_of};
+use crate::load::Loaded;
+use crate::sources::{Source, source_of};
 
 /// The effective configuration as TOML, each value annotated with where it came from.
 pub fn print_config(loaded: &Loaded) -> String {

@@ -97,15 +97,3 @@ pub struct SnippetSettings {
     /// Fewer matches than this are filled up with other snippets.
     pub min_hits: usize,
 }
-
-impl Default for Settings {
-    /// The settings of the default configuration.
-    fn default() -> Self {
-        crate::validate::validate(
-            &crate::AppConfig::default(),
-            &std::collections::BTreeMap::new(),
-            None,
-        )
-        .expect("the default configuration is valid")
-    }
-}

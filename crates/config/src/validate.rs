@@ -11,11 +11,11 @@ use std::time::Duration;
 use code_interpreter_mcp_protocol::InputLimits;
 use code_interpreter_mcp_protocol::limits::shown;
 
-use crate::load::{ConfigError, Source, source_of};
 use crate::model::{AppConfig, BootMode};
 use crate::settings::{
     EngineSettings, HttpSettings, SessionSettings, Settings, SnippetSettings, WorkerSettings,
 };
+use crate::sources::{ConfigError, Source, source_of};
 
 /// A numeric key's allowed range.
 struct Range {
@@ -417,5 +417,17 @@ fn settings(
         }),
         max_inline_image_bytes: c.results.max_inline_image_kb * 1024,
         prometheus,
+    }
+}
+
+impl Default for Settings {
+    /// The settings of the default configuration.
+    fn default() -> Self {
+        validate(
+            &crate::AppConfig::default(),
+            &std::collections::BTreeMap::new(),
+            None,
+        )
+        .expect("the default configuration is valid")
     }
 }

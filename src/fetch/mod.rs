@@ -7,9 +7,8 @@
 //! first); the engine's own wheel downloads ([`Fetcher::download`]) bypass that cache, since their
 //! verified bytes are cached by `packages`.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,44 +16,21 @@ use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use url::Url;
 
+mod call;
+mod policy;
+
+pub use call::CallFetches;
+use call::{ArtifactCache, InFlight};
+pub use policy::host_allowed;
+use policy::{FORBIDDEN_HEADERS, METHODS, cacheable_response, check_url, is_artifact, short};
+
 pub use crate::protocol::limits::MAX_RESPONSE_BYTES;
 use crate::protocol::limits::{
     FETCH_CONNECT_TIMEOUT_S, FETCH_READ_TIMEOUT_S, FETCH_TOTAL_TIMEOUT_S, MAX_FETCH_BYTES_PER_CALL,
-    MAX_FETCH_CACHE_BYTES, MAX_FETCHES_IN_FLIGHT, shown,
+    MAX_FETCHES_IN_FLIGHT, shown,
 };
 
 const MAX_REDIRECTS: usize = 10;
-
-/// Methods a sandbox may use.
-const METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"];
-
-/// Request headers a sandbox may not set: the Fetch standard's forbidden request headers (the
-/// transport's to manage, or a browser's alone to send), and `Range`, which partial downloads would
-/// need and nothing in the sandbox does.
-const FORBIDDEN_HEADERS: [&str; 22] = [
-    "accept-charset",
-    "accept-encoding",
-    "access-control-request-headers",
-    "access-control-request-method",
-    "connection",
-    "content-length",
-    "cookie",
-    "cookie2",
-    "date",
-    "dnt",
-    "expect",
-    "host",
-    "keep-alive",
-    "origin",
-    "referer",
-    "set-cookie",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "via",
-    "range",
-];
 
 /// Which hosts sandboxes may reach, and the client and runtime that reach them.
 #[derive(Clone)]
@@ -63,89 +39,6 @@ pub struct Fetcher {
     client: reqwest::Client,
     io: tokio::runtime::Handle,
     cache: Arc<Mutex<ArtifactCache>>,
-}
-
-/// Successful header-less GET responses for package artifacts (wheels and source archives), by
-/// normalised URL, most recently used last.
-#[derive(Default)]
-struct ArtifactCache {
-    entries: Vec<(String, Arc<FetchResponse>)>,
-    bytes: usize,
-}
-
-impl ArtifactCache {
-    fn get(&mut self, key: &str) -> Option<Arc<FetchResponse>> {
-        let at = self.entries.iter().position(|(k, _)| k == key)?;
-        let entry = self.entries.remove(at);
-        let hit = entry.1.clone();
-        self.entries.push(entry);
-        Some(hit)
-    }
-
-    fn insert(&mut self, key: String, response: Arc<FetchResponse>) {
-        let len = response.body.len();
-        if len > MAX_FETCH_CACHE_BYTES || self.entries.iter().any(|(k, _)| *k == key) {
-            return;
-        }
-        while self.bytes + len > MAX_FETCH_CACHE_BYTES && !self.entries.is_empty() {
-            let (_, evicted) = self.entries.remove(0);
-            self.bytes -= evicted.body.len();
-        }
-        self.bytes += len;
-        self.entries.push((key, response));
-    }
-}
-
-/// One call's outbound requests: how many are in flight, how many response bytes it received, and
-/// the token that aborts them all when the call ends (also when this is dropped).
-#[derive(Default)]
-pub struct CallFetches {
-    cancel: CancellationToken,
-    in_flight: Arc<AtomicUsize>,
-    received: Arc<AtomicU64>,
-    /// Response bodies not yet handed to JavaScript, by id.
-    bodies: Mutex<HashMap<u32, Vec<u8>>>,
-    next_body: AtomicUsize,
-}
-
-impl CallFetches {
-    /// Aborts every request of the call.
-    pub fn cancel(&self) {
-        self.cancel.cancel();
-    }
-
-    /// Keeps a response body until JavaScript takes it; its id.
-    pub fn keep_body(&self, body: Vec<u8>) -> u32 {
-        let id = self.next_body.fetch_add(1, Ordering::SeqCst) as u32;
-        self.bodies
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, body);
-        id
-    }
-
-    /// The response body kept as `id`, once.
-    pub fn take_body(&self, id: u32) -> Option<Vec<u8>> {
-        self.bodies
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&id)
-    }
-}
-
-impl Drop for CallFetches {
-    fn drop(&mut self) {
-        self.cancel.cancel();
-    }
-}
-
-/// Counts one request in flight for a call until dropped.
-struct InFlight(Arc<AtomicUsize>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
 }
 
 /// Why the HTTPS client could not be set up.
@@ -458,24 +351,6 @@ async fn request(
     })
 }
 
-/// Package artifacts (immutable by convention) are cached; index pages and API answers are not.
-fn is_artifact(url: &Url) -> bool {
-    let path = url.path().to_ascii_lowercase();
-    [".whl", ".tar.gz", ".zip", ".tar.bz2"]
-        .iter()
-        .any(|ext| path.ends_with(ext))
-}
-
-/// A response that says it must not be stored, or that is personal, is not cached.
-fn cacheable_response(response: &FetchResponse) -> bool {
-    !response.headers.iter().any(|(name, value)| {
-        let value = value.to_ascii_lowercase();
-        name.eq_ignore_ascii_case("set-cookie")
-            || (name.eq_ignore_ascii_case("cache-control")
-                && (value.contains("no-store") || value.contains("private")))
-    })
-}
-
 fn describe(e: reqwest::Error) -> FetchError {
     // The redirect policy's own refusals carry the allowlist message.
     let mut source: Option<&dyn std::error::Error> = Some(&e);
@@ -504,44 +379,10 @@ fn describe(e: reqwest::Error) -> FetchError {
     }
 }
 
-fn check_url(allowed: &[String], url: &Url) -> Result<(), FetchError> {
-    if url.scheme() != "https" {
-        return Err(FetchError::NotHttps(short(url.as_str())));
-    }
-    let host = url
-        .host_str()
-        .ok_or_else(|| FetchError::InvalidUrl(shown(url.as_str())))?
-        .trim_end_matches('.')
-        .to_ascii_lowercase();
-    if host_allowed(allowed, &host) {
-        Ok(())
-    } else {
-        Err(FetchError::HostNotAllowed(short(&host)))
-    }
-}
-
-/// At most 200 characters of `text` (a URL or host in a message).
-fn short(text: &str) -> String {
-    let mut out: String = text.chars().take(200).collect();
-    if text.chars().nth(200).is_some() {
-        out.push('…');
-    }
-    out
-}
-
-/// `host` equals an allowlisted host or is a subdomain of one.
-pub fn host_allowed(allowed: &[String], host: &str) -> bool {
-    allowed.iter().any(|a| {
-        host == a
-            || (host.len() > a.len()
-                && host.ends_with(a.as_str())
-                && host.as_bytes()[host.len() - a.len() - 1] == b'.')
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::limits::MAX_FETCH_CACHE_BYTES;
 
     #[test]
     fn subdomains_are_allowed_but_lookalikes_are_not() {
