@@ -8,8 +8,8 @@ use deno_error::JsErrorBox;
 
 use super::{Role, call_state, state, state_mut};
 use crate::protocol::limits::shown;
-use crate::sandbox::layer::LayerOrigin;
-use crate::sandbox::wasm::CodegenAllowed;
+use crate::sandbox::engine::layer::LayerOrigin;
+use crate::sandbox::engine::wasm::CodegenAllowed;
 
 /// Boot parameters for `loadPyodide`.
 #[derive(serde::Serialize)]
@@ -59,7 +59,10 @@ pub(super) fn op_sandbox_boot_config(op_state: &mut OpState) -> Result<BootConfi
             Role::MemorySnapshotMaker { preimport, .. } => preimport.clone(),
             _ => Vec::new(),
         },
-        relink: s.restore_from().and_then(|snapshot| snapshot.dylibs()),
+        relink: s
+            .restore_from()
+            .and_then(|snapshot| snapshot.dylibs())
+            .map(|record| record.json().to_string()),
         micropip_unavailable: s
             .shared
             .layer
@@ -187,7 +190,7 @@ pub(super) fn op_sandbox_wrapper_module<'s, 'i>(
     if list.len() > MAX_WRAPPER_SIGNATURES {
         return Err(JsErrorBox::range_error("too many signatures"));
     }
-    let bytes = crate::sandbox::modules::wrappers::module_bytes(&list)
+    let bytes = crate::sandbox::engine::modules::wrappers::module_bytes(&list)
         .ok_or_else(|| JsErrorBox::type_error("not a list of Emscripten signatures"))?;
     let module = {
         let _allowed = CodegenAllowed::new();
@@ -290,7 +293,7 @@ pub(super) fn op_sandbox_layer_index(
 pub(super) fn op_sandbox_layer_dir(
     op_state: &mut OpState,
     #[string] path: &str,
-) -> Vec<crate::sandbox::layer::Child> {
+) -> Vec<crate::sandbox::engine::layer::Child> {
     state(op_state)
         .shared
         .layer
@@ -312,7 +315,7 @@ pub(super) fn op_sandbox_layer_blob<'s, 'i>(
     let shared = &s.shared;
     let blob = shared.layer_bytes.get_or_init(|| {
         let blob = shared.layer.get().map(|l| l.blob.as_slice());
-        crate::sandbox::cow::CowBytes::new(blob.unwrap_or_default())
+        crate::sandbox::isolate::cow::CowBytes::new(blob.unwrap_or_default())
     });
     blob.array_buffer(scope, map, &s.budget).map(Into::into)
 }

@@ -1,7 +1,22 @@
-//! One sandbox's isolate lifecycle: a new `deno_core::JsRuntime` (its own V8 isolate, from the
+//! The sandbox's wing: what runs per sandbox. One sandbox's isolate lifecycle: a new `deno_core::JsRuntime` (its own V8 isolate, from the
 //! engine's V8 startup snapshot), Pyodide booted in it for a role (see `ops::Role`), one request run,
 //! and the outcome read back and classified by who caused it. A sandbox is not `Send`: boot and
 //! execute it on one dedicated thread, never on an async runtime.
+
+//!
+//! Beside it: `ops/` (the only doors from the isolate to Rust, each beside the JavaScript and Python
+//! it serves), `watchdog.rs` (deadlines, memory, cancellation), `memory.rs` (the memory budget and its
+//! ArrayBuffer allocator), `cow.rs` (copy-on-write mappings of shared bytes), `output.rs` (what comes
+//! back, capped in Rust), `outcome.rs` (how a call ended, by who caused it), `callbacks.rs` (V8
+//! callbacks that cannot panic).
+
+pub(crate) mod callbacks;
+pub(crate) mod cow;
+pub(crate) mod memory;
+pub(crate) mod ops;
+pub(crate) mod outcome;
+pub(crate) mod output;
+pub(crate) mod watchdog;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,16 +24,16 @@ use std::time::Duration;
 
 use deno_core::{JsRuntime, v8};
 
-use super::memory::MemoryBudget;
-use super::memory_snapshot::SharedSnapshot;
-use super::ops::{CallState, Phase as OpPhase, Role, SandboxState};
-use super::outcome::{self, Limits, Observed, Verdict};
-use super::output::Report;
-use super::shared::{EngineError, EngineShared};
-use super::startup;
-use super::types::{ErrorKind, ErrorType, ExecError, ExecRequest, ExecResult, SandboxEnd};
-use super::wasm::CodegenAllowed;
-use super::watchdog::{Phase, Stop, Watchdog};
+use self::memory::MemoryBudget;
+use self::ops::{CallState, Phase as OpPhase, Role, SandboxState};
+use self::outcome::{Limits, Observed, Verdict};
+use self::output::Report;
+use self::watchdog::{Phase, Stop, Watchdog};
+use crate::sandbox::engine::memory_snapshot::SharedSnapshot;
+use crate::sandbox::engine::shared::{EngineError, EngineShared};
+use crate::sandbox::engine::startup;
+use crate::sandbox::engine::wasm::CodegenAllowed;
+use crate::sandbox::types::{ErrorKind, ErrorType, ExecError, ExecRequest, ExecResult, SandboxEnd};
 
 /// Makes `runtime.js` register its entry points with Rust (see `__sandboxEntry` there).
 const ENTRY: &str = "__sandboxEntry()";
@@ -61,7 +76,7 @@ pub struct FileListing {
 }
 
 /// Most files a session's listing holds.
-pub const MAX_LISTED_FILES: usize = super::ops::MAX_LISTED_FILES;
+pub const MAX_LISTED_FILES: usize = self::ops::MAX_LISTED_FILES;
 
 /// How long a session's file listing or read may take (its JavaScript is the session's own).
 const INSPECT_DEADLINE: Duration = Duration::from_secs(5);
@@ -178,7 +193,7 @@ impl Sandbox {
             session: false,
             ended: None,
         };
-        super::callbacks::after_boot(sandbox.runtime.v8_isolate());
+        self::callbacks::after_boot(sandbox.runtime.v8_isolate());
         sandbox.with_state(|s| {
             // From here on, the start-up ops refuse (their JavaScript callers stay reachable).
             s.phase = OpPhase::Booted;

@@ -1,29 +1,56 @@
-//! Which snapshot a sandbox starts from. With `preimport_modules` there are two: the plain one, and
-//! the one with those modules (and everything they imported) already imported, which costs more to
-//! restore (its shared libraries are relinked). A call gets the second only if its code imports one
-//! of the modules it holds, so `print(1)` never pays for pandas. The choice reads the code's import
+//! The memory snapshots sandboxes start from, and which one a call gets: [`Snapshots`] owns them by
+//! their kind ([`Flavor`]). With `preimport_modules` there are two: the plain one, and the one with
+//! those modules (and everything they imported) already imported, which costs more to restore (its
+//! shared libraries are relinked). A call gets the second only if its code imports one of the
+//! packages it holds, so `print(1)` never pays for pandas. The choice reads the code's import
 //! statements; code that imports some other way (`importlib`, `exec`) runs in a plain sandbox and
 //! imports as usual: the choice affects speed only, never what the code sees.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use super::memory_snapshot::SharedSnapshot;
+pub use crate::sandbox::engine::memory_snapshot::Flavor;
+use crate::sandbox::engine::memory_snapshot::{SharedSnapshot, SnapshotOrigin};
 
-/// The snapshot with pre-imported modules, and the packages it holds imported.
-pub(crate) struct Preimported {
-    pub snapshot: Arc<SharedSnapshot>,
-    pub packages: PreimportedSet,
+/// The snapshots of the engine, by kind, filled in once at start-up.
+#[derive(Default)]
+pub(crate) struct Snapshots {
+    /// The plain snapshot (none in full boot), and where it came from.
+    plain: OnceLock<(Arc<SharedSnapshot>, SnapshotOrigin)>,
+    /// The snapshot with pre-imported modules, when there is a working one, and the packages it
+    /// holds imported.
+    preimported: OnceLock<(Arc<SharedSnapshot>, PreimportedSet)>,
 }
 
-/// The kind of sandbox a call runs in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-pub enum Flavor {
-    /// Restored from the plain snapshot (or booted in full).
-    #[default]
-    Plain,
-    /// Restored from the snapshot with the pre-imported modules.
-    Preimported,
+impl Snapshots {
+    pub fn set_plain(&self, snapshot: Arc<SharedSnapshot>, origin: SnapshotOrigin) {
+        let _ = self.plain.set((snapshot, origin));
+    }
+
+    pub fn set_preimported(&self, snapshot: Arc<SharedSnapshot>, packages: PreimportedSet) {
+        let _ = self.preimported.set((snapshot, packages));
+    }
+
+    /// The snapshot of `flavor`, if the engine has one.
+    pub fn get(&self, flavor: Flavor) -> Option<&Arc<SharedSnapshot>> {
+        match flavor {
+            Flavor::Plain => self.plain.get().map(|(s, _)| s),
+            Flavor::Preimported => self.preimported.get().map(|(s, _)| s),
+        }
+    }
+
+    /// Where the plain snapshot came from.
+    pub fn origin(&self) -> Option<SnapshotOrigin> {
+        self.plain.get().map(|(_, origin)| *origin)
+    }
+
+    /// The kind of sandbox that serves `code` best.
+    pub fn flavor_for(&self, code: &str) -> Flavor {
+        match self.preimported.get() {
+            Some((_, packages)) if packages.imported_by(code) => Flavor::Preimported,
+            _ => Flavor::Plain,
+        }
+    }
 }
 
 /// The top-level packages imported in the snapshot with pre-imported modules.

@@ -22,10 +22,12 @@ use std::time::Instant;
 
 use deno_core::{JsRuntime, JsRuntimeForSnapshot, RuntimeOptions, v8};
 
-use super::memory::{self, MemoryBudget};
-use super::ops::Role;
-use super::shared::{EngineError, EngineShared};
-use super::{callbacks, modules, ops};
+use crate::sandbox::engine::modules;
+use crate::sandbox::engine::shared::{EngineError, EngineShared};
+use crate::sandbox::isolate::callbacks;
+use crate::sandbox::isolate::memory::{self, MemoryBudget};
+use crate::sandbox::isolate::ops;
+use crate::sandbox::isolate::ops::Role;
 
 /// 1 MB in the configuration's sense.
 const MB: u64 = 1024 * 1024;

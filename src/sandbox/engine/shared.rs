@@ -8,14 +8,15 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use deno_core::v8;
 
-use super::flavor::Preimported;
-use super::memory_snapshot::{SharedSnapshot, SnapshotOrigin};
-use super::wasm::WasmModules;
-use super::{cow, layer, modules};
 use crate::assets::{AssetError, Assets};
 pub use crate::config::BootMode;
 use crate::fetch::{self, Fetcher};
 use crate::packages::{PackageSource, Packages};
+use crate::sandbox::engine::layer;
+use crate::sandbox::engine::modules;
+use crate::sandbox::engine::snapshots::Snapshots;
+use crate::sandbox::engine::wasm::WasmModules;
+use crate::sandbox::isolate::cow;
 
 /// Engine settings; the application fills them from its configuration (see `app::engine_config`).
 #[derive(Debug, Clone)]
@@ -74,12 +75,8 @@ pub(crate) struct EngineShared {
     pub assets: Arc<Assets>,
     pub fetcher: Fetcher,
     pub packages: Packages,
-    /// The Pyodide memory snapshot sandboxes restore (snapshot boot mode).
-    pub snapshot: OnceLock<Arc<SharedSnapshot>>,
-    /// Where that snapshot came from.
-    pub snapshot_origin: OnceLock<SnapshotOrigin>,
-    /// The snapshot with `preimport_modules` imported, when there is a working one: restored instead.
-    pub preimported: OnceLock<Preimported>,
+    /// The Pyodide memory snapshots sandboxes restore, by kind (snapshot boot mode).
+    pub snapshots: Snapshots,
     /// The package layer copied into every sandbox (micropip and the preinstalled packages).
     pub layer: OnceLock<Arc<layer::PackageLayer>>,
     /// The package layer's file contents, as every sandbox maps them (copy-on-write).
@@ -136,9 +133,7 @@ impl EngineShared {
             assets,
             fetcher,
             packages,
-            snapshot: OnceLock::new(),
-            snapshot_origin: OnceLock::new(),
-            preimported: OnceLock::new(),
+            snapshots: Snapshots::default(),
             layer: OnceLock::new(),
             compiled_wasm: OnceLock::new(),
             wrapper_modules: Mutex::new(Vec::new()),

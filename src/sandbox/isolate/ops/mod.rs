@@ -20,14 +20,14 @@ use std::time::{Duration, Instant};
 use deno_core::{OpState, op2, v8};
 use deno_error::JsErrorBox;
 
-use super::layer::Captured;
-use super::memory::MemoryBudget;
-use super::memory_snapshot::SharedSnapshot;
-use super::output::{CappedBuffer, FileCollector, Report};
-use super::shared::EngineShared;
-use super::watchdog::Arming;
 use crate::fetch::CallFetches;
 use crate::protocol::limits::MAX_STREAM_BYTES;
+use crate::sandbox::engine::layer::Captured;
+use crate::sandbox::engine::memory_snapshot::SharedSnapshot;
+use crate::sandbox::engine::shared::EngineShared;
+use crate::sandbox::isolate::memory::MemoryBudget;
+use crate::sandbox::isolate::output::{CappedBuffer, FileCollector, Report};
+use crate::sandbox::isolate::watchdog::Arming;
 
 /// The Python half of an execution, evaluated once per sandbox (or into the memory snapshot).
 pub(crate) const RUNNER_PY: &str = include_str!("runner.py");
@@ -307,7 +307,7 @@ deno_core::extension!(
         web::op_sandbox_yield,
     ],
     esm_entry_point = "ext:sandbox/runtime.js",
-    esm = [dir "src/sandbox/ops", "runtime.js", "web.js", "call.js", "pyodide.js", "dylink.js", "layer.js"],
+    esm = [dir "src/sandbox/isolate/ops", "runtime.js", "web.js", "call.js", "pyodide.js", "dylink.js", "layer.js"],
     options = { shared: Arc<EngineShared>, role: Role, budget: Arc<MemoryBudget> },
     state = |state, options| {
         state.put(SandboxState::new(options.shared, options.role, options.budget));

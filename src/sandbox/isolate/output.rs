@@ -7,11 +7,11 @@ use std::collections::HashSet;
 
 use base64::Engine as _;
 
-use super::types::OutputFile;
 use crate::protocol::limits::{
     MAX_ERROR_MESSAGE_BYTES, MAX_ERROR_TYPE_BYTES, MAX_RESULT_BYTES, MAX_RETURNED_FILE_BYTES,
     MAX_RETURNED_FILES, MAX_RETURNED_TOTAL_BYTES, MAX_TRACEBACK_BYTES,
 };
+use crate::sandbox::types::OutputFile;
 
 /// A byte stream captured up to a limit.
 #[derive(Debug, Default)]

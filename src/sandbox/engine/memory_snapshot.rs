@@ -10,8 +10,18 @@ use std::path::{Path, PathBuf};
 use deno_core::v8;
 use sha2::{Digest, Sha256};
 
-use super::modules::Modules;
 use crate::assets::Assets;
+use crate::sandbox::engine::modules::Modules;
+
+/// The kind of snapshot a sandbox starts from (the kind of sandbox a call runs in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum Flavor {
+    /// Restored from the plain snapshot (or booted in full, without one).
+    #[default]
+    Plain,
+    /// Restored from the snapshot with the pre-imported modules.
+    Preimported,
+}
 
 /// The snapshot bytes in a V8 backing store shared by every isolate, and a map of its linear memory.
 pub(crate) struct SharedSnapshot {
@@ -21,8 +31,42 @@ pub(crate) struct SharedSnapshot {
     /// The linear memory as runs of whole pages, in order: which hold data and which are all zeros.
     runs: Vec<Run>,
     /// The record of the shared libraries to relink after restoring (a snapshot with pre-imported
-    /// modules; JSON, see `ops/dylink.js`).
-    dylibs: Option<std::sync::Arc<str>>,
+    /// modules).
+    dylibs: Option<DylibRecord>,
+}
+
+/// The record of a snapshot's shared libraries, as `ops/dylink.js` makes it and relinks from it
+/// (JSON: the libraries' order, memory and table bases, handles), with the one part Rust reads
+/// decoded once: the top-level packages imported in the snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DylibRecord {
+    json: std::sync::Arc<str>,
+    modules: Vec<String>,
+}
+
+impl DylibRecord {
+    /// The record `json` as `dylink.js` wrote it, if it is one (an object with a `modules` list).
+    pub fn parse(json: String) -> Option<Self> {
+        #[derive(serde::Deserialize)]
+        struct Head {
+            modules: Vec<String>,
+        }
+        let head: Head = serde_json::from_str(&json).ok()?;
+        Some(Self {
+            modules: head.modules,
+            json: json.into(),
+        })
+    }
+
+    /// The record as `dylink.js` reads it.
+    pub fn json(&self) -> &str {
+        &self.json
+    }
+
+    /// The top-level packages imported in the snapshot.
+    pub fn modules(&self) -> &[String] {
+        &self.modules
+    }
 }
 
 /// Pages `start..end` (byte offsets into the linear memory) of the snapshot, all-zero or not.
@@ -44,16 +88,16 @@ unsafe impl Sync for SharedSnapshot {}
 
 impl SharedSnapshot {
     /// A snapshot with pre-imported modules, whose shared libraries `dylibs` records.
-    pub fn with_dylibs(bytes: Vec<u8>, dylibs: String) -> Self {
+    pub fn with_dylibs(bytes: Vec<u8>, dylibs: DylibRecord) -> Self {
         Self {
-            dylibs: Some(dylibs.into()),
+            dylibs: Some(dylibs),
             ..Self::new(bytes)
         }
     }
 
     /// The record of the shared libraries to relink, for a snapshot with pre-imported modules.
-    pub fn dylibs(&self) -> Option<String> {
-        self.dylibs.as_deref().map(String::from)
+    pub fn dylibs(&self) -> Option<&DylibRecord> {
+        self.dylibs.as_ref()
     }
 
     /// The size of the snapshot.
@@ -233,45 +277,40 @@ pub fn preimported_key(plain_key: &str, layer_digest: &str, modules: &[String]) 
     hex::encode(&hash.finalize()[..12])
 }
 
-/// Which snapshot is stored: each kind has a directory of its own (storing one removes the other
-/// builds' snapshots of its kind only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// Taken right after CPython and the runner started.
-    Plain,
-    /// Taken after the package layer was copied in and modules were imported: the file starts with
-    /// the record of its shared libraries (u64 length, JSON), then Pyodide's snapshot.
-    Preimported,
-}
-
-fn dir(cache_dir: &Path, kind: Kind) -> PathBuf {
+/// Each kind of snapshot has a directory of its own (storing one removes the other builds'
+/// snapshots of its kind only). The plain one is taken right after CPython and the runner started;
+/// the one with pre-imported modules after the package layer was copied in and modules were
+/// imported, and its file starts with the record of its shared libraries (u64 length, JSON), then
+/// Pyodide's snapshot.
+fn dir(cache_dir: &Path, kind: Flavor) -> PathBuf {
     cache_dir.join(match kind {
-        Kind::Plain => "snapshot",
-        Kind::Preimported => "snapshot-preimported",
+        Flavor::Plain => "snapshot",
+        Flavor::Preimported => "snapshot-preimported",
     })
 }
 
 /// A snapshot with pre-imported modules as stored: the record of its libraries, then its bytes.
-pub fn encode_preimported(bytes: &[u8], dylibs: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(8 + dylibs.len() + bytes.len());
-    out.extend_from_slice(&(dylibs.len() as u64).to_le_bytes());
-    out.extend_from_slice(dylibs.as_bytes());
+pub fn encode_preimported(bytes: &[u8], dylibs: &DylibRecord) -> Vec<u8> {
+    let json = dylibs.json().as_bytes();
+    let mut out = Vec::with_capacity(8 + json.len() + bytes.len());
+    out.extend_from_slice(&(json.len() as u64).to_le_bytes());
+    out.extend_from_slice(json);
     out.extend_from_slice(bytes);
     out
 }
 
 /// The (snapshot bytes, record) of a stored snapshot with pre-imported modules.
-pub fn decode_preimported(mut stored: Vec<u8>) -> Option<(Vec<u8>, String)> {
+pub fn decode_preimported(mut stored: Vec<u8>) -> Option<(Vec<u8>, DylibRecord)> {
     let len = usize::try_from(u64::from_le_bytes(stored.get(..8)?.try_into().ok()?)).ok()?;
     let end = 8usize.checked_add(len)?;
-    let dylibs = String::from_utf8(stored.get(8..end)?.to_vec()).ok()?;
+    let dylibs = DylibRecord::parse(String::from_utf8(stored.get(8..end)?.to_vec()).ok()?)?;
     stored.drain(..end);
     Some((stored, dylibs))
 }
 
 /// The snapshot file for this build, if one was stored and its checksum (the file's last 32 bytes,
 /// the sha256 of the rest) holds.
-pub fn load(cache_dir: &Path, kind: Kind, key: &str) -> Option<Vec<u8>> {
+pub fn load(cache_dir: &Path, kind: Flavor, key: &str) -> Option<Vec<u8>> {
     let path = dir(cache_dir, kind).join(format!("{key}.bin"));
     match std::fs::read(&path) {
         Ok(mut bytes) if bytes.len() > 32 => {
@@ -304,7 +343,7 @@ pub enum SnapshotOrigin {
 
 /// Stores `bytes` as this build's snapshot, removing snapshots of other builds; whether it was
 /// stored. Failures only warn: the next start then takes a snapshot again.
-pub fn store(cache_dir: &Path, kind: Kind, key: &str, bytes: &[u8]) -> bool {
+pub fn store(cache_dir: &Path, kind: Flavor, key: &str, bytes: &[u8]) -> bool {
     let dir = dir(cache_dir, kind);
     let name = format!("{key}.bin");
     let result = (|| -> std::io::Result<()> {
@@ -317,7 +356,10 @@ pub fn store(cache_dir: &Path, kind: Kind, key: &str, bytes: &[u8]) -> bool {
                 let _ = std::fs::remove_file(entry.path());
             }
         }
-        let tmp = dir.join(format!(".{name}.tmp-{}", super::layer::unique_suffix()));
+        let tmp = dir.join(format!(
+            ".{name}.tmp-{}",
+            crate::sandbox::engine::layer::unique_suffix()
+        ));
         let write = || -> std::io::Result<()> {
             use std::io::Write as _;
             let mut file = std::fs::File::create(&tmp)?;
@@ -337,7 +379,7 @@ pub fn store(cache_dir: &Path, kind: Kind, key: &str, bytes: &[u8]) -> bool {
 }
 
 /// Removes this build's stored snapshot (it failed to boot).
-pub fn discard(cache_dir: &Path, kind: Kind, key: &str) {
+pub fn discard(cache_dir: &Path, kind: Flavor, key: &str) {
     let _ = std::fs::remove_file(dir(cache_dir, kind).join(format!("{key}.bin")));
 }
 
@@ -421,10 +463,17 @@ mod tests {
 
     #[test]
     fn a_preimported_snapshot_round_trips_and_its_key_covers_layer_and_modules() {
-        let stored = encode_preimported(b"snapshot bytes", "{\"loads\":[]}");
+        let record = DylibRecord::parse("{\"loads\":[],\"modules\":[\"numpy\"]}".into()).unwrap();
+        assert_eq!(record.modules(), ["numpy"]);
+        let stored = encode_preimported(b"snapshot bytes", &record);
         assert_eq!(
             decode_preimported(stored),
-            Some((b"snapshot bytes".to_vec(), "{\"loads\":[]}".to_string()))
+            Some((b"snapshot bytes".to_vec(), record))
+        );
+        assert_eq!(
+            DylibRecord::parse("{\"loads\":[]}".into()),
+            None,
+            "no modules: not a record"
         );
         assert_eq!(decode_preimported(vec![200, 0, 0, 0, 0, 0, 0, 0, 1]), None);
         assert_eq!(decode_preimported(vec![1, 2]), None);
@@ -448,19 +497,22 @@ mod tests {
     fn each_kind_of_snapshot_is_stored_apart() {
         let dir = std::env::temp_dir().join(format!("snapshot-kinds-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        store(&dir, Kind::Plain, "a", b"plain");
-        store(&dir, Kind::Preimported, "b", b"preimported");
-        assert_eq!(load(&dir, Kind::Plain, "a").as_deref(), Some(&b"plain"[..]));
+        store(&dir, Flavor::Plain, "a", b"plain");
+        store(&dir, Flavor::Preimported, "b", b"preimported");
         assert_eq!(
-            load(&dir, Kind::Preimported, "b").as_deref(),
+            load(&dir, Flavor::Plain, "a").as_deref(),
+            Some(&b"plain"[..])
+        );
+        assert_eq!(
+            load(&dir, Flavor::Preimported, "b").as_deref(),
             Some(&b"preimported"[..])
         );
         // Storing another build's plain snapshot leaves the other kind alone.
-        store(&dir, Kind::Plain, "c", b"plain 2");
-        assert_eq!(load(&dir, Kind::Plain, "a"), None);
-        assert!(load(&dir, Kind::Preimported, "b").is_some());
-        discard(&dir, Kind::Preimported, "b");
-        assert_eq!(load(&dir, Kind::Preimported, "b"), None);
+        store(&dir, Flavor::Plain, "c", b"plain 2");
+        assert_eq!(load(&dir, Flavor::Plain, "a"), None);
+        assert!(load(&dir, Flavor::Preimported, "b").is_some());
+        discard(&dir, Flavor::Preimported, "b");
+        assert_eq!(load(&dir, Flavor::Preimported, "b"), None);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

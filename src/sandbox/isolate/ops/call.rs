@@ -9,8 +9,8 @@ use deno_core::{OpState, op2, v8};
 use deno_error::JsErrorBox;
 
 use super::{call_mut, call_state, state_mut};
-use crate::sandbox::output::Report;
-use crate::sandbox::watchdog::Phase;
+use crate::sandbox::isolate::output::Report;
+use crate::sandbox::isolate::watchdog::Phase;
 
 #[op2]
 #[string]
@@ -99,7 +99,8 @@ pub(super) fn op_sandbox_report(op_state: &mut OpState, #[serde] report: Report)
 pub(super) fn op_sandbox_glue_error(op_state: &mut OpState, #[string] text: &str) {
     let s = call_mut(op_state);
     if s.glue_error.is_none() {
-        s.glue_error = Some(crate::sandbox::output::cap_text(text.to_string(), 2000, false).0);
+        s.glue_error =
+            Some(crate::sandbox::isolate::output::cap_text(text.to_string(), 2000, false).0);
     }
 }
 
@@ -109,7 +110,7 @@ pub(super) fn op_sandbox_glue_error(op_state: &mut OpState, #[string] text: &str
 pub(super) fn op_sandbox_fatal(op_state: &mut OpState, #[string] text: &str) {
     let s = state_mut(op_state);
     if s.fatal.is_none() {
-        s.fatal = Some(crate::sandbox::output::cap_text(text.to_string(), 2000, false).0);
+        s.fatal = Some(crate::sandbox::isolate::output::cap_text(text.to_string(), 2000, false).0);
     }
     // Nothing of the call can still run: it is stopped now rather than at its deadline.
     if let Some(watchdog) = &call_state(op_state).watchdog {

@@ -1,19 +1,29 @@
-//! The engine: makes what every sandbox of the process shares (`shared.rs`) once — the V8 startup
-//! snapshot, the package layer, the Pyodide memory snapshot (taken now, or read back from
-//! `package_cache_dir` and trusted once a sandbox boots from it) — and then sandboxes:
-//! [`Engine::boot`] makes a ready [`Sandbox`].
+//! The engine's wing: what is prepared once per process and only read by sandboxes. The engine
+//! makes what every sandbox of the process shares (`shared.rs`) once — the V8 startup snapshot
+//! (`startup.rs`, with V8's process flags and each isolate's creation), the package layer
+//! (`layer.rs`), the Pyodide memory snapshots (`memory_snapshot.rs` on disk, `snapshots.rs` by kind:
+//! taken now, or read back from `package_cache_dir` and trusted once a sandbox boots from it),
+//! Pyodide's JavaScript as served (`modules/`), WebAssembly compiled once (`wasm.rs`) — and then
+//! sandboxes: [`Engine::boot`] makes a ready [`Sandbox`].
+
+pub mod layer;
+pub(crate) mod memory_snapshot;
+pub(crate) mod modules;
+pub(crate) mod shared;
+pub(crate) mod snapshots;
+pub(crate) mod startup;
+pub(crate) mod wasm;
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::flavor::{Flavor, Preimported, PreimportedSet};
-use super::isolate::Sandbox;
-use super::memory_snapshot::{self, Kind, SharedSnapshot, SnapshotOrigin};
-use super::ops::{Role, TakenSnapshot};
-use super::shared::{BootMode, EngineConfig, EngineError, EngineShared};
-use super::types::{ErrorKind, ErrorType, ExecError, ExecRequest, ExecResult};
-use super::{layer, startup};
+use self::memory_snapshot::{DylibRecord, SharedSnapshot, SnapshotOrigin};
+use self::shared::{BootMode, EngineConfig, EngineError, EngineShared};
+use self::snapshots::{Flavor, PreimportedSet};
 use crate::assets::Assets;
+use crate::sandbox::isolate::Sandbox;
+use crate::sandbox::isolate::ops::{Role, TakenSnapshot};
+use crate::sandbox::types::{ErrorKind, ErrorType, ExecError, ExecRequest, ExecResult};
 
 /// Appended to micropip's `__init__.py` in the package layer: index URLs and the installation policy.
 const MICROPIP_POLICY_PY: &str = include_str!("micropip_policy.py");
@@ -69,9 +79,9 @@ impl Engine {
         let key = memory_snapshot::key(
             &self.shared.assets,
             &self.shared.modules,
-            &super::ops::glue(),
+            &crate::sandbox::isolate::ops::glue(),
         );
-        let stored = memory_snapshot::load(cache_dir, Kind::Plain, &key);
+        let stored = memory_snapshot::load(cache_dir, Flavor::Plain, &key);
         let maker = match stored {
             Some(_) => None,
             None => Some(self.spawn_snapshot_maker(Vec::new())?),
@@ -82,7 +92,7 @@ impl Engine {
         let (snapshot, origin) = match (stored, taken) {
             (_, Some(taken)) => {
                 let bytes = taken?.bytes;
-                let on_disk = memory_snapshot::store(cache_dir, Kind::Plain, &key, &bytes);
+                let on_disk = memory_snapshot::store(cache_dir, Flavor::Plain, &key, &bytes);
                 (
                     Arc::new(SharedSnapshot::new(bytes)),
                     SnapshotOrigin::Taken { on_disk },
@@ -101,9 +111,10 @@ impl Engine {
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "the stored Pyodide snapshot does not boot; taking a new one");
-                        memory_snapshot::discard(cache_dir, Kind::Plain, &key);
+                        memory_snapshot::discard(cache_dir, Flavor::Plain, &key);
                         let bytes = self.spawn_snapshot_maker(Vec::new())?.join()?.bytes;
-                        let on_disk = memory_snapshot::store(cache_dir, Kind::Plain, &key, &bytes);
+                        let on_disk =
+                            memory_snapshot::store(cache_dir, Flavor::Plain, &key, &bytes);
                         (
                             Arc::new(SharedSnapshot::new(bytes)),
                             SnapshotOrigin::Taken { on_disk },
@@ -113,8 +124,7 @@ impl Engine {
             }
             (None, None) => unreachable!("a snapshot maker runs when none is stored"),
         };
-        let _ = self.shared.snapshot.set(snapshot);
-        let _ = self.shared.snapshot_origin.set(origin);
+        self.shared.snapshots.set_plain(snapshot, origin);
         Ok(key)
     }
 
@@ -170,7 +180,7 @@ impl Engine {
         let started = Instant::now();
         let cache_dir = &self.shared.config.package_cache_dir;
         let key = memory_snapshot::preimported_key(plain_key, &layer.digest(), modules);
-        let stored = memory_snapshot::load(cache_dir, Kind::Preimported, &key)
+        let stored = memory_snapshot::load(cache_dir, Flavor::Preimported, &key)
             .and_then(memory_snapshot::decode_preimported);
         let reused = stored.is_some();
         let taken = match stored {
@@ -178,7 +188,7 @@ impl Engine {
             None => self
                 .spawn_snapshot_maker(modules.clone())
                 .and_then(SnapshotMaker::join)
-                .and_then(|taken| match taken.dylibs {
+                .and_then(|taken| match taken.dylibs.and_then(DylibRecord::parse) {
                     Some(dylibs) => Ok((taken.bytes, dylibs)),
                     None => Err(EngineError::Boot(
                         "no record of its shared libraries".into(),
@@ -195,17 +205,12 @@ impl Engine {
         if !reused {
             let _ = memory_snapshot::store(
                 cache_dir,
-                Kind::Preimported,
+                Flavor::Preimported,
                 &key,
                 &memory_snapshot::encode_preimported(&bytes, &dylibs),
             );
         }
-        let packages = serde_json::from_str::<serde_json::Value>(&dylibs)
-            .ok()
-            .and_then(|record| {
-                serde_json::from_value::<Vec<String>>(record["modules"].clone()).ok()
-            })
-            .unwrap_or_default();
+        let packages = PreimportedSet::new(dylibs.modules().iter().cloned());
         let candidate = Arc::new(SharedSnapshot::with_dylibs(bytes, dylibs));
         match self.check_preimported(&candidate, modules) {
             Ok(()) => {
@@ -216,13 +221,10 @@ impl Engine {
                     ms = started.elapsed().as_millis() as u64,
                     "snapshot with pre-imported modules ready"
                 );
-                let _ = self.shared.preimported.set(Preimported {
-                    snapshot: candidate,
-                    packages: PreimportedSet::new(packages),
-                });
+                self.shared.snapshots.set_preimported(candidate, packages);
             }
             Err(e) => {
-                memory_snapshot::discard(cache_dir, Kind::Preimported, &key);
+                memory_snapshot::discard(cache_dir, Flavor::Preimported, &key);
                 tracing::warn!(error = %e, modules = ?modules, "the snapshot with pre-imported modules does not work; sandboxes import them when asked");
             }
         }
@@ -424,21 +426,19 @@ check({modules})"
         self.boot_flavor(Flavor::Plain)
     }
 
-    /// The kind of sandbox that serves `code` best (see `flavor.rs`).
+    /// The kind of sandbox that serves `code` best (see `snapshots.rs`).
     pub fn flavor_for(&self, code: &str) -> Flavor {
-        match self.shared.preimported.get() {
-            Some(p) if p.packages.imported_by(code) => Flavor::Preimported,
-            _ => Flavor::Plain,
-        }
+        self.shared.snapshots.flavor_for(code)
     }
 
     /// Boots a fresh sandbox of `flavor`: with the pre-imported modules when asked and there is a
     /// snapshot of them (falling back, with a warning, to the plain snapshot if it does not restore).
     pub fn boot_flavor(&self, flavor: Flavor) -> Result<Sandbox, EngineError> {
+        let snapshots = &self.shared.snapshots;
         if flavor == Flavor::Preimported
-            && let Some(preimported) = self.shared.preimported.get()
+            && let Some(snapshot) = snapshots.get(Flavor::Preimported)
         {
-            match Sandbox::boot(self.shared.clone(), Some(preimported.snapshot.clone())) {
+            match Sandbox::boot(self.shared.clone(), Some(snapshot.clone())) {
                 Ok(sandbox) => return Ok(sandbox),
                 Err(e) => tracing::warn!(
                     error = %e,
@@ -446,17 +446,17 @@ check({modules})"
                 ),
             }
         }
-        Sandbox::boot(self.shared.clone(), self.shared.snapshot.get().cloned())
+        Sandbox::boot(self.shared.clone(), snapshots.get(Flavor::Plain).cloned())
     }
 
     /// Whether sandboxes start with pre-imported modules (`preimport_modules`, `preimport_preinstalled`).
     pub fn preimported(&self) -> bool {
-        self.shared.preimported.get().is_some()
+        self.shared.snapshots.get(Flavor::Preimported).is_some()
     }
 
     /// Where the plain memory snapshot came from (`None` in full boot, which has none).
     pub fn snapshot_origin(&self) -> Option<SnapshotOrigin> {
-        self.shared.snapshot_origin.get().copied()
+        self.shared.snapshots.origin()
     }
 
     /// Boots a sandbox (of the flavor that serves it) and runs `request` in it. Start-up failures

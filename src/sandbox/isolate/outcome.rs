@@ -5,9 +5,9 @@
 //! also says whether the sandbox can run anything more ([`SandboxEnd`]), as a type: no message text
 //! decides it.
 
-use super::output::Report;
-use super::types::{ErrorKind, ErrorType, ExecError, SandboxEnd};
-use super::watchdog::{INTERRUPT_GRACE, Interrupt, Phase, Stop};
+use crate::sandbox::isolate::output::Report;
+use crate::sandbox::isolate::watchdog::{INTERRUPT_GRACE, Interrupt, Phase, Stop};
+use crate::sandbox::types::{ErrorKind, ErrorType, ExecError, SandboxEnd};
 
 /// What was observed of one call.
 #[derive(Debug, Default)]

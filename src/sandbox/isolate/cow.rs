@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use deno_core::v8;
 
-use super::memory::MemoryBudget;
+use crate::sandbox::isolate::memory::MemoryBudget;
 
 pub(crate) struct CowBytes {
     source: Source,
