@@ -382,17 +382,25 @@ fn the_listener_starts_before_python_and_fails_startup_when_it_cannot_bind() {
         line.starts_with("code-interpreter-mcp listening"),
         "announced only after initialisation"
     );
-    // The prewarmed worker and the on-demand one, both idle now (the on-demand worker's thread may
-    // report a moment after the announcement on a loaded machine).
-    wait_for(port, "code_interpreter_mcp_workers{state=\"idle\"}", 2.0);
-    let (_, ready) = scrape(port);
-    assert_eq!(
-        value(
-            &ready,
-            "code_interpreter_mcp_workers{state=\"initializing\"}"
-        ),
-        0.0
-    );
+    // The prewarmed worker and the on-demand one, both idle once the prewarmed worker has filled
+    // its stock of ready sandboxes (it boots them one after another after the announcement).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let ready = loop {
+        let (_, samples) = scrape(port);
+        let idle = value(&samples, "code_interpreter_mcp_workers{state=\"idle\"}");
+        let initializing = value(
+            &samples,
+            "code_interpreter_mcp_workers{state=\"initializing\"}",
+        );
+        if idle == 2.0 && initializing == 0.0 {
+            break samples;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "idle {idle}, initializing {initializing}"
+        );
+        thread::sleep(Duration::from_millis(50));
+    };
     assert_eq!(
         value(
             &ready,
