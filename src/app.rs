@@ -41,6 +41,8 @@ pub fn engine_config(settings: &EngineSettings) -> EngineConfig {
         boot: settings.boot,
         sandbox_memory_limit_mb: settings.sandbox_memory_limit_mb,
         setup_timeout: settings.setup_timeout,
+        table_rows: settings.table_rows,
+        table_columns: settings.table_columns,
     }
 }
 
@@ -110,6 +112,7 @@ impl App {
                 runtime_installation: settings.engine.runtime_package_installation,
                 network: !settings.engine.allowed_hosts.is_empty(),
                 max_inline_image_bytes: settings.max_inline_image_bytes,
+                max_text_chars: settings.max_text_chars,
             },
         );
         Ok(Self {

@@ -25,7 +25,8 @@ pub use engine::shared::{BootMode, EngineConfig, EngineError};
 pub use engine::snapshots::Flavor;
 pub use isolate::{FileListing, FileRead, MAX_LISTED_FILES, Sandbox};
 pub use types::{
-    ErrorKind, ErrorType, ExecError, ExecRequest, ExecResult, InputFile, OutputFile, SandboxEnd,
+    Display, DisplaySource, ErrorKind, ErrorType, ExecError, ExecRequest, ExecResult, InputFile,
+    OutputFile, SandboxEnd,
 };
 
 pub use crate::protocol::limits::{

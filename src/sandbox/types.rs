@@ -182,6 +182,25 @@ pub struct OutputFile {
     pub mime_type: String,
 }
 
+/// Where a rich output came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DisplaySource {
+    /// `display()`, `fig.show()`, `IPython.display`.
+    Display,
+    /// The final expression, when it has a representation richer than text.
+    Result,
+}
+
+/// One rich output of a call, as a notebook shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Display {
+    pub source: DisplaySource,
+    /// Its representations by MIME type (`text/plain`, `text/markdown`, `text/html`, `image/png`,
+    /// `application/vnd.plotly.v1+json`, ...): text, or Base64 for `image/png` and `image/jpeg`.
+    pub data: std::collections::BTreeMap<String, String>,
+}
+
 /// The result of one execution.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[schemars(rename = "ExecResult")]
@@ -192,6 +211,10 @@ pub struct ExecResult<K = ErrorKind> {
     /// `str()` of the final expression; `None` when there is none or it is `None`.
     pub result: Option<String>,
     pub files: Vec<OutputFile>,
+    /// Rich outputs in the order the code produced them (`display()`, figures shown, a final
+    /// expression with a rich representation).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub displays: Vec<Display>,
     pub error: Option<ExecError<K>>,
     pub timed_out: bool,
     pub output_truncated: bool,
@@ -206,6 +229,7 @@ impl<K> ExecResult<K> {
             stderr: String::new(),
             result: None,
             files: Vec::new(),
+            displays: Vec::new(),
             timed_out,
             error: Some(error),
             output_truncated: false,
@@ -220,6 +244,7 @@ impl<K> ExecResult<K> {
             stderr: self.stderr,
             result: self.result,
             files: self.files,
+            displays: self.displays,
             error: self.error.map(|e| ExecError {
                 kind: f(e.kind),
                 error_type: e.error_type,

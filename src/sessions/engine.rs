@@ -41,6 +41,10 @@ impl Backend for Engine {
         sandbox.read_file(path, limit)
     }
 
+    fn store(&self, sandbox: &mut Sandbox, path: &str, data: Vec<u8>) -> Result<(), String> {
+        sandbox.store_file(path, data)
+    }
+
     fn ended(&self, sandbox: &Sandbox) -> Option<SandboxEnd> {
         sandbox.ended()
     }

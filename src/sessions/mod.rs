@@ -67,6 +67,9 @@ pub trait Backend: Send + Sync + 'static {
     fn read(&self, sandbox: &mut Self::Sandbox, path: &str, limit: u64)
     -> Result<FileRead, String>;
 
+    /// Writes `data` as the session's file at `path` (relative to /workspace).
+    fn store(&self, sandbox: &mut Self::Sandbox, path: &str, data: Vec<u8>) -> Result<(), String>;
+
     /// Why the sandbox can run nothing more, if so.
     fn ended(&self, sandbox: &Self::Sandbox) -> Option<SandboxEnd>;
 }
@@ -84,6 +87,27 @@ impl Clock for SystemClock {
     fn now(&self) -> Instant {
         Instant::now()
     }
+}
+
+/// Which of a call's long outputs the session keeps as files under /workspace, so that a result
+/// whose text is cut for a model can say where the whole is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeepOutputs {
+    /// The files' path stem relative to /workspace, e.g. `.outputs/20261203-044501-3f9a`: the
+    /// streams go to `{stem}-stdout.txt` and `{stem}-stderr.txt`.
+    pub stem: String,
+    /// A stream longer than this many characters is kept.
+    pub stdout_over: usize,
+    pub stderr_over: usize,
+}
+
+/// A session call's result, and the files it kept of its long outputs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionRun {
+    pub result: ExecResult,
+    /// Paths (relative to /workspace) of the whole stdout and stderr, when they were kept.
+    pub kept_stdout: Option<String>,
+    pub kept_stderr: Option<String>,
 }
 
 /// The bearer token a request was authenticated with, as its SHA-256 digest (put into the request's
@@ -363,7 +387,8 @@ impl<B: Backend> Sessions<B> {
         id: &str,
         caller: &Caller,
         request: ExecRequest,
-    ) -> Result<ExecResult, SessionError> {
+        keep: Option<KeepOutputs>,
+    ) -> Result<SessionRun, SessionError> {
         let session = self.get(id, caller)?;
         let cancel = Arc::new(AtomicBool::new(false));
         lock(&session.stops).push(cancel.clone());
@@ -375,6 +400,7 @@ impl<B: Backend> Sessions<B> {
         let (reply, result) = oneshot::channel();
         self.submit(&session, |pending| Job::Run {
             request,
+            keep,
             cancel,
             reply,
             pending,

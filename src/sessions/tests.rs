@@ -94,6 +94,7 @@ fn success(result: &str) -> ExecResult {
         stderr: String::new(),
         result: Some(result.to_string()),
         files: Vec::new(),
+        displays: Vec::new(),
         error: None,
         timed_out: false,
         output_truncated: false,
@@ -158,6 +159,10 @@ impl Backend for Fake {
         Ok(FileRead::Missing)
     }
 
+    fn store(&self, _: &mut FakeSandbox, _: &str, _: Vec<u8>) -> Result<(), String> {
+        Ok(())
+    }
+
     fn ended(&self, sandbox: &FakeSandbox) -> Option<SandboxEnd> {
         sandbox.ended
     }
@@ -215,7 +220,7 @@ async fn a_cancelled_call_leaves_nothing_behind_and_the_idle_session_is_reaped()
     let caller = Caller::default();
     let id = sessions.create(caller.clone(), "x").await.unwrap();
     {
-        let call = sessions.run(&id, &caller, request("hold"));
+        let call = sessions.run(&id, &caller, request("hold"), None);
         tokio::pin!(call);
         tokio::select! {
             _ = &mut call => panic!("the held call returned"),
@@ -225,13 +230,16 @@ async fn a_cancelled_call_leaves_nothing_behind_and_the_idle_session_is_reaped()
     }
     settled(&sessions).await;
     // The session still answers, and is idle now.
-    let r = sessions.run(&id, &caller, request("again")).await.unwrap();
-    assert_eq!(r.result.as_deref(), Some("again"));
+    let r = sessions
+        .run(&id, &caller, request("again"), None)
+        .await
+        .unwrap();
+    assert_eq!(r.result.result.as_deref(), Some("again"));
     clock.advance(Duration::from_secs(61));
     sessions.reap();
     assert_eq!(sessions.live(), 0, "an idle session is reaped");
     assert!(matches!(
-        sessions.run(&id, &caller, request("x")).await,
+        sessions.run(&id, &caller, request("x"), None).await,
         Err(SessionError::NotFound(_))
     ));
 }
@@ -266,13 +274,17 @@ async fn a_busy_session_queues_at_most_its_capacity() {
     let id = sessions.create(caller.clone(), "x").await.unwrap();
     let running = tokio::spawn({
         let (sessions, id, caller) = (sessions.clone(), id.clone(), caller.clone());
-        async move { sessions.run(&id, &caller, request("hold")).await }
+        async move { sessions.run(&id, &caller, request("hold"), None).await }
     });
     assert_eq!(started.recv().await, Some("run"));
     let queued: Vec<_> = (0..2)
         .map(|n| {
             let (sessions, id, caller) = (sessions.clone(), id.clone(), caller.clone());
-            tokio::spawn(async move { sessions.run(&id, &caller, request(&format!("q{n}"))).await })
+            tokio::spawn(async move {
+                sessions
+                    .run(&id, &caller, request(&format!("q{n}")), None)
+                    .await
+            })
         })
         .collect();
     while sessions.inner.sessions.lock().unwrap()[&id]
@@ -282,7 +294,7 @@ async fn a_busy_session_queues_at_most_its_capacity() {
     {
         tokio::task::yield_now().await;
     }
-    let refused = sessions.run(&id, &caller, request("one more")).await;
+    let refused = sessions.run(&id, &caller, request("one more"), None).await;
     assert!(
         matches!(
             refused,
@@ -301,12 +313,12 @@ async fn a_busy_session_queues_at_most_its_capacity() {
     ));
     release.send(()).unwrap();
     assert_eq!(
-        running.await.unwrap().unwrap().result.as_deref(),
+        running.await.unwrap().unwrap().result.result.as_deref(),
         Some("released")
     );
     for (n, call) in queued.into_iter().enumerate() {
-        let result = call.await.unwrap().unwrap();
-        assert_eq!(result.result, Some(format!("q{n}")), "in order");
+        let run = call.await.unwrap().unwrap();
+        assert_eq!(run.result.result, Some(format!("q{n}")), "in order");
     }
     settled(&sessions).await;
 }
@@ -317,15 +329,21 @@ async fn a_sandbox_that_ended_ends_its_session_and_no_message_text_does() {
     let caller = Caller::default();
     let id = sessions.create(caller.clone(), "x").await.unwrap();
     let said = sessions
-        .run(&id, &caller, request("say:the session has ended"))
+        .run(&id, &caller, request("say:the session has ended"), None)
         .await
         .unwrap();
-    assert_eq!(said.error.unwrap().message, "the session has ended");
+    assert_eq!(said.result.error.unwrap().message, "the session has ended");
     assert_eq!(sessions.live(), 1, "a message is only a message");
-    let crashed = sessions.run(&id, &caller, request("crash")).await.unwrap();
-    assert_eq!(crashed.error.unwrap().error_type, "InterpreterCrashed");
+    let crashed = sessions
+        .run(&id, &caller, request("crash"), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        crashed.result.error.unwrap().error_type,
+        "InterpreterCrashed"
+    );
     assert_eq!(sessions.live(), 0, "ended before the reply came");
-    match sessions.run(&id, &caller, request("x")).await {
+    match sessions.run(&id, &caller, request("x"), None).await {
         Err(SessionError::Ended { reason, .. }) => {
             assert_eq!(reason, SandboxEnd::Crashed.reason())
         }
@@ -347,7 +365,7 @@ async fn with_bearer_tokens_a_session_answers_only_to_its_token() {
     let id = sessions.create(alice.clone(), "x").await.unwrap();
     for other in [&bob, &Caller::default()] {
         assert!(matches!(
-            sessions.run(&id, other, request("x")).await,
+            sessions.run(&id, other, request("x"), None).await,
             Err(SessionError::NotFound(_))
         ));
         assert!(matches!(
@@ -355,7 +373,7 @@ async fn with_bearer_tokens_a_session_answers_only_to_its_token() {
             Err(SessionError::NotFound(_))
         ));
     }
-    assert!(sessions.run(&id, &alice, request("x")).await.is_ok());
+    assert!(sessions.run(&id, &alice, request("x"), None).await.is_ok());
     sessions.clear(&id, &alice).unwrap();
 }
 
@@ -368,12 +386,25 @@ async fn sessions_end_at_their_lifetime_and_shutdown_does_not_wait_for_cancelled
     let young = sessions.create(caller.clone(), "x").await.unwrap();
     clock.advance(Duration::from_secs(601));
     // Both were used just now, so neither is idle; only the old one is past its lifetime.
-    sessions.run(&young, &caller, request("x")).await.unwrap();
+    sessions
+        .run(&young, &caller, request("x"), None)
+        .await
+        .unwrap();
     sessions.reap();
-    assert!(sessions.run(&old, &caller, request("x")).await.is_err());
-    assert!(sessions.run(&young, &caller, request("x")).await.is_ok());
+    assert!(
+        sessions
+            .run(&old, &caller, request("x"), None)
+            .await
+            .is_err()
+    );
+    assert!(
+        sessions
+            .run(&young, &caller, request("x"), None)
+            .await
+            .is_ok()
+    );
     {
-        let call = sessions.run(&young, &caller, request("hold"));
+        let call = sessions.run(&young, &caller, request("hold"), None);
         tokio::pin!(call);
         tokio::select! {
             _ = &mut call => panic!("the held call returned"),

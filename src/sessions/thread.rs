@@ -8,8 +8,8 @@ use std::sync::{Arc, Weak};
 
 use tokio::sync::oneshot;
 
-use super::{Backend, Inner, short};
-use crate::sandbox::{ExecRequest, ExecResult, FileListing, FileRead};
+use super::{Backend, Inner, KeepOutputs, SessionRun, short};
+use crate::sandbox::{ExecRequest, FileListing, FileRead};
 
 /// One job's place in its session's queue: counted from when it is queued until its thread is done
 /// with it (run, skipped, or dropped with the queue), whether its caller still waits or not. A job's
@@ -38,9 +38,11 @@ impl Drop for Pending {
 pub(super) enum Job {
     Run {
         request: ExecRequest,
+        /// Which long outputs to keep as files.
+        keep: Option<KeepOutputs>,
         /// Set when the caller goes away or the session ends: the call is skipped or stopped.
         cancel: Arc<AtomicBool>,
-        reply: oneshot::Sender<ExecResult>,
+        reply: oneshot::Sender<SessionRun>,
         pending: Pending,
     },
     List {
@@ -104,6 +106,7 @@ fn serve<B: Backend>(
         let ended = match job {
             Job::Run {
                 request,
+                keep,
                 cancel,
                 reply,
                 pending,
@@ -114,8 +117,16 @@ fn serve<B: Backend>(
                 }
                 let result = backend.run(sandbox, request, cancel);
                 let ended = report_end(backend, sandbox, manager, id);
+                let mut run = SessionRun {
+                    result,
+                    kept_stdout: None,
+                    kept_stderr: None,
+                };
+                if let Some(keep) = keep.filter(|_| !ended) {
+                    keep_outputs(backend, sandbox, &keep, &mut run);
+                }
                 drop(pending);
-                let _ = reply.send(result);
+                let _ = reply.send(run);
                 ended
             }
             Job::List { reply, pending } => {
@@ -140,6 +151,30 @@ fn serve<B: Backend>(
         };
         if ended {
             return;
+        }
+    }
+}
+
+/// Writes the call's streams that are longer than `keep` says as files of the session.
+fn keep_outputs<B: Backend>(
+    backend: &B,
+    sandbox: &mut B::Sandbox,
+    keep: &KeepOutputs,
+    run: &mut SessionRun,
+) {
+    let streams = [
+        ("stdout", run.result.stdout.clone(), keep.stdout_over),
+        ("stderr", run.result.stderr.clone(), keep.stderr_over),
+    ];
+    for (stream, text, over) in streams {
+        if text.chars().count() <= over {
+            continue;
+        }
+        let path = format!("{}-{stream}.txt", keep.stem);
+        match backend.store(sandbox, &path, text.into_bytes()) {
+            Ok(()) if stream == "stdout" => run.kept_stdout = Some(path),
+            Ok(()) => run.kept_stderr = Some(path),
+            Err(e) => tracing::debug!(error = %e, "a long output could not be kept in the session"),
         }
     }
 }

@@ -1,12 +1,14 @@
 //! What a `run_python_code` result carries besides its structured JSON (which stays, with its text
-//! copy, for clients that read only that): every returned image as MCP image content, so that
-//! multimodal clients see it (PNG, JPEG, GIF and WebP inlined up to a size; SVG as text), and, in a
-//! session, a `resource_link` to every returned file under its `session://` URI.
+//! form sized for a model, see `text.rs`, for clients that read only that): every rich output
+//! (`displays`) as one content block in the order the code made them, every returned image as MCP
+//! image content, so that multimodal clients see it (PNG, JPEG, GIF and WebP inlined up to a size;
+//! SVG as text), and, in a session, a `resource_link` to every returned file under its `session://`
+//! URI.
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
-use rmcp::model::{ContentBlock, Resource};
+use rmcp::model::{ContentBlock, Resource, ResourceContents};
 
-use crate::sandbox::OutputFile;
+use crate::sandbox::{Display, OutputFile};
 
 /// Image types clients render from Base64 image content.
 const INLINE_IMAGE_TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
@@ -88,6 +90,49 @@ pub fn file_blocks(
     blocks
 }
 
+/// Representations that become embedded resources (with their MIME type), most useful first.
+const RESOURCE_TYPES: [&str; 6] = [
+    "image/svg+xml",
+    "application/vnd.plotly.v1+json",
+    "application/json",
+    "text/latex",
+    "text/html",
+    "application/javascript",
+];
+
+/// One content block per rich output, in order: an image as image content (PNG or JPEG, up to
+/// `max_inline_bytes`), else Markdown as text, else SVG, plotly's JSON, JSON, LaTeX or HTML as an
+/// embedded resource with its MIME type (`display://N`), else the plain text.
+pub fn display_blocks(displays: &[Display], max_inline_bytes: u64) -> Vec<ContentBlock> {
+    displays
+        .iter()
+        .enumerate()
+        .filter_map(|(n, display)| {
+            let data = &display.data;
+            for mime in ["image/png", "image/jpeg"] {
+                if let Some(b64) = data.get(mime)
+                    && decoded_len(b64) <= max_inline_bytes
+                {
+                    return Some(ContentBlock::image(b64.clone(), mime.to_string()));
+                }
+            }
+            if let Some(markdown) = data.get("text/markdown") {
+                return Some(ContentBlock::text(markdown.clone()));
+            }
+            for mime in RESOURCE_TYPES {
+                if let Some(text) = data.get(mime) {
+                    return Some(ContentBlock::resource(
+                        ResourceContents::text(text.clone(), format!("display://{n}"))
+                            .with_mime_type(mime),
+                    ));
+                }
+            }
+            data.get("text/plain")
+                .map(|text| ContentBlock::text(text.clone()))
+        })
+        .collect()
+}
+
 fn base64_text(text: &str) -> Option<String> {
     use base64::Engine as _;
     let bytes = base64::engine::general_purpose::STANDARD
@@ -112,6 +157,45 @@ mod tests {
         assert_eq!(parse_session_uri("session://abc/%2E%2E/x"), None);
         assert_eq!(parse_session_uri("file:///etc/passwd"), None);
         assert_eq!(parse_session_uri("session:///x"), None);
+    }
+
+    #[test]
+    fn each_display_becomes_its_most_useful_block_in_order() {
+        use crate::sandbox::DisplaySource;
+        let display = |pairs: &[(&str, &str)]| Display {
+            source: DisplaySource::Display,
+            data: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        let displays = [
+            display(&[("text/plain", "<Figure>"), ("image/png", "iVBORw0KGgo=")]),
+            display(&[
+                ("text/plain", "df"),
+                ("text/html", "<table/>"),
+                ("text/markdown", "| a |"),
+            ]),
+            display(&[
+                ("text/plain", "fig"),
+                ("application/vnd.plotly.v1+json", "{}"),
+            ]),
+            display(&[("text/plain", "just text")]),
+        ];
+        let blocks = display_blocks(&displays, 1024);
+        assert_eq!(blocks.len(), 4);
+        assert!(matches!(blocks[0], ContentBlock::Image(_)));
+        assert!(matches!(&blocks[1], ContentBlock::Text(t) if t.text == "| a |"));
+        let ContentBlock::Resource(resource) = &blocks[2] else {
+            panic!("{:?}", blocks[2]);
+        };
+        assert!(format!("{resource:?}").contains("application/vnd.plotly.v1+json"));
+        assert!(matches!(&blocks[3], ContentBlock::Text(t) if t.text == "just text"));
+        // An image over the inline cap falls back to the next representation.
+        assert!(matches!(
+            display_blocks(&displays[..1], 2)[0],
+            ContentBlock::Text(_)
+        ));
     }
 
     #[test]

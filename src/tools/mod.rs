@@ -8,6 +8,7 @@ pub mod content;
 pub mod run;
 pub mod session;
 pub mod snippets;
+pub mod text;
 pub mod validation;
 
 use std::sync::Arc;
@@ -43,6 +44,8 @@ pub struct ToolOptions {
     pub network: bool,
     /// Returned images up to this many bytes are inlined as image content.
     pub max_inline_image_bytes: u64,
+    /// The text content of a result is sized to about this many characters (0: no cap).
+    pub max_text_chars: usize,
 }
 
 /// The MCP server: tools over the worker pool, the sessions and the snippet catalog.
@@ -53,6 +56,7 @@ pub struct CodeInterpreter {
     catalog: Arc<Catalog>,
     sessions: Option<Sessions>,
     max_inline_image_bytes: u64,
+    max_text_chars: usize,
     tool_router: ToolRouter<Self>,
     /// run_python_code calls whose handler has not returned yet (see `calls_in_flight`).
     in_flight: Arc<AtomicUsize>,
@@ -138,6 +142,7 @@ clear_session, and session:// resources)."
             catalog: Arc::new(catalog.unwrap_or_default()),
             sessions: options.sessions,
             max_inline_image_bytes: options.max_inline_image_bytes,
+            max_text_chars: options.max_text_chars,
             tool_router,
             in_flight: Default::default(),
         }

@@ -9,12 +9,13 @@ use rmcp::model::{CallToolResult, ProgressNotificationParam, ProgressToken};
 use rmcp::service::{Peer, RequestContext};
 use rmcp::{RoleServer, tool, tool_router};
 
+use super::text::{self, Kept};
 use super::validation::{FileInput, InputLimits, validate};
 use super::{CodeInterpreter, InFlight, content};
 use crate::pool::{Completed, ExecPool, JobError, SubmitError, Ticket};
 use crate::protocol::limits::{DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS};
 use crate::sandbox::{self, ErrorType, ExecError, ExecRequest, ExecResult};
-use crate::sessions::{Caller, Principal, SessionError, Sessions};
+use crate::sessions::{Caller, KeepOutputs, Principal, SessionError, Sessions};
 use crate::telemetry::{self, Rejection, ToolOutcome};
 
 fn default_timeout_ms() -> u64 {
@@ -241,6 +242,8 @@ pub struct Ended {
     pub queue_wait: Duration,
     pub execution: Duration,
     pub session_id: Option<String>,
+    /// The session files that hold the whole of its long outputs.
+    pub kept: Kept,
 }
 
 impl Ended {
@@ -250,6 +253,7 @@ impl Ended {
             queue_wait: Duration::ZERO,
             execution: Duration::ZERO,
             session_id: None,
+            kept: Kept::default(),
         }
     }
 }
@@ -261,6 +265,7 @@ pub async fn validate_and_execute(
     pool: &ExecPool,
     sessions: Option<&Sessions>,
     limits: InputLimits,
+    max_text_chars: usize,
     args: RunPythonCodeArgs,
     context: Option<RequestContext<RoleServer>>,
 ) -> Ended {
@@ -285,7 +290,12 @@ pub async fn validate_and_execute(
                 "sessions are disabled on this server (sessions.enabled = false)".into(),
             );
         };
-        return in_session(sessions, session_id, request, context).await;
+        let keep = (max_text_chars > 0).then(|| KeepOutputs {
+            stem: output_stem(),
+            stdout_over: text::share("stdout", max_text_chars),
+            stderr_over: text::share("stderr", max_text_chars),
+        });
+        return in_session(sessions, session_id, request, keep, context).await;
     }
     let ticket = match pool.submit(request) {
         Ok(ticket) => ticket,
@@ -308,6 +318,7 @@ pub async fn validate_and_execute(
             queue_wait: completed.queue_wait,
             execution: completed.execution,
             session_id: None,
+            kept: Kept::default(),
         },
         _ = cancelled.cancelled() => Ended::refused(Refusal::Cancelled),
     }
@@ -320,6 +331,7 @@ async fn in_session(
     sessions: &Sessions,
     session_id: String,
     request: ExecRequest,
+    keep: Option<KeepOutputs>,
     context: Option<RequestContext<RoleServer>>,
 ) -> Ended {
     let started = std::time::Instant::now();
@@ -337,7 +349,7 @@ async fn in_session(
         } else {
             session_id
         };
-        let result = sessions.run(&id, &caller, request).await?;
+        let result = sessions.run(&id, &caller, request, keep).await?;
         // The id goes back to the client with this result: the session is the client's now.
         if let Some(mut created) = created {
             created.id = None;
@@ -346,16 +358,30 @@ async fn in_session(
     };
     tokio::select! {
         outcome = run => match outcome {
-            Ok((id, result)) => Ended {
-                outcome: Outcome::Executed(result),
+            Ok((id, run)) => Ended {
+                outcome: Outcome::Executed(run.result),
                 queue_wait: Duration::ZERO,
                 execution: started.elapsed(),
                 session_id: Some(id),
+                kept: Kept {
+                    stdout: run.kept_stdout,
+                    stderr: run.kept_stderr,
+                },
             },
             Err(e) => Ended::refused(Refusal::Session(e)),
         },
         _ = cancelled.cancelled() => Ended::refused(Refusal::Cancelled),
     }
+}
+
+/// Where a session call keeps its long outputs: `.outputs/call-MILLIS-RANDOM` under /workspace.
+fn output_stem() -> String {
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let mut random = [0u8; 3];
+    let _ = getrandom::fill(&mut random);
+    format!(".outputs/call-{millis}-{}", hex::encode(random))
 }
 
 /// Ends a session created for a call that went away before its id reached the client.
@@ -488,12 +514,13 @@ impl CodeInterpreter {
         &self,
         args: RunPythonCodeArgs,
         context: Option<RequestContext<RoleServer>>,
-    ) -> CallResult {
+    ) -> (CallResult, Kept) {
         let started = std::time::Instant::now();
         let ended = validate_and_execute(
             &self.pool,
             self.sessions.as_ref(),
             self.limits,
+            self.max_text_chars,
             args,
             context,
         )
@@ -515,7 +542,7 @@ impl CodeInterpreter {
                 ..Default::default()
             },
         );
-        result
+        (result, ended.kept)
     }
 }
 
@@ -527,7 +554,10 @@ impl CodeInterpreter {
         description = "Run Python 3 code in a fresh, isolated Pyodide (WebAssembly) sandbox and return \
 stdout, stderr, the str() of the final expression, and any new files written under /workspace \
 (the working directory). Every call starts from a clean interpreter: nothing persists between calls. \
-Top-level await is supported. Pass input files as Base64 in `files`; they appear under /workspace.",
+Top-level await is supported. Pass input files as Base64 in `files`; they appear under /workspace. \
+Notebook style works: display(obj) and IPython.display show rich output (tables, images, HTML), \
+%pip install / !pip install, %time, %timeit, %%time, %%capture; matplotlib and plotly figures come \
+back as images and files.",
         output_schema = rmcp::handler::server::tool::schema_for_type::<CallResult>()
     )]
     async fn run_python_code(
@@ -536,13 +566,19 @@ Top-level await is supported. Pass input files as Base64 in `files`; they appear
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
         let _in_flight = InFlight::enter(&self.in_flight);
-        let result = self.run(args, Some(context)).await;
+        let (result, kept) = self.run(args, Some(context)).await;
         let value = serde_json::to_value(&result).unwrap_or_default();
+        let text = text::model_text(&result, &value, self.max_text_chars, &kept);
         let mut reply = if result.success {
             CallToolResult::structured(value)
         } else {
             CallToolResult::structured_error(value)
         };
+        reply.content = vec![rmcp::model::ContentBlock::text(text)];
+        reply.content.extend(content::display_blocks(
+            &result.displays,
+            self.max_inline_image_bytes,
+        ));
         reply.content.extend(content::file_blocks(
             &result.files,
             result.session_id.as_deref(),

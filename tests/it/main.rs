@@ -13,6 +13,8 @@ mod isolation;
 mod layers;
 mod limits;
 mod metrics;
+mod mirror_index;
+mod notebook;
 mod packages;
 mod pool;
 mod preimport;

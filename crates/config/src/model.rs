@@ -151,12 +151,27 @@ pub struct ResultsConfig {
     /// only returned as files (0: never inline).
     /// Environment: CODE_INTERPRETER_MCP_MAX_INLINE_IMAGE_KB
     pub max_inline_image_kb: u64,
+    /// The text content a model reads of a result is at most about this many characters: long
+    /// stdout, stderr, result and displays keep their head and tail with a marker saying how much was
+    /// cut and where the whole is (the structured content keeps the per-request caps). 0: no cap.
+    /// Environment: CODE_INTERPRETER_MCP_MAX_TEXT_CHARS
+    pub max_text_chars: u64,
+    /// DataFrames and Series displayed (or left as the final expression) also come as a Markdown
+    /// table of at most this many rows, the first and last ones (2 to 1000).
+    /// Environment: CODE_INTERPRETER_MCP_MAX_TABLE_ROWS
+    pub max_table_rows: u64,
+    /// ... and at most this many columns (2 to 1000).
+    /// Environment: CODE_INTERPRETER_MCP_MAX_TABLE_COLUMNS
+    pub max_table_columns: u64,
 }
 
 impl Default for ResultsConfig {
     fn default() -> Self {
         Self {
             max_inline_image_kb: 1024,
+            max_text_chars: 20_000,
+            max_table_rows: 20,
+            max_table_columns: 20,
         }
     }
 }

@@ -28,6 +28,8 @@ pub struct Settings {
     pub snippets: Option<SnippetSettings>,
     /// Returned images up to this many bytes are inlined as image content.
     pub max_inline_image_bytes: u64,
+    /// The text content of a result is at most about this many characters (0: no cap).
+    pub max_text_chars: usize,
     /// Where `/metrics` listens, when the Prometheus integration is enabled.
     pub prometheus: Option<SocketAddr>,
 }
@@ -67,6 +69,9 @@ pub struct EngineSettings {
     pub wasm_memory_limit_mb: u64,
     pub sandbox_memory_limit_mb: u64,
     pub setup_timeout: Duration,
+    /// DataFrames displayed as Markdown tables show at most this many rows and columns.
+    pub table_rows: u64,
+    pub table_columns: u64,
 }
 
 /// The worker pool.

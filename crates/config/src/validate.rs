@@ -108,6 +108,24 @@ const RANGES: &[Range] = &[
         allowed: 0..=MAX_KB,
         unit: " KB",
     },
+    Range {
+        key: "results.max_text_chars",
+        value: |c| c.results.max_text_chars,
+        allowed: 0..=100_000_000,
+        unit: "",
+    },
+    Range {
+        key: "results.max_table_rows",
+        value: |c| c.results.max_table_rows,
+        allowed: 2..=1000,
+        unit: "",
+    },
+    Range {
+        key: "results.max_table_columns",
+        value: |c| c.results.max_table_columns,
+        allowed: 2..=1000,
+        unit: "",
+    },
 ];
 
 /// The error for `key`: its source and what is allowed.
@@ -398,6 +416,8 @@ fn settings(
             wasm_memory_limit_mb: w.wasm_memory_limit_mb,
             sandbox_memory_limit_mb: w.sandbox_memory_limit_mb,
             setup_timeout: Duration::from_secs(w.setup_timeout_s),
+            table_rows: c.results.max_table_rows,
+            table_columns: c.results.max_table_columns,
         },
         workers: WorkerSettings {
             max_workers: w.max_workers as usize,
@@ -416,6 +436,7 @@ fn settings(
             min_hits: c.search.min_hits as usize,
         }),
         max_inline_image_bytes: c.results.max_inline_image_kb * 1024,
+        max_text_chars: c.results.max_text_chars as usize,
         prometheus,
     }
 }

@@ -200,6 +200,9 @@ fn every_environment_override_applies_after_files() {
         ("CODE_INTERPRETER_MCP_SESSION_IDLE_TIMEOUT_S", "60"),
         ("CODE_INTERPRETER_MCP_SESSION_MAX_LIFETIME_S", "600"),
         ("CODE_INTERPRETER_MCP_MAX_INLINE_IMAGE_KB", "0"),
+        ("CODE_INTERPRETER_MCP_MAX_TEXT_CHARS", "5000"),
+        ("CODE_INTERPRETER_MCP_MAX_TABLE_ROWS", "10"),
+        ("CODE_INTERPRETER_MCP_MAX_TABLE_COLUMNS", "8"),
         (
             "CODE_INTERPRETER_MCP_HTTP_ALLOWED_HOSTS",
             " mcp.example.com ,, proxy.example.com:8443 ",
@@ -281,6 +284,9 @@ fn every_environment_override_applies_after_files() {
     assert_eq!(c.sessions.idle_timeout_s, 60);
     assert_eq!(c.sessions.max_lifetime_s, 600);
     assert_eq!(c.results.max_inline_image_kb, 0);
+    assert_eq!(c.results.max_text_chars, 5000);
+    assert_eq!(c.results.max_table_rows, 10);
+    assert_eq!(c.results.max_table_columns, 8);
     assert_eq!(c.input_limits.max_file_kb, 2048);
     assert_eq!(c.input_limits.max_total_file_kb, 4096);
     assert!(c.integrations.prometheus.enabled);
@@ -381,6 +387,10 @@ fn validation_rules_name_the_key_the_source_and_what_is_allowed() {
         (
             "[sessions]\nmax_sessions = 0\n",
             &["sessions.max_sessions", "1..=10000"],
+        ),
+        (
+            "[results]\nmax_table_rows = 1\n",
+            &["results.max_table_rows", "2..=1000"],
         ),
         (
             "[sessions]\nqueue_capacity = 65\n",

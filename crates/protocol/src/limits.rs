@@ -21,6 +21,12 @@ pub const MAX_RETURNED_FILE_BYTES: u64 = 10 * 1024 * 1024;
 pub const MAX_RETURNED_TOTAL_BYTES: u64 = 50 * 1024 * 1024;
 /// Largest response body a sandbox may receive over HTTPS (100 MiB).
 pub const MAX_RESPONSE_BYTES: usize = 100 * 1024 * 1024;
+/// At most 64 rich outputs (`displays`) are returned per call.
+pub const MAX_DISPLAYS: usize = 64;
+/// One representation of a rich output may be at most 4 MiB.
+pub const MAX_DISPLAY_VALUE_BYTES: usize = 4 * 1024 * 1024;
+/// All rich outputs of one call together may be at most 16 MiB.
+pub const MAX_DISPLAY_TOTAL_BYTES: usize = 16 * 1024 * 1024;
 /// A path (input or returned) is at most this long, in bytes.
 pub const MAX_PATH_BYTES: usize = 4096;
 /// A path has at most this many components.
@@ -125,6 +131,24 @@ pub const ALL: &[LimitInfo] = &[
         MAX_RETURNED_FILE_BYTES,
         "bytes",
         "one returned file",
+    ),
+    limit(
+        "displays",
+        MAX_DISPLAYS as u64,
+        "outputs",
+        "rich outputs (displays) of one call",
+    ),
+    limit(
+        "display_value",
+        MAX_DISPLAY_VALUE_BYTES as u64,
+        "bytes",
+        "one representation of a rich output",
+    ),
+    limit(
+        "displays_total",
+        MAX_DISPLAY_TOTAL_BYTES as u64,
+        "bytes",
+        "all rich outputs of one call",
     ),
     limit(
         "returned_total",

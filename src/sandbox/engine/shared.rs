@@ -52,6 +52,9 @@ pub struct EngineConfig {
     pub sandbox_memory_limit_mb: u64,
     /// Time a call's set-up (input files, package loading) may take before its user code starts.
     pub setup_timeout: std::time::Duration,
+    /// DataFrames and Series displayed as Markdown tables show at most this many rows and columns.
+    pub table_rows: u64,
+    pub table_columns: u64,
 }
 
 /// Why the engine could not be created or a sandbox could not boot.

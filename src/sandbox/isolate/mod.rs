@@ -351,6 +351,7 @@ impl Sandbox {
             (returned, _) => returned,
         };
         let files = std::mem::take(&mut call.files);
+        let displays = std::mem::take(&mut call.displays);
         let mut result = ExecResult {
             success: false,
             stdout: call.stdout.text(),
@@ -358,8 +359,10 @@ impl Sandbox {
             result: None,
             output_truncated: call.stdout.truncated()
                 || call.stderr.truncated()
-                || files.truncated(),
+                || files.truncated()
+                || displays.truncated(),
             files: files.into_files(),
+            displays: displays.into_displays(),
             error: None,
             timed_out: false,
         };
@@ -423,9 +426,24 @@ JavaScript environment?): {e}\n"
         })
     }
 
+    /// Writes `data` as the session's file at `path` (relative to /workspace; directories made as
+    /// needed), charged to its memory budget.
+    pub fn store_file(&mut self, path: &str, data: Vec<u8>) -> Result<(), String> {
+        self.inspect_with(Some(path), 0, Some(data)).map(drop)
+    }
+
+    fn inspect(&mut self, path: Option<&str>, limit: u64) -> Result<CallState, String> {
+        self.inspect_with(path, limit, None)
+    }
+
     /// Runs `inspect` in call.js under a short deadline, in a call state of its own; a session
     /// whose JavaScript hangs there ends.
-    fn inspect(&mut self, path: Option<&str>, limit: u64) -> Result<CallState, String> {
+    fn inspect_with(
+        &mut self,
+        path: Option<&str>,
+        limit: u64,
+        data: Option<Vec<u8>>,
+    ) -> Result<CallState, String> {
         if let Some(end) = self.ended {
             return Err(format!("the session has ended: {}", end.reason()));
         }
@@ -451,7 +469,19 @@ JavaScript environment?): {e}\n"
                 None => v8::undefined(scope).into(),
             };
             let limit: v8::Local<v8::Value> = v8::Number::new(scope, limit as f64).into();
-            [v8::Global::new(scope, path), v8::Global::new(scope, limit)]
+            let data: v8::Local<v8::Value> = match data {
+                Some(bytes) => self
+                    .budget
+                    .array_buffer(scope, bytes)
+                    .map_err(|e| e.to_string())?
+                    .into(),
+                None => v8::undefined(scope).into(),
+            };
+            [
+                v8::Global::new(scope, path),
+                v8::Global::new(scope, limit),
+                v8::Global::new(scope, data),
+            ]
         };
         let outcome = self.tokio.block_on(async {
             let call = runtime.call_with_args(&inspect, &args);

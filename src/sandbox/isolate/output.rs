@@ -8,10 +8,11 @@ use std::collections::HashSet;
 use base64::Engine as _;
 
 use crate::protocol::limits::{
-    MAX_ERROR_MESSAGE_BYTES, MAX_ERROR_TYPE_BYTES, MAX_RESULT_BYTES, MAX_RETURNED_FILE_BYTES,
-    MAX_RETURNED_FILES, MAX_RETURNED_TOTAL_BYTES, MAX_TRACEBACK_BYTES,
+    MAX_DISPLAY_TOTAL_BYTES, MAX_DISPLAY_VALUE_BYTES, MAX_DISPLAYS, MAX_ERROR_MESSAGE_BYTES,
+    MAX_ERROR_TYPE_BYTES, MAX_RESULT_BYTES, MAX_RETURNED_FILE_BYTES, MAX_RETURNED_FILES,
+    MAX_RETURNED_TOTAL_BYTES, MAX_TRACEBACK_BYTES,
 };
-use crate::sandbox::types::OutputFile;
+use crate::sandbox::types::{Display, DisplaySource, OutputFile};
 
 /// A byte stream captured up to a limit.
 #[derive(Debug, Default)]
@@ -105,6 +106,80 @@ pub fn cap_text(text: String, limit: usize, keep_end: bool) -> (String, bool) {
     let head = &text[..text.floor_char_boundary(half)];
     let tail = &text[text.ceil_char_boundary(text.len() - half)..];
     (format!("{head}{marker}{tail}"), true)
+}
+
+/// The rich outputs of a call as the runner publishes them (`notebook.py`), kept within the limits
+/// whatever it sends: at most `MAX_DISPLAYS`, each representation at most `MAX_DISPLAY_VALUE_BYTES`
+/// under a well-formed MIME type, `MAX_DISPLAY_TOTAL_BYTES` in all; what is left out marks the output
+/// truncated.
+#[derive(Debug, Default)]
+pub struct DisplayCollector {
+    displays: Vec<Display>,
+    bytes: usize,
+    truncated: bool,
+}
+
+/// A published bundle as it comes from the runner.
+#[derive(serde::Deserialize)]
+struct Published {
+    source: DisplaySource,
+    data: std::collections::BTreeMap<String, String>,
+}
+
+/// `type/subtype`, lower-case letters, digits and `.+-` only, at most 100 bytes.
+fn mime_ok(mime: &str) -> bool {
+    let ok = |part: &str| {
+        !part.is_empty()
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"+-.".contains(&b))
+    };
+    mime.len() <= 100 && mime.split_once('/').is_some_and(|(t, s)| ok(t) && ok(s))
+}
+
+impl DisplayCollector {
+    /// One published message: a bundle (JSON), or `clear` (the call's `clear_output()`).
+    pub fn publish(&mut self, text: &str) {
+        if text == "clear" {
+            self.displays.clear();
+            self.bytes = 0;
+            return;
+        }
+        let Ok(published) = serde_json::from_str::<Published>(text) else {
+            self.truncated = true;
+            return;
+        };
+        if self.displays.len() >= MAX_DISPLAYS {
+            self.truncated = true;
+            return;
+        }
+        let mut data = std::collections::BTreeMap::new();
+        for (mime, value) in published.data {
+            if !mime_ok(&mime)
+                || value.len() > MAX_DISPLAY_VALUE_BYTES
+                || self.bytes + value.len() > MAX_DISPLAY_TOTAL_BYTES
+            {
+                self.truncated = true;
+                continue;
+            }
+            self.bytes += value.len();
+            data.insert(mime, value);
+        }
+        if !data.is_empty() {
+            self.displays.push(Display {
+                source: published.source,
+                data,
+            });
+        }
+    }
+
+    pub fn truncated(&self) -> bool {
+        self.truncated
+    }
+
+    pub fn into_displays(self) -> Vec<Display> {
+        self.displays
+    }
 }
 
 /// Decides which new files fit the limits and keeps them.

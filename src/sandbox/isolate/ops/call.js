@@ -10,6 +10,7 @@ const {
   op_sandbox_call_options,
   op_sandbox_code,
   op_sandbox_collect_file,
+  op_sandbox_display,
   op_sandbox_file_listed,
   op_sandbox_file_read,
   op_sandbox_input_file,
@@ -25,9 +26,11 @@ const {
   SafeMap,
   String,
   StringPrototypeIncludes,
+  StringPrototypeLastIndexOf,
   StringPrototypeSlice,
   StringPrototypeSplit,
   StringPrototypeTrim,
+  Uint8Array,
 } = primordials;
 
 const WORKSPACE = "/workspace";
@@ -36,6 +39,9 @@ const MAX_PATH_CHARS = 4096;
 
 /** Called by the runner when the user's code starts: the timeout runs from here. */
 const startClock = () => op_sandbox_start_clock();
+
+/** Called by the runner with each rich output (a JSON bundle) or `clear` (Rust checks and caps them). */
+const publish = (text) => op_sandbox_display(String(text));
 
 /** Called by the runner with what the code produced (Rust caps every field). */
 const report = (success, result, resultTruncated, errorType, message, traceback) =>
@@ -46,7 +52,7 @@ const report = (success, result, resultTruncated, errorType, message, traceback)
  * /workspace are offered to Rust, which applies the returned-file limits.
  */
 export async function run() {
-  const { pyodide, runner, autoLoad, fs } = sandbox;
+  const { pyodide, runner, autoLoad, fs, transform } = sandbox;
   const code = op_sandbox_code();
   const { persistent, interrupt } = op_sandbox_call_options();
   if (interrupt) pyodide.setInterruptBuffer(new Int32Array(interrupt));
@@ -70,7 +76,8 @@ export async function run() {
     // Not user time: the clock starts inside the runner. Code the scan cannot read (nested too
     // deeply for the parser, say) is left to the runner, which compiles it and reports why.
     try {
-      await pyodide.loadPackagesFromImports(code, {
+      // (The scan reads the code as it will run: notebook syntax made Python.)
+      await pyodide.loadPackagesFromImports(transform(code), {
         messageCallback: () => {},
         errorCallback: (msg) => op_sandbox_write(2, core.encode(msg + "\n")),
       });
@@ -81,7 +88,7 @@ export async function run() {
   }
   if (fatallyFailed()) return;
   try {
-    await runner(code, startClock, report, persistent);
+    await runner(code, startClock, report, persistent, publish);
   } finally {
     fatallyFailed();
   }
@@ -103,10 +110,17 @@ function lastLine(error) {
 /**
  * A session's files, for Rust (list_session_files, resources): with `path`, that file's bytes (or
  * that it is missing, or too large for `limit`); without, every regular file under /workspace with
- * its size.
+ * its size. With `data` (an ArrayBuffer), writes it as the file at `path` instead (what Rust keeps of
+ * a call's long output).
  */
-export function inspect(path, limit) {
+export function inspect(path, limit, data) {
   const { fs } = sandbox;
+  if (data !== undefined && data !== null) {
+    const full = `${WORKSPACE}/${path}`;
+    fs.mkdirTree(StringPrototypeSlice(full, 0, StringPrototypeLastIndexOf(full, "/")));
+    fs.writeFile(full, new Uint8Array(data), { canOwn: true });
+    return;
+  }
   if (path === undefined || path === null) {
     // Rust keeps at most its cap of entries and says when to stop.
     walkWorkspace(fs, (p, st) => op_sandbox_file_listed(p, st.size));

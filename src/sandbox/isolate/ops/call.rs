@@ -85,6 +85,12 @@ pub(super) fn op_sandbox_file_read(op_state: &mut OpState, status: u32, #[buffer
     call_mut(op_state).read = Some((status, data.to_vec()));
 }
 
+/// One rich output the runner published (a JSON bundle), or `clear`; kept within the limits.
+#[op2(fast)]
+pub(super) fn op_sandbox_display(op_state: &mut OpState, #[string] text: &str) {
+    call_mut(op_state).displays.publish(text);
+}
+
 /// The runner's report; the first one counts, capped to the limits.
 #[op2]
 pub(super) fn op_sandbox_report(op_state: &mut OpState, #[serde] report: Report) {

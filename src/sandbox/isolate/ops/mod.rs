@@ -26,15 +26,17 @@ use crate::sandbox::engine::layer::Captured;
 use crate::sandbox::engine::memory_snapshot::SharedSnapshot;
 use crate::sandbox::engine::shared::EngineShared;
 use crate::sandbox::isolate::memory::MemoryBudget;
-use crate::sandbox::isolate::output::{CappedBuffer, FileCollector, Report};
+use crate::sandbox::isolate::output::{CappedBuffer, DisplayCollector, FileCollector, Report};
 use crate::sandbox::isolate::watchdog::Arming;
 
 /// The Python half of an execution, evaluated once per sandbox (or into the memory snapshot).
 pub(crate) const RUNNER_PY: &str = include_str!("runner.py");
+/// The runner's notebook conveniences (magics, display, plotly), defined before it.
+pub(crate) const NOTEBOOK_PY: &str = include_str!("notebook.py");
 
 /// The sandbox's JavaScript and Python glue as compiled into the binary (for the memory snapshot's
 /// key: the snapshot is taken by this code).
-pub(crate) fn glue() -> [&'static str; 7] {
+pub(crate) fn glue() -> [&'static str; 8] {
     [
         include_str!("runtime.js"),
         include_str!("web.js"),
@@ -43,6 +45,7 @@ pub(crate) fn glue() -> [&'static str; 7] {
         include_str!("dylink.js"),
         include_str!("layer.js"),
         RUNNER_PY,
+        NOTEBOOK_PY,
     ]
 }
 
@@ -138,6 +141,8 @@ pub(crate) struct CallState {
     pub code: Option<String>,
     pub input_files: Vec<(String, Option<Vec<u8>>)>,
     pub files: FileCollector,
+    /// The call's rich outputs (`display()` and the like).
+    pub displays: DisplayCollector,
     pub report: Option<Report>,
     /// The exception `run()` ended in, if it did (see `runtime.js`).
     pub glue_error: Option<String>,
@@ -168,6 +173,7 @@ impl CallState {
             code,
             input_files,
             files: FileCollector::default(),
+            displays: DisplayCollector::default(),
             report: None,
             glue_error: None,
             watchdog,
@@ -270,6 +276,7 @@ deno_core::extension!(
         call::op_sandbox_file_listed,
         call::op_sandbox_file_read,
         call::op_sandbox_collect_file,
+        call::op_sandbox_display,
         call::op_sandbox_glue_error,
         call::op_sandbox_input_file,
         call::op_sandbox_input_file_count,

@@ -48,15 +48,17 @@ const FORBIDDEN_GLOBALS = [
 const INDEX_URL = "/pyodide/";
 
 /**
- * Makes the module `_sandbox_runner` from runner.py (passed as `source`). Done before a snapshot is taken,
- * so restored sandboxes find it imported. (Importing micropip there would leave JavaScript references
- * that a memory snapshot cannot hold; the runner holds none.)
+ * Makes the modules `_sandbox_notebook` (notebook.py, passed as `notebook`) and `_sandbox_runner`
+ * (runner.py, as `source`), which imports it. Done before a snapshot is taken, so restored sandboxes
+ * find them imported. (Importing micropip there would leave JavaScript references that a memory
+ * snapshot cannot hold; the runner holds none.)
  */
 const DEFINE_RUNNER = `import sys, types
-runner = types.ModuleType("_sandbox_runner")
-exec(compile(source, "<sandbox-runner>", "exec"), runner.__dict__)
-sys.modules["_sandbox_runner"] = runner
-del runner, source`;
+for name, text, filename in (("_sandbox_notebook", notebook, "<sandbox-notebook>"), ("_sandbox_runner", source, "<sandbox-runner>")):
+    module = types.ModuleType(name)
+    sys.modules[name] = module
+    exec(compile(text, filename, "exec"), module.__dict__)
+del name, text, filename, module, notebook, source`;
 /**
  * Run just before the memory snapshot is taken: every object alive then (the interpreter's modules,
  * Pyodide's, the runner's) moves to the garbage collector's permanent generation, which its
@@ -96,6 +98,7 @@ const DISABLED = "Runtime package installation is disabled";
 
 let pyodide = null;
 let runner = null;
+let transform = null;
 let fatalSeen = false;
 let autoLoad = false;
 let fs = null;
@@ -107,6 +110,10 @@ export const sandbox = {
   },
   get runner() {
     return runner;
+  },
+  /** The notebook cell transform (notebook.py), for the import scan. */
+  get transform() {
+    return transform;
   },
   get autoLoad() {
     return autoLoad;
@@ -239,7 +246,7 @@ export async function boot() {
     await buildLayer(cfg.requirements, cfg.indexUrls);
     return;
   }
-  if (!cfg.loadSnapshot) defineRunner(cfg.runnerSource);
+  if (!cfg.loadSnapshot) defineRunner(cfg.runnerSource, cfg.notebookSource);
   if (cfg.kind === "snapshot") {
     // The runner and the modules it imports go into the snapshot, and with `preimport` those
     // modules; nothing else happens before it. The package layer is not in it: MEMFS is not part of
@@ -257,10 +264,18 @@ export async function boot() {
 
   const module = pyodide.pyimport("_sandbox_runner");
   // (A JavaScript null would reach Python as `jsnull`, not None: pass the message only when set.)
-  if (cfg.micropipUnavailable) module.prepare(cfg.micropipUnavailable);
-  else module.prepare();
+  const options = { table_rows: cfg.tableRows, table_columns: cfg.tableColumns };
+  // (A JavaScript null would reach Python as `jsnull`, not None: the message only when set.)
+  if (cfg.micropipUnavailable) options.micropip_unavailable = cfg.micropipUnavailable;
+  module.prepare.callKwargs(options);
+  // `import IPython` is served by the notebook stand-in (notebook.py) unless the real IPython was
+  // installed: the import scan does not load Pyodide's (heavy) IPython for it.
+  pyodide._api._import_name_to_package_name?.delete("IPython");
   runner = module.run.copy();
   module.destroy();
+  const notebook = pyodide.pyimport("_sandbox_notebook");
+  transform = notebook.transform.copy();
+  notebook.destroy();
   fs = captureFs(pyodide.FS);
   // A WebAssembly trap or stack overflow leaves the interpreter unusable: Rust hears of it at once.
   pyodide._api.on_fatal = reportFatal;
@@ -415,10 +430,11 @@ async function buildLayer(requirements, indexUrls) {
   op_sandbox_layer_capture_loaded(loaded);
 }
 
-/** Defines the `_sandbox_runner` module from runner.py's source. */
-function defineRunner(source) {
+/** Defines the `_sandbox_runner` module from runner.py's source (and notebook.py's, which it uses). */
+function defineRunner(source, notebook) {
   const globals = pyodide.globals.get("dict")();
   globals.set("source", source);
+  globals.set("notebook", notebook);
   pyodide.runPython(DEFINE_RUNNER, { globals, filename: "<sandbox-runner-setup>" });
   globals.destroy();
 }

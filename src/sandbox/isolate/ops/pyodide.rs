@@ -17,6 +17,10 @@ use crate::sandbox::engine::wasm::CodegenAllowed;
 struct BootConfig {
     lock_file: String,
     runner_source: &'static str,
+    notebook_source: &'static str,
+    /// DataFrames displayed as Markdown show at most this many rows and columns.
+    table_rows: u64,
+    table_columns: u64,
     auto_load: bool,
     /// "sandbox", "snapshot" (boot only to take a memory snapshot) or "installer" (boot only to
     /// build the package layer); see `Role`.
@@ -46,6 +50,9 @@ pub(super) fn op_sandbox_boot_config(op_state: &mut OpState) -> Result<BootConfi
     Ok(BootConfig {
         lock_file: s.shared.assets.lock_json.to_string(),
         runner_source: super::RUNNER_PY,
+        notebook_source: super::NOTEBOOK_PY,
+        table_rows: s.shared.config.table_rows,
+        table_columns: s.shared.config.table_columns,
         auto_load: s.shared.config.runtime_package_installation,
         kind: s.role.name(),
         load_snapshot: s.restore_from().is_some(),

@@ -1,5 +1,6 @@
-# Python side of one execution: runs the user's code as __main__ with top-level await, turns the final
-# expression into its str(), saves the matplotlib figures it leaves open (and those passed to
+# Python side of one execution: runs the user's code as __main__ with top-level await (its notebook
+# syntax made Python by notebook.py), turns the final expression into its str() (and displays it when
+# it has a rich representation), saves the matplotlib figures it leaves open (and those passed to
 # plt.show()) as PNG files, and reports the outcome (with tracebacks that show only the user's frames)
 # through the `report` function call.js hands over. In a session the namespace persists between calls. Loaded as the module `_sandbox_runner` before the
 # memory snapshot is taken (so restored sandboxes find it ready), or at start-up in full-boot mode. The
@@ -19,7 +20,10 @@ import traceback
 
 from pyodide.code import eval_code_async
 
+import _sandbox_notebook as notebook
+
 FILENAME = "<code>"
+NOTEBOOK_FILENAME = "<sandbox-notebook>"
 RESULT_LIMIT = 64 * 1024
 MESSAGE_LIMIT = 16 * 1024
 TRACEBACK_LIMIT = 64 * 1024
@@ -33,11 +37,16 @@ def _truncate(text, limit, str=str, len=len):
 
 
 def _user_traceback(exc, traceback=traceback):
-    """The traceback from the first frame of the user's code on; runner and Pyodide frames are dropped."""
+    """The traceback from the first frame of the user's code on; runner and Pyodide frames before it,
+    and the notebook helpers' own frames (a magic's implementation), are dropped."""
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename != FILENAME:
         tb = tb.tb_next
-    return "".join(traceback.format_exception(type(exc), exc, tb))
+    report = traceback.TracebackException(type(exc), exc, tb)
+    report.stack = traceback.StackSummary.from_list(
+        [frame for frame in report.stack if frame.filename != NOTEBOOK_FILENAME]
+    )
+    return "".join(report.format())
 
 
 def _describe(exc, str=str, type=type, BaseException=BaseException):
@@ -125,7 +134,9 @@ def _interruptible_sleep(seconds, _sleep=time.sleep, _monotonic=time.monotonic):
 
 
 def save_figures(print=print):
-    """Saves every open matplotlib figure as figure-N.png (the first free N) and closes it."""
+    """Saves every open matplotlib figure (seaborn's too) as figure-N.png (the first free N: a file
+    the code made is never overwritten) and closes it; at most the notebook's figure count per call,
+    none larger than its pixel limit (what is left out marks the output truncated)."""
     plt = sys.modules.get("matplotlib.pyplot")
     if plt is None:
         return
@@ -134,11 +145,16 @@ def save_figures(print=print):
     except BaseException:
         return
     for number in numbers:
-        n = 1
-        while os.path.exists(f"figure-{n}.png"):
-            n += 1
         try:
-            plt.figure(number).savefig(f"figure-{n}.png", format="png")
+            figure = plt.figure(number)
+            width, height = figure.get_size_inches() * figure.dpi
+            if width * height > notebook.MAX_FIGURE_PIXELS:
+                print(f"figure {number} is {int(width)}x{int(height)} pixels, over the limit: not saved", file=sys.stderr)
+                notebook.mark_truncated()
+                continue
+            if not notebook.take_figure():
+                continue
+            figure.savefig(notebook.free_name("figure", "png"), format="png")
         except BaseException as exc:
             print(f"could not save figure {number}: {exc}", file=sys.stderr)
     try:
@@ -152,6 +168,7 @@ async def run(
     start_clock,
     report,
     persistent=False,
+    publish=None,
     BaseException=BaseException,
     SystemExit=SystemExit,
     str=str,
@@ -163,40 +180,66 @@ async def run(
         namespace = _session_namespace
     else:
         namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    # Tracebacks quote the code as the user wrote it; what runs has its notebook syntax made Python,
+    # line for line.
     linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
+    notebook._publish = publish
+    notebook.reset_figures()
     start_clock()
+    cell = None
     try:
-        value = await eval_code_async(code, namespace, filename=FILENAME)
+        try:
+            value = await eval_code_async(notebook.transform(code), namespace, filename=FILENAME)
+        finally:
+            cell = notebook.end_cell()
     except SystemExit as exc:
-        save_figures()
-        _flush()
+        _finish()
         if exc.code is None or exc.code == 0:
-            report(True, None, False, None, None, None)
+            _report(report, True, None, False, None, None, None)
         else:
-            report(False, None, False, *_describe(exc))
+            _report(report, False, None, False, *_describe(exc))
         return
     except BaseException as exc:
-        save_figures()
-        _flush()
-        report(False, None, False, *_describe(exc))
+        _finish()
+        _report(report, False, None, False, *_describe(exc))
         return
-    save_figures()
-    _flush()
+    # (`%%capture` keeps the cell's output, its result's display included.)
+    if value is not None and cell != "capture":
+        try:
+            notebook.display_result(value)
+        except BaseException as exc:
+            print(f"display: the result could not be displayed: {exc}", file=sys.stderr)
+    _finish()
     if value is None:
-        report(True, None, False, None, None, None)
+        _report(report, True, None, False, None, None, None)
         return
     try:
         text = str(value)
     except BaseException as exc:
-        report(False, None, False, *_describe(exc))
+        _report(report, False, None, False, *_describe(exc))
         return
     text, truncated = _truncate(text, RESULT_LIMIT)
-    report(True, text, truncated, None, None, None)
+    _report(report, True, text, truncated, None, None, None)
 
 
-def prepare(micropip_unavailable=None):
+def _finish():
+    """What every ending does: figures saved, output flushed, publishing over."""
+    save_figures()
+    _flush()
+    notebook._publish = None
+
+
+def _report(report, success, result, truncated, error_type, message, traceback):
+    """The report, saying also whether something (figures) was left out of the output."""
+    report(success, result, truncated or notebook.figures_truncated(), error_type, message, traceback)
+
+
+def prepare(micropip_unavailable=None, table_rows=20, table_columns=20):
     """Per-sandbox set-up after a snapshot restore (or a full boot); `micropip_unavailable`: why
-    micropip cannot be imported, on a server whose package layer has none."""
+    micropip cannot be imported, on a server whose package layer has none; the table size of
+    DataFrames displayed as Markdown."""
+    notebook.prepare()
+    notebook.configure(table_rows, table_columns)
     if micropip_unavailable is not None:
         _UnavailableFinder.message = micropip_unavailable
         sys.meta_path.insert(0, _UnavailableFinder)
