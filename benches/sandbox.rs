@@ -130,6 +130,7 @@ fn request() -> ExecRequest {
         code: std::env::var("BENCH_CODE").unwrap_or_else(|_| "print(1)".into()),
         files: Vec::new(),
         timeout: Duration::from_secs(30),
+        ..Default::default()
     }
 }
 

@@ -115,6 +115,7 @@ pub fn exec(
         code,
         files: inputs,
         timeout: Duration::from_millis(timeout_ms),
+        ..Default::default()
     });
     println!("{}", serde_json::to_string_pretty(&result)?);
     Ok(if result.success { 0 } else { 1 })
@@ -139,6 +140,7 @@ pub fn prepare(config: &EngineSettings) -> anyhow::Result<i32> {
         code: "import micropip\nmicropip.__name__".into(),
         files: Vec::new(),
         timeout: Duration::from_secs(60),
+        ..Default::default()
     });
     anyhow::ensure!(
         result.success && result.result.as_deref() == Some("micropip"),

@@ -13,7 +13,7 @@
 //! - [`packages`]: where Pyodide wheels come from, their sha256 verification and the in-memory cache.
 //! - [`fetch`]: the sandboxes' outbound HTTPS (allowlist, redirects, size caps, artifact cache).
 //! - [`assets`]: the pinned Pyodide runtime files.
-//! - [`telemetry`]: Prometheus metrics (the fourteen application families, the tokio reporter).
+//! - [`telemetry`]: Prometheus metrics (the seventeen application families, the tokio reporter).
 //! - [`config`]: the one configuration type, its loading, its validation into typed settings, and
 //!   its generated reference (a crate of its own, `crates/config`, free of V8);
 //!   [`protocol`]: the tools' fixed per-request limits and request checks (`crates/protocol`).

@@ -1,4 +1,4 @@
-//! Prometheus metrics: the fourteen `code_interpreter_mcp_` families recorded through the `metrics` facade,
+//! Prometheus metrics: the seventeen `code_interpreter_mcp_` families recorded through the `metrics` facade,
 //! the Prometheus recorder and its dedicated `/metrics` listener, and the five-second tokio-metrics
 //! reporter for the main runtime. When metrics are disabled nothing is installed, so every recording
 //! call below is a no-op; no listener opens and no reporter runs.
@@ -26,6 +26,9 @@ const SESSIONS: &str = "code_interpreter_mcp_sessions";
 const READY_SANDBOXES: &str = "code_interpreter_mcp_ready_sandboxes";
 const SESSIONS_CREATED: &str = "code_interpreter_mcp_sessions_created_total";
 const SESSIONS_ENDED: &str = "code_interpreter_mcp_sessions_ended_total";
+const TASKS: &str = "code_interpreter_mcp_tasks";
+const TASKS_ENDED: &str = "code_interpreter_mcp_tasks_ended_total";
+const TASK_DURATION: &str = "code_interpreter_mcp_task_duration_seconds";
 
 /// Buckets of the Python execution histogram, in seconds.
 pub const EXECUTION_BUCKETS: [f64; 15] = [
@@ -35,6 +38,10 @@ pub const EXECUTION_BUCKETS: [f64; 15] = [
 pub const LONG_BUCKETS: [f64; 17] = [
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
     600.0,
+];
+/// Buckets of the task-duration histogram: seconds to a day.
+pub const TASK_BUCKETS: [f64; 12] = [
+    0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 86400.0,
 ];
 
 pub const TOOLS: [&str; 5] = [
@@ -141,6 +148,15 @@ labels! {
 }
 
 labels! {
+    /// How a task ended.
+    TaskEnd {
+        Completed => "completed",
+        Failed => "failed",
+        Cancelled => "cancelled",
+    }
+}
+
+labels! {
     /// Why a submission was rejected.
     Rejection {
         Validation => "validation",
@@ -219,6 +235,22 @@ pub fn session_ended(reason: SessionEnd, live: usize) {
     sessions_live(live);
 }
 
+/// Tasks waiting for a running slot.
+pub fn tasks_waiting(n: usize) {
+    gauge!(TASKS, "state" => "waiting").set(n as f64);
+}
+
+/// Tasks not yet ended (waiting or running).
+pub fn tasks_working(n: usize) {
+    gauge!(TASKS, "state" => "working").set(n as f64);
+}
+
+/// One task ended, after `duration` from its creation.
+pub fn task_ended(end: TaskEnd, duration: Duration) {
+    counter!(TASKS_ENDED, "status" => end.label()).increment(1);
+    histogram!(TASK_DURATION, "status" => end.label()).record(duration.as_secs_f64());
+}
+
 /// Why metrics could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
@@ -273,6 +305,7 @@ fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError
     let mut builder = PrometheusBuilder::new();
     builder = builder
         .set_buckets_for_metric(Matcher::Full(PYTHON_DURATION.into()), &EXECUTION_BUCKETS)?;
+    builder = builder.set_buckets_for_metric(Matcher::Full(TASK_DURATION.into()), &TASK_BUCKETS)?;
     for name in [QUEUE_WAIT, ISOLATE_INIT, TOOL_CALL_DURATION] {
         builder = builder.set_buckets_for_metric(Matcher::Full(name.into()), &LONG_BUCKETS)?;
     }
@@ -318,6 +351,16 @@ fn register_families(queue_capacity: u64) {
     );
     metrics::describe_counter!(SESSIONS_CREATED, "Sessions created");
     metrics::describe_counter!(SESSIONS_ENDED, "Sessions ended, by reason");
+    metrics::describe_gauge!(
+        TASKS,
+        "Tasks not yet ended (working) and those waiting for a running slot (waiting)"
+    );
+    metrics::describe_counter!(TASKS_ENDED, "Tasks ended, by status");
+    metrics::describe_histogram!(
+        TASK_DURATION,
+        metrics::Unit::Seconds,
+        "Task lifetime from creation to its end, by status"
+    );
 
     for tool in TOOLS {
         for outcome in ToolOutcome::ALL {
@@ -352,6 +395,13 @@ fn register_families(queue_capacity: u64) {
     counter!(SESSIONS_CREATED).absolute(0);
     for reason in SessionEnd::ALL {
         counter!(SESSIONS_ENDED, "reason" => reason.label()).absolute(0);
+    }
+    for state in ["working", "waiting"] {
+        gauge!(TASKS, "state" => state).set(0.0);
+    }
+    for end in TaskEnd::ALL {
+        counter!(TASKS_ENDED, "status" => end.label()).absolute(0);
+        let _ = histogram!(TASK_DURATION, "status" => end.label());
     }
 }
 

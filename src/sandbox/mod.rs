@@ -26,7 +26,7 @@ pub use engine::snapshots::Flavor;
 pub use isolate::{FileListing, FileRead, MAX_LISTED_FILES, Sandbox};
 pub use types::{
     Display, DisplaySource, ErrorKind, ErrorType, ExecError, ExecRequest, ExecResult, InputFile,
-    OutputFile, SandboxEnd,
+    LIVE_CHUNK_BYTES, LiveOutput, OutputFile, SandboxEnd,
 };
 
 pub use crate::protocol::limits::{

@@ -15,11 +15,102 @@ pub struct InputFile {
 }
 
 /// One execution request.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ExecRequest {
     pub code: String,
     pub files: Vec<InputFile>,
     pub timeout: std::time::Duration,
+    /// Where stdout and stderr also go while the code runs, for a caller that streams them.
+    pub live: Option<std::sync::Arc<LiveOutput>>,
+}
+
+/// The output of a running call as it is written, for streaming: what was not taken yet (the newest
+/// `LIVE_CHUNK_BYTES` of it), the newest `LIVE_CHUNK_BYTES` in all (for a status), and the byte
+/// counts. Never more than the streams' caps is handed out in all.
+#[derive(Debug, Default)]
+pub struct LiveOutput {
+    inner: std::sync::Mutex<Live>,
+}
+
+#[derive(Debug, Default)]
+struct Live {
+    unsent: String,
+    /// Bytes that were written but fell out of `unsent` before they were taken.
+    skipped: u64,
+    tail: String,
+    stdout_bytes: u64,
+    stderr_bytes: u64,
+    handed_out: u64,
+}
+
+/// One streamed piece of output, and a status's tail, are at most 4 KiB.
+pub const LIVE_CHUNK_BYTES: usize = 4096;
+
+/// Cuts `text` to its last at most `limit` bytes (on a character boundary) once it has grown past
+/// twice that (so that a stream of small writes moves each byte O(1) times); the bytes cut.
+fn trim(text: &mut String, limit: usize) -> u64 {
+    if text.len() <= 2 * limit {
+        return 0;
+    }
+    cut_to(text, limit)
+}
+
+/// Cuts `text` to its last at most `limit` bytes (on a character boundary); the bytes cut.
+fn cut_to(text: &mut String, limit: usize) -> u64 {
+    if text.len() <= limit {
+        return 0;
+    }
+    let cut = text.ceil_char_boundary(text.len() - limit);
+    text.drain(..cut);
+    cut as u64
+}
+
+/// The last at most `limit` bytes of `text` (on a character boundary).
+fn last(text: &str, limit: usize) -> &str {
+    &text[text.ceil_char_boundary(text.len().saturating_sub(limit))..]
+}
+
+impl LiveOutput {
+    /// What a sandbox's stdout (`fd` 1) or stderr wrote.
+    pub fn push(&self, fd: u32, bytes: &[u8]) {
+        let mut live = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if fd == 1 {
+            live.stdout_bytes += bytes.len() as u64;
+        } else {
+            live.stderr_bytes += bytes.len() as u64;
+        }
+        let text = String::from_utf8_lossy(bytes);
+        live.unsent.push_str(&text);
+        live.tail.push_str(&text);
+        let skipped = trim(&mut live.unsent, LIVE_CHUNK_BYTES);
+        live.skipped += skipped;
+        trim(&mut live.tail, LIVE_CHUNK_BYTES);
+    }
+
+    /// The output written since the last take (at most `LIVE_CHUNK_BYTES`, a note first when more
+    /// was written in between), or `None`; nothing once the streams' caps have been handed out.
+    pub fn take(&self) -> Option<String> {
+        let mut live = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let cap = 2 * crate::protocol::limits::MAX_STREAM_BYTES as u64;
+        if live.unsent.is_empty() || live.handed_out >= cap {
+            return None;
+        }
+        let mut text = std::mem::take(&mut live.unsent);
+        let skipped = std::mem::take(&mut live.skipped) + cut_to(&mut text, LIVE_CHUNK_BYTES);
+        live.handed_out += text.len() as u64;
+        Some(if skipped > 0 {
+            format!("[… {skipped} bytes of output not streamed …]\n{text}")
+        } else {
+            text
+        })
+    }
+
+    /// The newest output (at most `LIVE_CHUNK_BYTES`) and the bytes written to stdout and stderr.
+    pub fn status(&self) -> (String, u64, u64) {
+        let live = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let tail = last(&live.tail, LIVE_CHUNK_BYTES).to_string();
+        (tail, live.stdout_bytes, live.stderr_bytes)
+    }
 }
 
 /// What kind of failure an execution reports.
@@ -273,5 +364,37 @@ impl ExecResult {
             Some(ErrorKind::Cancelled) => ExecutionOutcome::Cancelled,
             Some(ErrorKind::Runtime) => ExecutionOutcome::RuntimeFailure,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LIVE_CHUNK_BYTES, LiveOutput};
+
+    #[test]
+    fn live_output_keeps_the_newest_bytes_and_counts_the_rest() {
+        let live = LiveOutput::default();
+        for i in 0..100_000 {
+            live.push(1, format!("line {i}\n").as_bytes());
+        }
+        live.push(2, "é".repeat(3000).as_bytes());
+        let (tail, stdout, stderr) = live.status();
+        assert_eq!(
+            stdout,
+            (0..100_000)
+                .map(|i| format!("line {i}\n").len() as u64)
+                .sum::<u64>()
+        );
+        assert_eq!(stderr, 6000);
+        assert!(tail.len() <= LIVE_CHUNK_BYTES && tail.len() > LIVE_CHUNK_BYTES - 4);
+        assert!(tail.chars().all(|c| c == 'é'));
+        let taken = live.take().unwrap();
+        let (note, text) = taken.split_once('\n').unwrap();
+        assert!(note.starts_with("[… ") && note.ends_with(" bytes of output not streamed …]"));
+        assert!(text.len() <= LIVE_CHUNK_BYTES, "{}", text.len());
+        assert!(text.ends_with('é'));
+        assert_eq!(live.take(), None, "nothing new");
+        live.push(1, b"more\n");
+        assert_eq!(live.take().as_deref(), Some("more\n"));
     }
 }

@@ -182,6 +182,7 @@ fn request(code: &str) -> ExecRequest {
         code: code.into(),
         files: Vec::new(),
         timeout: Duration::from_secs(30),
+        ..Default::default()
     }
 }
 

@@ -5,9 +5,11 @@
 //! [`validation`]; what results carry besides JSON (images, links) in [`content`].
 
 pub mod content;
+pub mod execute;
 pub mod run;
 pub mod session;
 pub mod snippets;
+pub mod tasks;
 pub mod text;
 pub mod validation;
 
@@ -18,9 +20,10 @@ use std::time::{Duration, Instant};
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::model::{
-    CallToolResult, Implementation, ListResourceTemplatesResult, ListResourcesResult,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, GetTaskParams,
+    GetTaskResult, Implementation, ListResourceTemplatesResult, ListResourcesResult,
     PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
-    ServerConfig, ToolAnnotations,
+    ServerConfig, ToolAnnotations, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, tool_handler};
@@ -46,6 +49,8 @@ pub struct ToolOptions {
     pub max_inline_image_bytes: u64,
     /// The text content of a result is sized to about this many characters (0: no cap).
     pub max_text_chars: usize,
+    /// run_python_code as an MCP task, or `None` when `[tasks] enabled = false`.
+    pub tasks: Option<tasks::Tasks>,
 }
 
 /// The MCP server: tools over the worker pool, the sessions and the snippet catalog.
@@ -57,6 +62,7 @@ pub struct CodeInterpreter {
     sessions: Option<Sessions>,
     max_inline_image_bytes: u64,
     max_text_chars: usize,
+    tasks: Option<tasks::Tasks>,
     tool_router: ToolRouter<Self>,
     /// run_python_code calls whose handler has not returned yet (see `calls_in_flight`).
     in_flight: Arc<AtomicUsize>,
@@ -143,9 +149,15 @@ clear_session, and session:// resources)."
             sessions: options.sessions,
             max_inline_image_bytes: options.max_inline_image_bytes,
             max_text_chars: options.max_text_chars,
+            tasks: options.tasks,
             tool_router,
             in_flight: Default::default(),
         }
+    }
+
+    /// The tasks, when offered.
+    pub fn tasks(&self) -> Option<&tasks::Tasks> {
+        self.tasks.as_ref()
     }
 
     /// The number of run_python_code calls whose handler has not returned yet. A graceful shutdown
@@ -154,6 +166,10 @@ clear_session, and session:// resources)."
     pub fn calls_in_flight(&self) -> Arc<AtomicUsize> {
         self.in_flight.clone()
     }
+}
+
+fn no_tasks() -> ErrorData {
+    ErrorData::method_not_found::<rmcp::model::GetTaskMethod>()
 }
 
 /// What a tool call's log line says beyond its tool, outcome and duration.
@@ -204,11 +220,15 @@ impl ServerHandler for CodeInterpreter {
     fn get_info(&self) -> ServerConfig {
         // Prompts and resources are declared with empty lists so that clients (and the conformance
         // suite's caching checks) that list them get an answer rather than "method not found".
-        let capabilities = ServerCapabilities::builder()
+        let builder = ServerCapabilities::builder()
             .enable_tools()
             .enable_prompts()
-            .enable_resources()
-            .build();
+            .enable_resources();
+        let capabilities = if self.tasks.is_some() {
+            builder.enable_tasks().build()
+        } else {
+            builder.build()
+        };
         let instructions = if self.sessions.is_some() {
             "Use run_python_code to execute Python. By default every call gets a fresh sandbox and \
 nothing persists; send input files with each call. For state across calls, pass session_id = \"new\" \
@@ -226,6 +246,65 @@ persist between calls; send input files with each call."
             .with_instructions(instructions)
     }
 
+    /// run_python_code becomes a task for a client that declared the tasks extension; every other
+    /// call goes to its tool as usual.
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let wants_task = context
+            .client_capabilities()
+            .is_some_and(|caps| caps.supports_tasks());
+        if let Some(tasks) = &self.tasks
+            && wants_task
+            && request.name == "run_python_code"
+        {
+            let arguments =
+                serde_json::Value::Object(request.arguments.clone().unwrap_or_default());
+            let args: run::RunPythonCodeArgs = serde_json::from_value(arguments).map_err(|e| {
+                ErrorData::invalid_params(
+                    format!("invalid arguments for run_python_code: {e}"),
+                    None,
+                )
+            })?;
+            return Ok(tasks.spawn(self, args, &context));
+        }
+        let call = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
+        self.tool_router.call(call).await
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let tasks = self.tasks.as_ref().ok_or_else(no_tasks)?;
+        tasks.get(&request.task_id, execute::caller(Some(&context)).principal)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let tasks = self.tasks.as_ref().ok_or_else(no_tasks)?;
+        tasks.cancel(&request.task_id, execute::caller(Some(&context)).principal)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let tasks = self.tasks.as_ref().ok_or_else(no_tasks)?;
+        tasks.update(
+            &request.task_id,
+            execute::caller(Some(&context)).principal,
+            request.input_responses,
+        )
+    }
+
     async fn list_resources(
         &self,
         request: Option<PaginatedRequestParams>,
@@ -233,7 +312,7 @@ persist between calls; send input files with each call."
     ) -> Result<ListResourcesResult, ErrorData> {
         match &self.sessions {
             Some(sessions) => {
-                let caller = run::caller(Some(&context));
+                let caller = execute::caller(Some(&context));
                 let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
                 session::list_resources(sessions, &caller, cursor).await
             }
@@ -259,7 +338,7 @@ persist between calls; send input files with each call."
     ) -> Result<ReadResourceResponse, ErrorData> {
         match &self.sessions {
             Some(sessions) => {
-                let caller = run::caller(Some(&context));
+                let caller = execute::caller(Some(&context));
                 Ok(session::read(sessions, &caller, &request.uri).await?.into())
             }
             None => Err(ErrorData::resource_not_found(

@@ -16,7 +16,8 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, tool, tool_router};
 
 use super::content::{parse_session_uri, session_uri};
-use super::run::{CallErrorKind, SESSION_ID_HEADER, caller, session_error};
+use super::execute::caller;
+use super::run::{CallErrorKind, SESSION_ID_HEADER, session_error};
 use super::{CodeInterpreter, structured};
 use crate::protocol::limits::MAX_RETURNED_FILE_BYTES;
 use crate::sandbox::{ExecError, MAX_LISTED_FILES};

@@ -84,6 +84,7 @@ pub async fn serve_http(
 ) -> anyhow::Result<()> {
     let limits = settings.limits;
     let in_flight = interpreter.calls_in_flight();
+    let tasks = interpreter.tasks().cloned();
     let shutdown = CancellationToken::new();
     if let Some(auth) = &settings.auth {
         auth.watch();
@@ -125,6 +126,10 @@ pub async fn serve_http(
                 std::process::exit(1);
             });
             pool.shutdown();
+            // Tasks still waiting for a running slot fail now; running ones may finish.
+            if let Some(tasks) = &tasks {
+                tasks.close();
+            }
             // Session calls running now may finish; then every session ends.
             let sessions_done = async {
                 if let Some(sessions) = &sessions {
@@ -136,7 +141,12 @@ pub async fn serve_http(
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             };
-            tokio::join!(sessions_done, workers_done);
+            let tasks_done = async {
+                while tasks.as_ref().is_some_and(|t| t.working() > 0) && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            };
+            tokio::join!(sessions_done, workers_done, tasks_done);
             // A call that finished while draining must still get its reply: closing the transport
             // while its handler is returning would answer it with an error instead.
             while in_flight.load(std::sync::atomic::Ordering::SeqCst) > 0

@@ -251,6 +251,7 @@ fn a_cancelled_call_is_stopped_at_once() {
             code: "while True:\n    pass".into(),
             files: Vec::new(),
             timeout: Duration::from_secs(120),
+            ..Default::default()
         },
         Some(cancel),
     );
@@ -595,6 +596,7 @@ fn requests_never_outlive_their_call_and_are_bounded_per_call() {
         code: format!("import js\nawait js.fetch('{base}/slow')"),
         files: Vec::new(),
         timeout: Duration::from_millis(1000),
+        ..Default::default()
     });
     assert_eq!(error_of(&r).kind, ErrorKind::Timeout, "{r:#?}");
     assert!(
@@ -609,6 +611,7 @@ fn requests_never_outlive_their_call_and_are_bounded_per_call() {
         ),
         files: Vec::new(),
         timeout: Duration::from_millis(2000),
+        ..Default::default()
     });
     assert!(r.stdout.contains("too many requests in flight"), "{r:#?}");
     // Header-less GETs of artifacts are cached; requests with headers (credentials) are not.

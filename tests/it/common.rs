@@ -48,6 +48,7 @@ pub fn request(code: &str) -> ExecRequest {
         code: code.to_string(),
         files: Vec::new(),
         timeout: Duration::from_secs(30),
+        ..Default::default()
     }
 }
 
@@ -66,6 +67,7 @@ pub fn run_with(code: &str, files: &[(&str, &[u8])], timeout: Duration) -> ExecR
             })
             .collect(),
         timeout,
+        ..Default::default()
     })
 }
 

@@ -212,6 +212,7 @@ next(n[6:-10] for n in os.listdir(site) if n.startswith("scipy-") and n.endswith
             .into(),
         files: Vec::new(),
         timeout,
+        ..Default::default()
     });
     let elapsed = started.elapsed();
     assert_eq!(ok(&r).result.as_deref(), Some("1.18.0"));

@@ -54,6 +54,7 @@ fn timeout_is_measured_from_the_start_of_user_code() {
         code: "while True: pass".into(),
         files: Vec::new(),
         timeout: Duration::from_millis(1500),
+        ..Default::default()
     });
     let elapsed = started.elapsed();
     assert!(r.timed_out);

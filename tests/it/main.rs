@@ -21,4 +21,5 @@ mod preimport;
 mod server;
 mod sessions;
 mod snippets;
+mod tasks;
 mod tls;

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::fixture::{Server, call_stateless, client, send_stateless, tool_call_body};
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -19,7 +19,7 @@ fn free_port() -> u16 {
 }
 
 /// Samples of a scrape: "name{labels}" -> value.
-fn scrape(port: u16) -> (String, BTreeMap<String, f64>) {
+pub(crate) fn scrape(port: u16) -> (String, BTreeMap<String, f64>) {
     let text = client()
         .get(format!("http://127.0.0.1:{port}/metrics"))
         .send()
@@ -49,7 +49,7 @@ fn normalize(series: &str) -> String {
     }
 }
 
-fn value(samples: &BTreeMap<String, f64>, series: &str) -> f64 {
+pub(crate) fn value(samples: &BTreeMap<String, f64>, series: &str) -> f64 {
     *samples
         .get(&normalize(series))
         .unwrap_or_else(|| panic!("no series {series}"))
@@ -103,6 +103,9 @@ fn scripted_calls_move_exactly_the_expected_series() {
         "isolate_initialization_duration_seconds",
         "execution_rejections_total",
         "worker_unexpected_exits_total",
+        "tasks",
+        "tasks_ended_total",
+        "task_duration_seconds",
     ] {
         assert!(
             text.contains(&format!("# TYPE code_interpreter_mcp_{family} ")),
@@ -465,6 +468,9 @@ fn the_dashboard_and_alerts_use_only_exported_series() {
         "sessions_created_total",
         "sessions_ended_total",
         "ready_sandboxes",
+        "tasks",
+        "tasks_ended_total",
+        "task_duration_seconds_bucket",
     ];
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let dashboard =

@@ -26,7 +26,8 @@ pub use model::*;
 pub use print::print_config;
 pub use reference::{KeyInfo, keys, reference_json};
 pub use settings::{
-    EngineSettings, HttpSettings, SessionSettings, Settings, SnippetSettings, WorkerSettings,
+    EngineSettings, HttpSettings, SessionSettings, Settings, SnippetSettings, TaskSettings,
+    WorkerSettings,
 };
 pub use sources::{ConfigError, Source};
 

@@ -91,6 +91,8 @@ pub struct AppConfig {
     pub code_snippets: CodeSnippetsConfig,
     /// Stateful sessions: one interpreter kept alive across calls.
     pub sessions: SessionsConfig,
+    /// run_python_code as an MCP task (the io.modelcontextprotocol/tasks extension).
+    pub tasks: TasksConfig,
     /// What results carry besides the JSON.
     pub results: ResultsConfig,
     /// Integrations with other systems.
@@ -139,6 +141,45 @@ impl Default for SessionsConfig {
             queue_capacity: 4,
             idle_timeout_s: 1800,
             max_lifetime_s: 86400,
+        }
+    }
+}
+
+/// `[tasks]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct TasksConfig {
+    /// Offer tasks: a client that declares the io.modelcontextprotocol/tasks extension gets a task
+    /// handle for each run_python_code call at once and polls tasks/get for the result.
+    /// Environment: CODE_INTERPRETER_MCP_TASKS_ENABLED (true/false)
+    pub enabled: bool,
+    /// Tasks running at once at most; the others wait in the tasks' own queue (0: one less than
+    /// workers.max_workers, at least 1, so that long tasks never take every worker from synchronous
+    /// calls).
+    /// Environment: CODE_INTERPRETER_MCP_TASKS_MAX_RUNNING
+    pub max_running: u64,
+    /// Tasks that may wait for a running slot (0 to 10000); one more is refused with the overload
+    /// error.
+    /// Environment: CODE_INTERPRETER_MCP_TASKS_QUEUE_CAPACITY
+    pub queue_capacity: u64,
+    /// A task and its result are kept this many seconds after it was created (a task still running
+    /// then fails; a finished one is dropped one more such period after it finished).
+    /// Environment: CODE_INTERPRETER_MCP_TASKS_TTL_S
+    pub ttl_s: u64,
+    /// The largest timeout_ms a task may set (a synchronous call keeps the 120,000 ms cap), at most
+    /// 86,400,000 (24 h).
+    /// Environment: CODE_INTERPRETER_MCP_TASKS_MAX_TIMEOUT_MS
+    pub max_timeout_ms: u64,
+}
+
+impl Default for TasksConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_running: 0,
+            queue_capacity: 16,
+            ttl_s: 3600,
+            max_timeout_ms: 1_800_000,
         }
     }
 }
@@ -364,6 +405,7 @@ impl Default for AppConfig {
             search: SearchConfig::default(),
             code_snippets: CodeSnippetsConfig::default(),
             sessions: SessionsConfig::default(),
+            tasks: TasksConfig::default(),
             results: ResultsConfig::default(),
             integrations: IntegrationsConfig::default(),
         }

@@ -24,6 +24,8 @@ pub struct Settings {
     pub workers: WorkerSettings,
     /// Sessions, when enabled.
     pub sessions: Option<SessionSettings>,
+    /// Tasks, when enabled.
+    pub tasks: Option<TaskSettings>,
     /// The snippet catalog and its search, when enabled.
     pub snippets: Option<SnippetSettings>,
     /// Returned images up to this many bytes are inlined as image content.
@@ -93,6 +95,19 @@ pub struct SessionSettings {
     pub queue_capacity: usize,
     pub idle_timeout: Duration,
     pub max_lifetime: Duration,
+}
+
+/// run_python_code as an MCP task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskSettings {
+    /// Tasks running at once at most (the default derived from max_workers already applied).
+    pub max_running: usize,
+    /// Tasks that may wait for a running slot.
+    pub queue_capacity: usize,
+    /// How long a task and its result are kept after it was created.
+    pub ttl: Duration,
+    /// The largest timeout_ms a task may set.
+    pub max_timeout_ms: u64,
 }
 
 /// The snippet catalog.

@@ -13,7 +13,8 @@ use code_interpreter_mcp_protocol::limits::shown;
 
 use crate::model::{AppConfig, BootMode};
 use crate::settings::{
-    EngineSettings, HttpSettings, SessionSettings, Settings, SnippetSettings, WorkerSettings,
+    EngineSettings, HttpSettings, SessionSettings, Settings, SnippetSettings, TaskSettings,
+    WorkerSettings,
 };
 use crate::sources::{ConfigError, Source, source_of};
 
@@ -101,6 +102,30 @@ const RANGES: &[Range] = &[
         value: |c| c.sessions.max_lifetime_s,
         allowed: 1..=u64::MAX / 2,
         unit: " s",
+    },
+    Range {
+        key: "tasks.queue_capacity",
+        value: |c| c.tasks.queue_capacity,
+        allowed: 0..=10_000,
+        unit: "",
+    },
+    Range {
+        key: "tasks.max_running",
+        value: |c| c.tasks.max_running,
+        allowed: 0..=1024,
+        unit: "",
+    },
+    Range {
+        key: "tasks.ttl_s",
+        value: |c| c.tasks.ttl_s,
+        allowed: 1..=604_800,
+        unit: " s",
+    },
+    Range {
+        key: "tasks.max_timeout_ms",
+        value: |c| c.tasks.max_timeout_ms,
+        allowed: 1_000..=86_400_000,
+        unit: " ms",
     },
     Range {
         key: "results.max_inline_image_kb",
@@ -430,6 +455,15 @@ fn settings(
             queue_capacity: s.queue_capacity as usize,
             idle_timeout: Duration::from_secs(s.idle_timeout_s),
             max_lifetime: Duration::from_secs(s.max_lifetime_s),
+        }),
+        tasks: c.tasks.enabled.then(|| TaskSettings {
+            max_running: match c.tasks.max_running {
+                0 => (w.max_workers as usize).saturating_sub(1).max(1),
+                n => n as usize,
+            },
+            queue_capacity: c.tasks.queue_capacity as usize,
+            ttl: Duration::from_secs(c.tasks.ttl_s),
+            max_timeout_ms: c.tasks.max_timeout_ms,
         }),
         snippets: c.code_snippets.enabled.then(|| SnippetSettings {
             catalog: c.code_snippets.clone(),

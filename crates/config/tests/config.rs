@@ -199,6 +199,11 @@ fn every_environment_override_applies_after_files() {
         ("CODE_INTERPRETER_MCP_SESSION_QUEUE_CAPACITY", "0"),
         ("CODE_INTERPRETER_MCP_SESSION_IDLE_TIMEOUT_S", "60"),
         ("CODE_INTERPRETER_MCP_SESSION_MAX_LIFETIME_S", "600"),
+        ("CODE_INTERPRETER_MCP_TASKS_ENABLED", "false"),
+        ("CODE_INTERPRETER_MCP_TASKS_MAX_RUNNING", "2"),
+        ("CODE_INTERPRETER_MCP_TASKS_QUEUE_CAPACITY", "7"),
+        ("CODE_INTERPRETER_MCP_TASKS_TTL_S", "90"),
+        ("CODE_INTERPRETER_MCP_TASKS_MAX_TIMEOUT_MS", "600000"),
         ("CODE_INTERPRETER_MCP_MAX_INLINE_IMAGE_KB", "0"),
         ("CODE_INTERPRETER_MCP_MAX_TEXT_CHARS", "5000"),
         ("CODE_INTERPRETER_MCP_MAX_TABLE_ROWS", "10"),
@@ -283,6 +288,11 @@ fn every_environment_override_applies_after_files() {
     assert_eq!(c.sessions.queue_capacity, 0);
     assert_eq!(c.sessions.idle_timeout_s, 60);
     assert_eq!(c.sessions.max_lifetime_s, 600);
+    assert!(!c.tasks.enabled);
+    assert_eq!(c.tasks.max_running, 2);
+    assert_eq!(c.tasks.queue_capacity, 7);
+    assert_eq!(c.tasks.ttl_s, 90);
+    assert_eq!(c.tasks.max_timeout_ms, 600_000);
     assert_eq!(c.results.max_inline_image_kb, 0);
     assert_eq!(c.results.max_text_chars, 5000);
     assert_eq!(c.results.max_table_rows, 10);
@@ -317,6 +327,11 @@ fn validation_rules_name_the_key_the_source_and_what_is_allowed() {
             "[input_limits]\nmax_file_kb = 0\n",
             &["input_limits.max_file_kb", "1..=1048576"],
         ),
+        (
+            "[tasks]\nmax_timeout_ms = 86400001\n",
+            &["tasks.max_timeout_ms", "1000..=86400000"],
+        ),
+        ("[tasks]\nttl_s = 0\n", &["tasks.ttl_s"]),
         (
             "[input_limits]\nmax_total_file_kb = 1048577\n",
             &["input_limits.max_total_file_kb", "1..=1048576"],

@@ -7,6 +7,8 @@ pub const MAX_SOURCE_BYTES: usize = 1024 * 1024;
 pub const MAX_INPUT_FILES: usize = 64;
 /// Largest accepted `timeout_ms`.
 pub const MAX_TIMEOUT_MS: u64 = 120_000;
+/// Largest `timeout_ms` of a task (the server's `tasks.max_timeout_ms` may be lower): 24 h.
+pub const MAX_TASK_TIMEOUT_MS: u64 = 86_400_000;
 /// `timeout_ms` when the client sends none.
 pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
 /// stdout and stderr are each capped at 512 KiB.
@@ -101,7 +103,18 @@ pub const ALL: &[LimitInfo] = &[
         "files",
         "input files of one call",
     ),
-    limit("timeout_ms", MAX_TIMEOUT_MS, "ms", "largest timeout_ms"),
+    limit(
+        "timeout_ms",
+        MAX_TIMEOUT_MS,
+        "ms",
+        "largest timeout_ms of a synchronous call",
+    ),
+    limit(
+        "task_timeout_ms",
+        MAX_TASK_TIMEOUT_MS,
+        "ms",
+        "largest timeout_ms of a task",
+    ),
     limit(
         "default_timeout_ms",
         DEFAULT_TIMEOUT_MS,

@@ -246,6 +246,7 @@ check({modules})"
             ),
             files: Vec::new(),
             timeout: std::time::Duration::from_secs(30),
+            ..Default::default()
         });
         match (&result.error, result.result.as_deref()) {
             (None, Some("ok")) => Ok(()),

@@ -289,12 +289,14 @@ impl Sandbox {
             .into_iter()
             .map(|f| (f.path, Some(f.content)))
             .collect();
-        self.runtime.op_state().borrow_mut().put(CallState::new(
+        let mut call = CallState::new(
             Some(request.code),
             input_files,
             request.timeout,
             Some(arming.clone()),
-        ));
+        );
+        call.live = request.live;
+        self.runtime.op_state().borrow_mut().put(call);
         let Some(run) = self.with_state(|s| s.entry.as_ref().map(|e| e.run.clone())) else {
             return ExecResult::failure(ExecError::new(
                 ErrorKind::Runtime,

@@ -131,6 +131,9 @@ pub(super) fn op_sandbox_write(op_state: &mut OpState, fd: u32, #[buffer] data: 
         1 => s.stdout.push(data),
         _ => s.stderr.push(data),
     }
+    if let Some(live) = &s.live {
+        live.push(fd, data);
+    }
     data.len() as u32
 }
 

@@ -157,6 +157,8 @@ pub(crate) struct CallState {
     pub read: Option<(u32, Vec<u8>)>,
     /// The call's outbound requests (cancelled when the call ends).
     pub fetches: Arc<CallFetches>,
+    /// Where the output also goes while the call runs, when its caller streams it.
+    pub live: Option<Arc<crate::sandbox::LiveOutput>>,
 }
 
 impl CallState {
@@ -182,6 +184,7 @@ impl CallState {
             listing: Listing::default(),
             read: None,
             fetches: Arc::default(),
+            live: None,
         }
     }
 

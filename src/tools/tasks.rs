@@ -1,0 +1,379 @@
+//! `run_python_code` as an MCP task (SEP-2663, the `io.modelcontextprotocol/tasks` extension): a
+//! client that declares the extension gets a task handle at once for each call and polls `tasks/get`,
+//! whose status message says how long the code has run, how much output it wrote and its newest
+//! output (at most 4 KiB); the terminal state carries the ordinary result. `tasks/cancel` stops the
+//! code (a session's is interrupted first) and the task ends `cancelled` within a second.
+//!
+//! Bounds: at most `tasks.max_running` tasks run at once (default `max_workers - 1`, so long tasks
+//! never take every worker from synchronous calls), `tasks.queue_capacity` wait (one more is the
+//! overload error, answered synchronously), each is kept for `tasks.ttl_s` (rmcp's task manager
+//! fails a task still running then and drops a finished one a TTL later), and at most
+//! `MAX_TASKS` exist at once. Task ids are random (UUID v4) and, with bearer tokens, visible only to
+//! the token that created the task: to any other, `tasks/get` and `tasks/cancel` answer as for an
+//! unknown id. At shutdown, running tasks get the drain deadline like calls; a task that cannot
+//! finish ends `failed` with a shutdown error, which `tasks/get` returns until the process exits.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use rmcp::ErrorData;
+use rmcp::model::{CallToolResponse, CallToolResult, CreateTaskResult, GetTaskResult, TaskStatus};
+use rmcp::task_manager::{TaskContext, TaskExit, TaskManager, TaskOptions};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use super::CodeInterpreter;
+use super::execute::{Setup, caller};
+use super::run::{Outcome, Refusal, RunPythonCodeArgs};
+use crate::config::TaskSettings;
+use crate::pool::{JobError, SubmitError};
+use crate::sandbox::LiveOutput;
+use crate::sessions::Principal;
+use crate::telemetry::{self, TaskEnd};
+
+/// Tasks that may exist at once (running, waiting or finished and still kept).
+pub const MAX_TASKS: usize = 4096;
+/// Clients are asked to poll this often.
+const POLL_INTERVAL_MS: u64 = 1000;
+/// A running task's status message is refreshed this often.
+const STATUS_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The tasks of the server.
+#[derive(Clone)]
+pub struct Tasks {
+    manager: TaskManager,
+    settings: TaskSettings,
+    running: Arc<Semaphore>,
+    /// The tickets of the tasks waiting for a running slot, in arrival order (the semaphore is
+    /// fair, so a task's queue position is the number of smaller tickets plus one).
+    waiting: Arc<Mutex<BTreeSet<u64>>>,
+    next_ticket: Arc<AtomicU64>,
+    /// Who created each task (its bearer token), for `tasks/get` and `tasks/cancel`.
+    owners: Arc<Mutex<HashMap<String, Option<Principal>>>>,
+    /// Tasks not yet ended.
+    working: Arc<AtomicUsize>,
+    /// Cancelled at shutdown: waiting tasks stop waiting.
+    closing: CancellationToken,
+}
+
+/// The error for a task id the caller may not see, exactly as for an unknown one. (The id shows
+/// its first eight characters only: without bearer tokens it is all a task's reader needs, and
+/// rmcp logs error responses.)
+fn unknown(task_id: &str) -> ErrorData {
+    let mut shown: String = task_id
+        .chars()
+        .take(8)
+        .collect::<String>()
+        .escape_debug()
+        .to_string();
+    if task_id.chars().nth(8).is_some() {
+        shown.push('…');
+    }
+    ErrorData::invalid_params(format!("unknown task: \"{shown}\""), None)
+}
+
+/// The manager's error for `task_id`, with an unknown id's answer as `unknown` gives it.
+fn redacted(task_id: &str, error: ErrorData) -> ErrorData {
+    if error.code == rmcp::model::ErrorCode::INVALID_PARAMS
+        && error.message.starts_with("unknown task")
+    {
+        unknown(task_id)
+    } else {
+        error
+    }
+}
+
+impl Tasks {
+    pub fn new(settings: TaskSettings) -> Self {
+        telemetry::tasks_waiting(0);
+        telemetry::tasks_working(0);
+        Self {
+            manager: TaskManager::new(),
+            running: Arc::new(Semaphore::new(settings.max_running)),
+            settings,
+            waiting: Arc::default(),
+            next_ticket: Arc::default(),
+            owners: Arc::default(),
+            working: Arc::default(),
+            closing: CancellationToken::new(),
+        }
+    }
+
+    /// The largest `timeout_ms` a task may set.
+    pub fn max_timeout_ms(&self) -> u64 {
+        self.settings.max_timeout_ms
+    }
+
+    fn queue(&self) -> std::sync::MutexGuard<'_, BTreeSet<u64>> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Option<Principal>>> {
+        self.owners.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The owner record of `task_id`, checked against `principal`.
+    fn check(&self, task_id: &str, principal: Option<Principal>) -> Result<(), ErrorData> {
+        match self.lock().get(task_id) {
+            Some(owner) if owner.is_none() || *owner == principal => Ok(()),
+            _ => Err(unknown(task_id)),
+        }
+    }
+
+    /// Forgets owners of tasks the manager has dropped (expired).
+    fn prune(&self) {
+        let mut owners = self.lock();
+        owners.retain(|id, _| self.manager.get_task(id).is_ok());
+    }
+
+    /// Starts `args` as a task of `interpreter` for the request of `context`; a call refused before
+    /// it became a task (too many tasks waiting or kept) is answered as a synchronous result.
+    pub fn spawn(
+        &self,
+        interpreter: &CodeInterpreter,
+        args: RunPythonCodeArgs,
+        context: &rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> CallToolResponse {
+        let started = Instant::now();
+        if self.lock().len() >= MAX_TASKS {
+            self.prune();
+        }
+        let waiting = self.queue().len();
+        let kept = self.lock().len();
+        // (A task that finds a running slot free does not wait.)
+        let must_wait = self.running.available_permits() <= waiting;
+        if (must_wait && waiting >= self.settings.queue_capacity) || kept >= MAX_TASKS {
+            telemetry::rejection(telemetry::Rejection::QueueFull);
+            let message = if kept >= MAX_TASKS {
+                format!("{kept} tasks are kept on this server (at most {MAX_TASKS}); retry later")
+            } else {
+                format!(
+                    "the task queue is full ({waiting} waiting, tasks.queue_capacity = {}); retry later",
+                    self.settings.queue_capacity
+                )
+            };
+            let ended = super::execute::Ended::refused(Refusal::TaskQueue(message));
+            let (result, kept) = interpreter.finish(ended, started);
+            return CallToolResponse::Complete(interpreter.reply(&result, &kept));
+        }
+        let caller = caller(Some(context));
+        let principal = caller.principal;
+        let tasks = self.clone();
+        let interpreter = interpreter.clone();
+        let options = TaskOptions::new()
+            .with_ttl_ms(u64::try_from(self.settings.ttl.as_millis()).unwrap_or(u64::MAX))
+            .with_poll_interval_ms(POLL_INTERVAL_MS)
+            .with_status_message("queued");
+        let ticket = Waiting::enter(self);
+        self.working.fetch_add(1, Ordering::SeqCst);
+        telemetry::tasks_working(self.working.load(Ordering::SeqCst));
+        let task = self.manager.spawn(options, move |ctx| {
+            Box::pin(async move {
+                // (The manager aborts a task still running at its TTL: the guard then counts it
+                // as failed.)
+                let mut ending = Ending {
+                    working: tasks.working.clone(),
+                    started,
+                    end: TaskEnd::Failed,
+                };
+                let outcome = tasks.run(&interpreter, args, caller, ticket, &ctx).await;
+                ending.end = match &outcome {
+                    Ok(_) => TaskEnd::Completed,
+                    Err(TaskExit::Cancelled) => TaskEnd::Cancelled,
+                    Err(TaskExit::Error(_)) => TaskEnd::Failed,
+                };
+                outcome
+            })
+        });
+        self.lock().insert(task.task_id.clone(), principal);
+        CallToolResponse::Task(CreateTaskResult::new(task))
+    }
+
+    /// A task's life: wait for a running slot, run the call while its status follows the output,
+    /// and settle as completed (the result), cancelled, or failed (the server shut down).
+    async fn run(
+        &self,
+        interpreter: &CodeInterpreter,
+        args: RunPythonCodeArgs,
+        caller: crate::sessions::Caller,
+        ticket: Waiting,
+        ctx: &TaskContext,
+    ) -> Result<CallToolResult, TaskExit> {
+        let permit = {
+            let acquire = self.running.clone().acquire_owned();
+            tokio::pin!(acquire);
+            let mut tick = tokio::time::interval(STATUS_INTERVAL);
+            loop {
+                tokio::select! {
+                    permit = &mut acquire => break permit.map_err(|_| shutting_down())?,
+                    () = ctx.cancelled() => return Err(TaskExit::Cancelled),
+                    () = self.closing.cancelled() => return Err(shutting_down()),
+                    _ = tick.tick() => ctx.set_status_message(ticket.status()),
+                }
+            }
+        };
+        drop(ticket);
+        let started = Instant::now();
+        ctx.set_status_message("running");
+        let live = Arc::new(LiveOutput::default());
+        let setup = Setup {
+            caller,
+            progress: None,
+            cancelled: CancellationToken::new(),
+            max_timeout_ms: self.settings.max_timeout_ms,
+            live: Some(live.clone()),
+        };
+        let runner = interpreter.runner();
+        let call = runner.execute(args, setup);
+        tokio::pin!(call);
+        let mut tick = tokio::time::interval(STATUS_INTERVAL);
+        let ended = loop {
+            tokio::select! {
+                ended = &mut call => break ended,
+                () = ctx.cancelled() => return Err(TaskExit::Cancelled),
+                _ = tick.tick() => ctx.set_status_message(status(&live, started)),
+            }
+        };
+        drop(permit);
+        if matches!(
+            ended.outcome,
+            Outcome::Refused(
+                Refusal::Queue(SubmitError::ShuttingDown) | Refusal::Job(JobError::ShuttingDown)
+            )
+        ) {
+            return Err(shutting_down());
+        }
+        let (result, kept) = interpreter.finish(ended, started);
+        ctx.set_status_message(status(&live, started));
+        Ok(interpreter.reply(&result, &kept))
+    }
+
+    /// `tasks/get` for `principal`.
+    pub fn get(
+        &self,
+        task_id: &str,
+        principal: Option<Principal>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        self.check(task_id, principal)?;
+        let detailed = self.manager.get_task(task_id).map_err(|_| {
+            self.lock().remove(task_id);
+            unknown(task_id)
+        })?;
+        Ok(GetTaskResult::new(detailed))
+    }
+
+    /// `tasks/cancel` for `principal`: the code is stopped, and the task ends `cancelled`.
+    pub fn cancel(&self, task_id: &str, principal: Option<Principal>) -> Result<(), ErrorData> {
+        self.check(task_id, principal)?;
+        self.manager
+            .cancel_task(task_id)
+            .map_err(|e| redacted(task_id, e))
+    }
+
+    /// `tasks/update` for `principal` (no task of this server asks for input: accepted, ignored).
+    pub fn update(
+        &self,
+        task_id: &str,
+        principal: Option<Principal>,
+        responses: impl IntoIterator<Item = (String, serde_json::Value)>,
+    ) -> Result<(), ErrorData> {
+        self.check(task_id, principal)?;
+        self.manager
+            .update_task(task_id, responses)
+            .map_err(|e| redacted(task_id, e))
+    }
+
+    /// How many tasks have not ended.
+    pub fn working(&self) -> usize {
+        self.working.load(Ordering::SeqCst)
+    }
+
+    /// Shutdown: waiting tasks fail at once; running ones may finish until the pool's drain ends them.
+    pub fn close(&self) {
+        self.closing.cancel();
+    }
+
+    /// Whether `task_id` is in a terminal state (for tests and shutdown).
+    pub fn is_terminal(&self, task_id: &str) -> bool {
+        self.manager
+            .get_task(task_id)
+            .is_ok_and(|t| t.task.status != TaskStatus::Working)
+    }
+}
+
+/// Records a task's end when its future finishes or is dropped (aborted at its TTL).
+struct Ending {
+    working: Arc<AtomicUsize>,
+    started: Instant,
+    end: TaskEnd,
+}
+
+impl Drop for Ending {
+    fn drop(&mut self) {
+        self.working.fetch_sub(1, Ordering::SeqCst);
+        telemetry::tasks_working(self.working.load(Ordering::SeqCst));
+        telemetry::task_ended(self.end, self.started.elapsed());
+    }
+}
+
+/// A task's place in the queue for a running slot, until dropped.
+struct Waiting {
+    queue: Arc<Mutex<BTreeSet<u64>>>,
+    ticket: u64,
+}
+
+impl Waiting {
+    fn enter(tasks: &Tasks) -> Self {
+        let ticket = tasks.next_ticket.fetch_add(1, Ordering::SeqCst);
+        let mut queue = tasks.queue();
+        queue.insert(ticket);
+        telemetry::tasks_waiting(queue.len());
+        drop(queue);
+        Self {
+            queue: tasks.waiting.clone(),
+            ticket,
+        }
+    }
+
+    /// "queued: position P of N waiting for a running slot".
+    fn status(&self) -> String {
+        let queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let position = queue.range(..self.ticket).count() + 1;
+        format!(
+            "queued: position {position} of {} waiting for a running slot",
+            queue.len()
+        )
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        queue.remove(&self.ticket);
+        telemetry::tasks_waiting(queue.len());
+    }
+}
+
+fn shutting_down() -> TaskExit {
+    TaskExit::Error(ErrorData::internal_error(
+        "the server is shutting down: this task did not finish; run it again (on another replica)"
+            .to_string(),
+        None,
+    ))
+}
+
+/// A running task's status message: how long it has run, the bytes written, the newest output.
+fn status(live: &LiveOutput, started: Instant) -> String {
+    let (tail, stdout, stderr) = live.status();
+    let mut message = format!(
+        "running for {:.1} s; {stdout} bytes of stdout, {stderr} bytes of stderr so far",
+        started.elapsed().as_secs_f64()
+    );
+    if !tail.is_empty() {
+        message.push_str("; newest output:\n");
+        message.push_str(&tail);
+    }
+    message
+}

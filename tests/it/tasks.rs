@@ -1,0 +1,444 @@
+//! Long-running work over real HTTP: run_python_code as an MCP task (SEP-2663) in both protocol
+//! eras — created at once for a client that declares the extension, polled with tasks/get (status
+//! message with the newest output), past the synchronous cap while synchronous calls are served,
+//! cancelled within a second (a session's code interrupted, the session kept), expired after its
+//! TTL, invisible to other bearer tokens, queued behind `tasks.max_running` with their position in
+//! the status — and output streamed as progress notifications while a
+//! synchronous call runs.
+
+use std::io::{BufRead, BufReader};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::fixture::{Server, call_stateless, client, message, stateless_meta};
+use crate::metrics::{free_port, scrape, value};
+
+const TASKS: &str = "io.modelcontextprotocol/tasks";
+
+/// The `_meta` of a 2026-07-28 request from a client that declares the tasks extension.
+fn task_meta() -> Value {
+    let mut meta = stateless_meta();
+    meta["io.modelcontextprotocol/clientCapabilities"] = json!({"extensions": {TASKS: {}}});
+    meta
+}
+
+/// A 2026-07-28 request of a tasks-declaring client (with `token` as its bearer token, if any).
+fn request(server: &Server, method: &str, params: Value, token: Option<&str>) -> Value {
+    let mut params = params;
+    params["_meta"] = task_meta();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let mut http = client()
+        .post(&server.url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", method);
+    if let Some(task) = params["taskId"].as_str() {
+        http = http.header("Mcp-Name", task);
+    }
+    if method == "tools/call" {
+        http = http.header("Mcp-Name", "run_python_code");
+        if let Some(session) = params["arguments"]["session_id"].as_str() {
+            http = http.header("Mcp-Param-Session-Id", session);
+        }
+    }
+    if let Some(token) = token {
+        http = http.header("Authorization", format!("Bearer {token}"));
+    }
+    message(http.body(body.to_string()).send().unwrap())
+}
+
+/// Starts `arguments` as a task; its id.
+fn start(server: &Server, arguments: Value) -> String {
+    let reply = request(
+        server,
+        "tools/call",
+        json!({"name": "run_python_code", "arguments": arguments}),
+        None,
+    );
+    let result = &reply["result"];
+    assert_eq!(result["resultType"], "task", "{reply}");
+    assert_eq!(result["status"], "working", "{reply}");
+    assert!(
+        result.get("task").is_none(),
+        "a flat CreateTaskResult: {reply}"
+    );
+    result["taskId"].as_str().unwrap().to_string()
+}
+
+fn get(server: &Server, task: &str) -> Value {
+    request(server, "tasks/get", json!({"taskId": task}), None)["result"].clone()
+}
+
+/// Polls `task` until its status is no longer `working`; the final state and how long it took.
+fn settle(server: &Server, task: &str, within: Duration) -> (Value, Duration) {
+    let started = Instant::now();
+    loop {
+        let state = get(server, task);
+        if state["status"] != "working" {
+            return (state, started.elapsed());
+        }
+        assert!(started.elapsed() < within, "still working: {state}");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_task_runs_past_the_synchronous_cap_while_synchronous_calls_are_served() {
+    let seconds: u64 = std::env::var("CIM_LONG_TASK_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300);
+    let server = Server::start(&[]);
+    // Synchronous calls keep the 120 s cap and are told to use a task.
+    let refused = call_stateless(&server, json!({"code": "1", "timeout_ms": 200_000}));
+    let error = &refused["result"]["structuredContent"]["error"];
+    assert_eq!(error["kind"], "validation", "{refused}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("run it as a task"),
+        "{refused}"
+    );
+
+    let code = format!(
+        "import time\nfor i in range({seconds}):\n    print(f'tick {{i}}', flush=True)\n    time.sleep(1)\n'done'"
+    );
+    let task = start(
+        &server,
+        json!({"code": code, "timeout_ms": (seconds + 60) * 1000}),
+    );
+    thread::sleep(Duration::from_millis(2500));
+    let state = get(&server, &task);
+    assert_eq!(state["status"], "working", "{state}");
+    let status = state["statusMessage"].as_str().unwrap();
+    assert!(status.starts_with("running for"), "{status}");
+    assert!(
+        status.contains("tick 0\ntick 1"),
+        "the newest output: {status}"
+    );
+    assert!(state["pollIntervalMs"].as_u64().is_some(), "{state}");
+
+    // A hundred synchronous calls meanwhile, on the worker the task leaves free.
+    let served = Instant::now();
+    for n in 0..100 {
+        let reply = call_stateless(&server, json!({"code": format!("{n} * 2")}));
+        assert_eq!(
+            reply["result"]["structuredContent"]["result"],
+            (n * 2).to_string(),
+            "{reply}"
+        );
+    }
+    assert_eq!(
+        get(&server, &task)["status"],
+        "working",
+        "the calls were served while it ran"
+    );
+    let (state, _) = settle(&server, &task, Duration::from_secs(seconds + 120));
+    assert_eq!(state["status"], "completed", "{state}");
+    let result = &state["result"];
+    assert_eq!(result["structuredContent"]["result"], "done", "{state}");
+    assert!(result["content"].as_array().is_some_and(|c| !c.is_empty()));
+    println!(
+        "a {seconds} s task completed; 100 synchronous calls took {:?} meanwhile",
+        served.elapsed()
+    );
+}
+
+#[test]
+fn a_cancelled_task_ends_within_a_second_and_a_session_survives() {
+    // Two workers: one task runs at a time, the next waits in the tasks' queue.
+    let server = Server::start(&[("CODE_INTERPRETER_MCP_MAX_WORKERS", "2")]);
+    let task = start(
+        &server,
+        json!({"code": "while True:\n    pass", "timeout_ms": 600_000}),
+    );
+    thread::sleep(Duration::from_millis(1500));
+    let queued = start(&server, json!({"code": "'second'"}));
+    thread::sleep(Duration::from_millis(700));
+    let state = get(&server, &queued);
+    assert_eq!(state["status"], "working", "{state}");
+    assert_eq!(
+        state["statusMessage"], "queued: position 1 of 1 waiting for a running slot",
+        "{state}"
+    );
+    let ack = request(&server, "tasks/cancel", json!({"taskId": task}), None);
+    assert!(ack.get("error").is_none(), "{ack}");
+    let (state, took) = settle(&server, &task, Duration::from_secs(5));
+    assert_eq!(state["status"], "cancelled", "{state}");
+    assert!(took <= Duration::from_secs(1), "{took:?}");
+    // The queued task then runs.
+    let (state, _) = settle(&server, &queued, Duration::from_secs(30));
+    assert_eq!(
+        state["result"]["structuredContent"]["result"], "second",
+        "{state}"
+    );
+    // Cancelling again is acknowledged the same way.
+    let again = request(&server, "tasks/cancel", json!({"taskId": task}), None);
+    assert!(again.get("error").is_none(), "{again}");
+
+    // In a session: the code is interrupted and the session keeps its state.
+    let created = call_stateless(&server, json!({"code": "kept = 41", "session_id": "new"}));
+    let id = created["result"]["structuredContent"]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let task = start(
+        &server,
+        json!({"code": "import time\nwhile True:\n    time.sleep(0.1)", "session_id": id, "timeout_ms": 600_000}),
+    );
+    thread::sleep(Duration::from_millis(1500));
+    request(&server, "tasks/cancel", json!({"taskId": task}), None);
+    let (state, took) = settle(&server, &task, Duration::from_secs(5));
+    assert_eq!(state["status"], "cancelled", "{state}");
+    assert!(took <= Duration::from_secs(1), "{took:?}");
+    let after = call_stateless(&server, json!({"code": "kept + 1", "session_id": id}));
+    assert_eq!(
+        after["result"]["structuredContent"]["result"], "42",
+        "{after}"
+    );
+}
+
+#[test]
+fn tasks_expire_are_bounded_and_visible_only_to_their_token() {
+    let dir = crate::common::temp_dir("task-tokens");
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, "alice\nbob\n").unwrap();
+    let port = free_port().to_string();
+    let server = Server::start(&[
+        (
+            "CODE_INTERPRETER_MCP_AUTH_BEARER_TOKENS_FILE",
+            tokens.to_str().unwrap(),
+        ),
+        ("CODE_INTERPRETER_MCP_TASKS_TTL_S", "2"),
+        ("CODE_INTERPRETER_MCP_TASKS_QUEUE_CAPACITY", "0"),
+        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "2"),
+        ("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true"),
+        ("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", &port),
+    ]);
+    let metric = |series: &str| value(&scrape(port.parse().unwrap()).1, series);
+    let call = |code: &str, token: &str| {
+        request(
+            &server,
+            "tools/call",
+            json!({"name": "run_python_code", "arguments": {"code": code, "timeout_ms": 60000}}),
+            Some(token),
+        )
+    };
+    let created = call("import time\ntime.sleep(1)\n6 * 7", "alice");
+    let task = created["result"]["taskId"].as_str().unwrap().to_string();
+    // The one running slot is taken and no task may wait: the next is the overload error, at once.
+    let refused = call("1", "alice");
+    assert_eq!(
+        refused["result"]["structuredContent"]["error"]["kind"], "overload",
+        "{refused}"
+    );
+    for (token, id) in [("bob", task.as_str()), ("alice", "no-such-task")] {
+        for method in ["tasks/get", "tasks/cancel"] {
+            let reply = request(&server, method, json!({"taskId": id}), Some(token));
+            assert_eq!(reply["error"]["code"], -32602, "{method} {token}: {reply}");
+            // The same answer as for an unknown id, which the error (logged by rmcp) shortens.
+            assert!(!reply.to_string().contains(id), "{reply}");
+            assert!(reply["error"]["message"].as_str().unwrap().starts_with("unknown task: \""));
+        }
+    }
+    let started = Instant::now();
+    let state = loop {
+        let state =
+            request(&server, "tasks/get", json!({"taskId": task}), Some("alice"))["result"].clone();
+        if state["status"] != "working" {
+            break state;
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(state["status"], "completed", "{state}");
+    assert_eq!(state["result"]["structuredContent"]["result"], "42");
+    assert_eq!(state["ttlMs"], 2000);
+    assert_eq!(
+        metric(r#"code_interpreter_mcp_tasks_ended_total{status="completed"}"#),
+        1.0
+    );
+    assert_eq!(
+        metric(r#"code_interpreter_mcp_tasks{state="working"}"#),
+        0.0
+    );
+    // Kept for a TTL after it ended, then gone.
+    while started.elapsed() < Duration::from_secs(6) {
+        thread::sleep(Duration::from_millis(200));
+    }
+    let gone = request(&server, "tasks/get", json!({"taskId": task}), Some("alice"));
+    assert_eq!(gone["error"]["code"], -32602, "{gone}");
+    // A task still running at its TTL fails.
+    let long = call("import time\ntime.sleep(30)", "alice");
+    let long = long["result"]["taskId"].as_str().unwrap().to_string();
+    thread::sleep(Duration::from_millis(2500));
+    let state =
+        request(&server, "tasks/get", json!({"taskId": long}), Some("alice"))["result"].clone();
+    assert_eq!(state["status"], "failed", "{state}");
+    // (The expired task's future is dropped just after the poll that found it expired.)
+    let failed = r#"code_interpreter_mcp_tasks_ended_total{status="failed"}"#;
+    let polled = Instant::now();
+    while metric(failed) < 1.0 && polled.elapsed() < Duration::from_secs(3) {
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(metric(failed), 1.0);
+    assert_eq!(
+        metric(r#"code_interpreter_mcp_tasks{state="working"}"#),
+        0.0
+    );
+    assert_eq!(
+        metric(r#"code_interpreter_mcp_task_duration_seconds_count{status="completed"}"#),
+        1.0
+    );
+}
+
+#[test]
+fn legacy_clients_that_declare_the_extension_get_tasks_too() {
+    let server = Server::start(&[]);
+    let http = client();
+    let init = http
+        .post(&server.url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .body(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"extensions": {TASKS: {}}},
+                "clientInfo": {"name": "it", "version": "1"}}})
+            .to_string(),
+        )
+        .send()
+        .unwrap();
+    let session = init.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let init = message(init);
+    assert!(
+        init["result"]["capabilities"]["extensions"][TASKS].is_object(),
+        "the server declares the extension: {init}"
+    );
+    let post = |id: u64, method: &str, params: Value| {
+        message(
+            http.post(&server.url)
+                .header("Content-Type", "application/json")
+                .header("Accept", "application/json, text/event-stream")
+                .header("Mcp-Session-Id", &session)
+                .header("MCP-Protocol-Version", "2025-11-25")
+                .body(
+                    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+                        .to_string(),
+                )
+                .send()
+                .unwrap(),
+        )
+    };
+    http.post(&server.url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .header("Mcp-Session-Id", &session)
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .body(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string())
+        .send()
+        .unwrap();
+    let created = post(
+        2,
+        "tools/call",
+        json!({"name": "run_python_code", "arguments": {"code": "print('hello')\n7"}}),
+    );
+    let task = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_string();
+    let started = Instant::now();
+    loop {
+        let state = post(3, "tasks/get", json!({"taskId": task}));
+        if state["result"]["status"] == "completed" {
+            assert_eq!(
+                state["result"]["result"]["structuredContent"]["result"],
+                "7"
+            );
+            assert_eq!(
+                state["result"]["result"]["structuredContent"]["stdout"],
+                "hello\n"
+            );
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "{state}");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn output_streams_as_progress_before_the_call_ends() {
+    let server = Server::start(&[]);
+    let code = "import time\nfor i in range(6):\n    print(f'line {i}', flush=True)\n    time.sleep(0.5)\n'end'";
+    let body =
+        crate::fixture::tool_call_body("run_python_code", json!({"code": code}), Some("out"));
+    let started = Instant::now();
+    let response = crate::fixture::send_stateless(
+        &client(),
+        &server.url,
+        "tools/call",
+        Some("run_python_code"),
+        &body,
+    )
+    .unwrap();
+    // (time of arrival, message) of every event, read as the stream arrives.
+    let mut events = Vec::new();
+    for line in BufReader::new(response).lines() {
+        let line = line.unwrap();
+        if let Some(data) = line.strip_prefix("data:")
+            && let Ok(message) = serde_json::from_str::<Value>(data.trim())
+        {
+            let done = message.get("id").is_some();
+            events.push((started.elapsed(), message));
+            if done {
+                break;
+            }
+        }
+    }
+    let (ended_at, last) = events.last().unwrap();
+    assert_eq!(
+        last["result"]["structuredContent"]["result"], "end",
+        "{last}"
+    );
+    assert_eq!(
+        last["result"]["structuredContent"]["stdout"],
+        "line 0\nline 1\nline 2\nline 3\nline 4\nline 5\n",
+        "the result is unchanged"
+    );
+    let streamed: Vec<(Duration, String)> = events
+        .iter()
+        .filter(|(_, m)| m["method"] == "notifications/progress")
+        .map(|(at, m)| {
+            (
+                *at,
+                m["params"]["message"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    let first = streamed
+        .iter()
+        .find(|(_, text)| text.contains("line 0"))
+        .unwrap_or_else(|| panic!("no streamed output: {events:?}"));
+    assert!(
+        first.0 + Duration::from_millis(1500) < *ended_at,
+        "line 0 came at {:?}, the result at {ended_at:?}",
+        first.0
+    );
+    let all: String = streamed.iter().map(|(_, text)| text.as_str()).collect();
+    for n in 0..6 {
+        assert!(all.contains(&format!("line {n}\n")), "{all}");
+    }
+    // Coalesced: at most one notice per 250 ms of the call (plus the last flush).
+    let most = usize::try_from(ended_at.as_millis() / 250).unwrap() + 2;
+    assert!(
+        streamed.len() <= most,
+        "{} notices in {ended_at:?}",
+        streamed.len()
+    );
+}
