@@ -12,7 +12,8 @@
 //! - [`sandbox`]: the engine — one request in, one result out, each in a new isolate + interpreter.
 //! - [`packages`]: where Pyodide wheels come from, their sha256 verification and the in-memory cache.
 //! - [`fetch`]: the sandboxes' outbound HTTPS (allowlist, redirects, size caps, artifact cache).
-//! - [`assets`]: the pinned Pyodide runtime files.
+//! - [`assets`]: the pinned Pyodide runtime files; [`store`]: saved session images at rest (a
+//!   directory or S3-compatible storage; sealed with a key derived from the session id).
 //! - [`telemetry`]: Prometheus metrics (the seventeen application families, the tokio reporter).
 //! - [`config`]: the one configuration type, its loading, its validation into typed settings, and
 //!   its generated reference (a crate of its own, `crates/config`, free of V8);
@@ -28,6 +29,7 @@ pub mod packages;
 pub mod pool;
 pub mod sandbox;
 pub mod sessions;
+pub mod store;
 pub mod telemetry;
 pub mod tools;
 pub mod transport;

@@ -13,7 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["pool", "sessions"],
     &["sandbox"],
     &["packages"],
-    &["fetch", "assets"],
+    &["fetch", "assets", "store"],
     &["telemetry"],
     &["config"],
     &["protocol"],

@@ -21,5 +21,6 @@ mod preimport;
 mod server;
 mod sessions;
 mod snippets;
+mod store;
 mod tasks;
 mod tls;

@@ -242,7 +242,12 @@ fn tasks_expire_are_bounded_and_visible_only_to_their_token() {
             assert_eq!(reply["error"]["code"], -32602, "{method} {token}: {reply}");
             // The same answer as for an unknown id, which the error (logged by rmcp) shortens.
             assert!(!reply.to_string().contains(id), "{reply}");
-            assert!(reply["error"]["message"].as_str().unwrap().starts_with("unknown task: \""));
+            assert!(
+                reply["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("unknown task: \"")
+            );
         }
     }
     let started = Instant::now();
