@@ -14,13 +14,14 @@ use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::{Peer, RequestContext};
 use tokio_util::sync::CancellationToken;
 
-use super::run::{Outcome, Refusal, RunPythonCodeArgs};
 use super::text::{self, Kept};
-use super::validation::{InputLimits, validate};
+use super::validation::{FileInput, InputLimits, validate};
 use crate::pool::{Completed, ExecPool, Ticket};
+use crate::pool::{JobError, SubmitError};
 use crate::protocol::limits::MAX_TIMEOUT_MS;
 use crate::sandbox::{ExecRequest, ExecResult, LiveOutput};
 use crate::sessions::{Caller, KeepOutputs, Principal, SessionError, Sessions};
+use crate::telemetry::ToolOutcome;
 use crate::telemetry::{self, Rejection};
 
 /// First queue-position notice after this long in the queue.
@@ -86,6 +87,62 @@ impl Setup {
     }
 }
 
+/// One run_python_code call as the runner takes it (from the tool's arguments).
+#[derive(Debug)]
+pub struct Call {
+    pub code: String,
+    pub files: Vec<FileInput>,
+    pub timeout_ms: u64,
+    pub session_id: Option<String>,
+}
+
+/// How a call ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// It ran in a sandbox.
+    Executed(ExecResult),
+    /// It did not run.
+    Refused(Refusal),
+}
+
+/// Why a call did not run.
+#[derive(Debug)]
+pub enum Refusal {
+    Invalid(String),
+    Queue(SubmitError),
+    Job(JobError),
+    Session(SessionError),
+    /// A task could not be queued (its queue, or the tasks kept, are full).
+    TaskQueue(String),
+    Cancelled,
+}
+
+impl Outcome {
+    /// The tool-call metric's outcome: the one mapping from a call to its label.
+    pub fn metric(&self) -> ToolOutcome {
+        match self {
+            Outcome::Executed(result) => result.outcome().into(),
+            Outcome::Refused(Refusal::Invalid(_)) => ToolOutcome::ValidationError,
+            Outcome::Refused(Refusal::Queue(SubmitError::Overloaded { .. })) => {
+                ToolOutcome::Overload
+            }
+            Outcome::Refused(Refusal::Cancelled) => ToolOutcome::Cancelled,
+            Outcome::Refused(Refusal::TaskQueue(_)) => ToolOutcome::Overload,
+            Outcome::Refused(Refusal::Session(
+                SessionError::NotFound(_)
+                | SessionError::Ended { .. }
+                | SessionError::OtherReplica { .. },
+            )) => ToolOutcome::ValidationError,
+            Outcome::Refused(Refusal::Session(
+                SessionError::TooMany { .. } | SessionError::Busy { .. },
+            )) => ToolOutcome::Overload,
+            Outcome::Refused(Refusal::Queue(_) | Refusal::Job(_) | Refusal::Session(_)) => {
+                ToolOutcome::RuntimeFailure
+            }
+        }
+    }
+}
+
 /// A call's outcome, where its time went, and the session it ran in.
 pub struct Ended {
     pub outcome: Outcome,
@@ -132,7 +189,7 @@ tasks/get), where timeout_ms may be up to tasks.max_timeout_ms"
 impl Runner<'_> {
     /// Validates the arguments, queues the execution (or runs it in its session) and waits for it,
     /// streaming what `setup` asks for.
-    pub async fn execute(&self, args: RunPythonCodeArgs, setup: Setup) -> Ended {
+    pub async fn execute(&self, args: Call, setup: Setup) -> Ended {
         if !(1..=setup.max_timeout_ms).contains(&args.timeout_ms) {
             return invalid(timeout_refusal(args.timeout_ms, setup.max_timeout_ms));
         }

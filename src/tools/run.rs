@@ -8,7 +8,7 @@ use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, tool, tool_router};
 
-use super::execute::{Ended, Runner, Setup};
+use super::execute::{Call, Ended, Outcome, Refusal, Runner, Setup};
 use super::text::{self, Kept};
 use super::validation::FileInput;
 use super::{CodeInterpreter, InFlight, content};
@@ -16,7 +16,6 @@ use crate::pool::{JobError, SubmitError};
 use crate::protocol::limits::{DEFAULT_TIMEOUT_MS, MAX_TASK_TIMEOUT_MS};
 use crate::sandbox::{self, ErrorType, ExecError, ExecResult};
 use crate::sessions::SessionError;
-use crate::telemetry::ToolOutcome;
 
 fn default_timeout_ms() -> u64 {
     DEFAULT_TIMEOUT_MS
@@ -43,6 +42,17 @@ pub struct RunPythonCodeArgs {
     #[serde(default)]
     #[schemars(extend("x-mcp-header" = SESSION_ID_HEADER, "type" = "string"))]
     pub session_id: Option<String>,
+}
+
+impl From<RunPythonCodeArgs> for Call {
+    fn from(args: RunPythonCodeArgs) -> Self {
+        Self {
+            code: args.code,
+            files: args.files,
+            timeout_ms: args.timeout_ms,
+            session_id: args.session_id,
+        }
+    }
 }
 
 /// The kind of a failed call: an execution's kinds, and the tool's own refusals.
@@ -98,52 +108,7 @@ impl std::ops::Deref for CallResult {
     }
 }
 
-/// How a call ended.
-#[derive(Debug)]
-pub enum Outcome {
-    /// It ran in a sandbox.
-    Executed(ExecResult),
-    /// It did not run.
-    Refused(Refusal),
-}
-
-/// Why a call did not run.
-#[derive(Debug)]
-pub enum Refusal {
-    Invalid(String),
-    Queue(SubmitError),
-    Job(JobError),
-    Session(SessionError),
-    /// A task could not be queued (its queue, or the tasks kept, are full).
-    TaskQueue(String),
-    Cancelled,
-}
-
 impl Outcome {
-    /// The tool-call metric's outcome: the one mapping from a call to its label.
-    pub fn metric(&self) -> ToolOutcome {
-        match self {
-            Outcome::Executed(result) => result.outcome().into(),
-            Outcome::Refused(Refusal::Invalid(_)) => ToolOutcome::ValidationError,
-            Outcome::Refused(Refusal::Queue(SubmitError::Overloaded { .. })) => {
-                ToolOutcome::Overload
-            }
-            Outcome::Refused(Refusal::Cancelled) => ToolOutcome::Cancelled,
-            Outcome::Refused(Refusal::TaskQueue(_)) => ToolOutcome::Overload,
-            Outcome::Refused(Refusal::Session(
-                SessionError::NotFound(_)
-                | SessionError::Ended { .. }
-                | SessionError::OtherReplica { .. },
-            )) => ToolOutcome::ValidationError,
-            Outcome::Refused(Refusal::Session(
-                SessionError::TooMany { .. } | SessionError::Busy { .. },
-            )) => ToolOutcome::Overload,
-            Outcome::Refused(Refusal::Queue(_) | Refusal::Job(_) | Refusal::Session(_)) => {
-                ToolOutcome::RuntimeFailure
-            }
-        }
-    }
-
     /// The structured result the client gets (without its session id).
     pub fn into_result(self) -> ExecResult<CallErrorKind> {
         let refusal = match self {
@@ -257,7 +222,7 @@ impl CodeInterpreter {
     /// timings, never the code, file contents or paths.
     pub async fn run(&self, args: RunPythonCodeArgs, setup: Setup) -> (CallResult, Kept) {
         let started = std::time::Instant::now();
-        let ended = self.runner().execute(args, setup).await;
+        let ended = self.runner().execute(args.into(), setup).await;
         self.finish(ended, started)
     }
 
@@ -323,7 +288,7 @@ impl CodeInterpreter {
     /// per file.
     pub(super) fn reply(&self, result: &CallResult, kept: &Kept) -> CallToolResult {
         let value = serde_json::to_value(result).unwrap_or_default();
-        let text = text::model_text(result, &value, self.max_text_chars, kept);
+        let text = text::model_text(&value, self.max_text_chars, kept);
         let mut reply = if result.success {
             CallToolResult::structured(value)
         } else {

@@ -25,8 +25,8 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::CodeInterpreter;
-use super::execute::{Setup, caller};
-use super::run::{Outcome, Refusal, RunPythonCodeArgs};
+use super::execute::{Outcome, Refusal, Setup, caller};
+use super::run::RunPythonCodeArgs;
 use crate::config::TaskSettings;
 use crate::pool::{JobError, SubmitError};
 use crate::sandbox::LiveOutput;
@@ -226,7 +226,7 @@ impl Tasks {
             live: Some(live.clone()),
         };
         let runner = interpreter.runner();
-        let call = runner.execute(args, setup);
+        let call = runner.execute(args.into(), setup);
         tokio::pin!(call);
         let mut tick = tokio::time::interval(STATUS_INTERVAL);
         let ended = loop {

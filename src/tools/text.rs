@@ -10,7 +10,6 @@
 use serde_json::{Value, json};
 
 use super::content::session_uri;
-use super::run::CallResult;
 
 /// The shares of the budget: stdout, stderr, the final expression, the traceback.
 const SHARES: [(&str, usize); 4] = [
@@ -58,13 +57,13 @@ pub fn cut(text: &str, limit: usize, whole: &str) -> String {
     )
 }
 
-/// The text content for `result` (whose structured form is `value`).
-pub fn model_text(result: &CallResult, value: &Value, max_chars: usize, kept: &Kept) -> String {
+/// The text content for a result whose structured form is `value`.
+pub fn model_text(value: &Value, max_chars: usize, kept: &Kept) -> String {
     if max_chars == 0 {
         return value.to_string();
     }
     let mut view = value.clone();
-    let session = result.session_id.as_deref();
+    let session = value.get("session_id").and_then(Value::as_str);
     let whole = |field: &str, kept: Option<&String>| match (kept, session) {
         (Some(path), Some(id)) => format!(
             "the whole {field} is the session file {} (resources/read)",
@@ -91,20 +90,27 @@ pub fn model_text(result: &CallResult, value: &Value, max_chars: usize, kept: &K
         view["error"]["traceback"] = Value::String(cut_text);
     }
     if let Some(Value::Array(files)) = view.get_mut("files") {
-        for (file, original) in files.iter_mut().zip(&result.files) {
+        for file in files.iter_mut() {
+            let bytes = file["content_base64"]
+                .as_str()
+                .map_or(0, super::content::decoded_len);
             *file = json!({
-                "path": original.path,
-                "mime_type": original.mime_type,
-                "bytes": super::content::decoded_len(&original.content_base64),
+                "path": file["path"],
+                "mime_type": file["mime_type"],
+                "bytes": bytes,
                 "content": "in its own content block and the structured content",
             });
         }
     }
     if let Some(Value::Array(displays)) = view.get_mut("displays") {
-        for (display, original) in displays.iter_mut().zip(&result.displays) {
+        for display in displays.iter_mut() {
+            let types: Vec<&String> = display["data"]
+                .as_object()
+                .map(|data| data.keys().collect())
+                .unwrap_or_default();
             *display = json!({
-                "source": original.source,
-                "types": original.data.keys().collect::<Vec<_>>(),
+                "source": display["source"],
+                "types": types,
                 "content": "in its own content block and the structured content",
             });
         }

@@ -25,7 +25,9 @@ use std::time::Duration;
 use deno_core::{JsRuntime, v8};
 
 use self::memory::MemoryBudget;
-use self::ops::{CallState, Phase as OpPhase, Role, SandboxState};
+use self::ops::{
+    BootState, CallState, Phase as OpPhase, Role, SandboxState, SessionState, WebState,
+};
 use self::outcome::{Limits, Observed, Verdict};
 use self::output::Report;
 use self::watchdog::{Phase, Stop, Watchdog};
@@ -92,13 +94,18 @@ impl Sandbox {
 
     /// What `f` takes out of the sandbox's role (what a snapshot maker or an installer produced).
     pub(crate) fn take_role<T>(&self, f: impl FnOnce(&mut Role) -> T) -> T {
-        self.with_state(|s| f(&mut s.role))
+        self.with::<BootState, _>(|b| f(&mut b.role))
+    }
+
+    /// `f` applied to the state of type `S` in the isolate's `OpState`.
+    fn with<S: 'static, T>(&self, f: impl FnOnce(&mut S) -> T) -> T {
+        let state = self.runtime.op_state();
+        let mut state = state.borrow_mut();
+        f(state.borrow_mut::<S>())
     }
 
     fn with_state<T>(&self, f: impl FnOnce(&mut SandboxState) -> T) -> T {
-        let state = self.runtime.op_state();
-        let mut state = state.borrow_mut();
-        f(state.borrow_mut::<SandboxState>())
+        self.with::<SandboxState, T>(f)
     }
 
     /// The state of the call (or inspection) that just ended, an idle one in its place.
@@ -194,13 +201,11 @@ impl Sandbox {
             ended: None,
         };
         self::callbacks::after_boot(sandbox.runtime.v8_isolate());
-        sandbox.with_state(|s| {
-            // From here on, the start-up ops refuse (their JavaScript callers stay reachable).
-            s.phase = OpPhase::Booted;
-            if !s.shared.config.runtime_package_installation {
-                s.downloads_enabled = false;
-            }
-        });
+        // From here on, the start-up ops refuse (their JavaScript callers stay reachable).
+        sandbox.with::<BootState, _>(|b| b.phase = OpPhase::Booted);
+        if !sandbox.with_state(|s| s.shared.config.runtime_package_installation) {
+            sandbox.with::<WebState, _>(|w| w.downloads_enabled = false);
+        }
         // Output printed while booting is not the user's.
         sandbox
             .runtime
@@ -227,7 +232,7 @@ impl Sandbox {
     /// (KeyboardInterrupt), terminating the isolate only if it does not stop within a second.
     pub fn keep_for_session(&mut self) {
         self.session = true;
-        self.with_state(|s| {
+        self.with::<SessionState, _>(|s| {
             s.persistent = true;
             s.interrupt = Some(Arc::new(std::sync::atomic::AtomicI32::new(0)));
         });
@@ -257,13 +262,8 @@ impl Sandbox {
                 format!("the session has ended: {}", end.reason()),
             ));
         }
-        let (interrupt, tainted, config) = self.with_state(|s| {
-            (
-                s.interrupt.clone(),
-                s.user_code_ran,
-                s.shared.config.clone(),
-            )
-        });
+        let interrupt = self.with::<SessionState, _>(|s| s.interrupt.clone());
+        let (tainted, config) = self.with_state(|s| (s.user_code_ran, s.shared.config.clone()));
         if let Some(buffer) = &interrupt {
             buffer.store(0, Ordering::SeqCst);
         }

@@ -21,6 +21,19 @@ pub(super) fn op_sandbox_code(op_state: &mut OpState) -> Result<String, JsErrorB
         .ok_or_else(|| JsErrorBox::generic("no code to run"))
 }
 
+/// The `call` op group's state across calls: whether the sandbox is a session's, and its interrupt
+/// buffer.
+#[derive(Default)]
+pub(crate) struct SessionState {
+    /// The sandbox keeps its interpreter between calls (a session).
+    pub persistent: bool,
+    /// A session's interrupt buffer (Pyodide raises KeyboardInterrupt when it reads 2), shared
+    /// with the watchdog; handed to Pyodide at the session's first call.
+    pub interrupt: Option<Arc<AtomicI32>>,
+    /// Whether Pyodide has been given the interrupt buffer.
+    pub interrupt_installed: bool,
+}
+
 /// How this call runs: `persistent` (a session's: the namespace is kept, changed files return too)
 /// and, for a session's first call, `interrupt`, the SharedArrayBuffer Pyodide polls for
 /// interrupts (the watchdog writes to it from its own thread).
@@ -29,7 +42,7 @@ pub(super) fn op_sandbox_call_options<'s, 'i>(
     scope: &mut v8::PinScope<'s, 'i>,
     op_state: &mut OpState,
 ) -> Result<v8::Local<'s, v8::Value>, JsErrorBox> {
-    let s = state_mut(op_state);
+    let s = op_state.borrow_mut::<SessionState>();
     let options = v8::Object::new(scope);
     let persistent = v8::Boolean::new(scope, s.persistent);
     let set = |scope: &mut v8::PinScope<'s, 'i>, name: &str, value: v8::Local<'s, v8::Value>| {

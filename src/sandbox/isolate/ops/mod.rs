@@ -14,8 +14,12 @@ mod call;
 mod pyodide;
 mod web;
 
+pub(crate) use call::SessionState;
+pub(crate) use pyodide::BootState;
+pub(crate) use web::WebState;
+
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use deno_core::{OpState, op2, v8};
 use deno_error::JsErrorBox;
@@ -104,33 +108,20 @@ pub(crate) enum Phase {
     Booted,
 }
 
-/// Per-sandbox state kept in the isolate's `OpState`: what lives as long as the sandbox. What one call
-/// uses is a [`CallState`] of its own, put into the `OpState` afresh for every call.
+/// Per-sandbox state every op group reads, kept in the isolate's `OpState`: what lives as long as
+/// the sandbox. Each op group keeps what only it uses as a type of its own beside it in the
+/// `OpState` ([`BootState`] for `pyodide`, [`WebState`] for `web`, [`SessionState`] for `call`),
+/// and what one call uses is a [`CallState`], put into the `OpState` afresh for every call.
 pub(crate) struct SandboxState {
     pub shared: Arc<EngineShared>,
-    pub role: Role,
-    pub phase: Phase,
     pub budget: Arc<MemoryBudget>,
-    pub started: Instant,
     pub entry: Option<EntryPoints>,
-    /// The sandbox keeps its interpreter between calls (a session).
-    pub persistent: bool,
-    /// A session's interrupt buffer (Pyodide raises KeyboardInterrupt when it reads 2), shared
-    /// with the watchdog; handed to Pyodide at the session's first call.
-    pub interrupt: Option<Arc<std::sync::atomic::AtomicI32>>,
-    /// Whether Pyodide has been given the interrupt buffer.
-    pub interrupt_installed: bool,
     /// Whether user code has ever started in this interpreter: from then on any of its JavaScript
     /// and Python may have been changed by that code.
     pub user_code_ran: bool,
     /// Why Pyodide failed fatally (a WebAssembly trap, a stack overflow), once it has: the
     /// interpreter can run nothing more.
     pub fatal: Option<String>,
-    /// Whether wheels and HTTPS downloads may still be fetched (false once runtime installation is
-    /// disabled and initialisation is over).
-    pub downloads_enabled: bool,
-    /// How many copy-on-write mappings it was given (see `cow.rs`); past `MAX_MAPPINGS` it gets copies.
-    pub mappings: u32,
 }
 
 /// What one call (or the boot, or one inspection of a session's files) reads and produces, kept in
@@ -231,40 +222,13 @@ impl Listing {
 }
 
 impl SandboxState {
-    pub fn new(shared: Arc<EngineShared>, role: Role, budget: Arc<MemoryBudget>) -> Self {
+    pub fn new(shared: Arc<EngineShared>, budget: Arc<MemoryBudget>) -> Self {
         Self {
             shared,
-            role,
-            phase: Phase::Booting,
             budget,
-            started: Instant::now(),
             entry: None,
-            persistent: false,
-            interrupt: None,
-            interrupt_installed: false,
             user_code_ran: false,
             fatal: None,
-            downloads_enabled: true,
-            mappings: 0,
-        }
-    }
-
-    /// An error unless the sandbox is still booting: for ops that only Pyodide's start-up needs,
-    /// whose JavaScript callers stay reachable from user code afterwards.
-    pub fn booting(&self, op: &str) -> Result<(), JsErrorBox> {
-        match self.phase {
-            Phase::Booting => Ok(()),
-            Phase::Booted => Err(JsErrorBox::generic(format!(
-                "{op} is only available while the sandbox starts"
-            ))),
-        }
-    }
-
-    /// The memory snapshot this sandbox restores, if it is a sandbox that restores one.
-    pub fn restore_from(&self) -> Option<&Arc<SharedSnapshot>> {
-        match &self.role {
-            Role::Sandbox { snapshot } => snapshot.as_ref(),
-            _ => None,
         }
     }
 }
@@ -320,7 +284,10 @@ deno_core::extension!(
     esm = [dir "src/sandbox/isolate/ops", "runtime.js", "web.js", "call.js", "pyodide.js", "dylink.js", "layer.js"],
     options = { shared: Arc<EngineShared>, role: Role, budget: Arc<MemoryBudget> },
     state = |state, options| {
-        state.put(SandboxState::new(options.shared, options.role, options.budget));
+        state.put(SandboxState::new(options.shared, options.budget));
+        state.put(BootState::new(options.role));
+        state.put(WebState::new());
+        state.put(SessionState::default());
         state.put(CallState::idle());
     },
 );
@@ -331,6 +298,14 @@ fn state(op_state: &OpState) -> &SandboxState {
 
 fn state_mut(op_state: &mut OpState) -> &mut SandboxState {
     op_state.borrow_mut::<SandboxState>()
+}
+
+fn boot(op_state: &OpState) -> &BootState {
+    op_state.borrow::<BootState>()
+}
+
+fn boot_mut(op_state: &mut OpState) -> &mut BootState {
+    op_state.borrow_mut::<BootState>()
 }
 
 fn call_state(op_state: &OpState) -> &CallState {
@@ -348,8 +323,10 @@ fn op_sandbox_register(
     #[scoped] run: v8::Global<v8::Function>,
     #[scoped] inspect: v8::Global<v8::Function>,
 ) -> Result<(), JsErrorBox> {
+    op_state
+        .borrow::<BootState>()
+        .booting("op_sandbox_register")?;
     let s = state_mut(op_state);
-    s.booting("op_sandbox_register")?;
     if s.entry.is_some() {
         return Err(JsErrorBox::generic("entry points are already registered"));
     }

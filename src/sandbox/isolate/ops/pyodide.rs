@@ -3,13 +3,54 @@
 //! the package layer, the installer's captures, and the runtime files and verified wheels that
 //! Pyodide's shell path reads.
 
+use std::sync::Arc;
+
 use deno_core::{OpState, op2, v8};
 use deno_error::JsErrorBox;
 
-use super::{Role, call_state, state, state_mut};
+use super::{Phase, Role, boot, boot_mut, call_state, state};
 use crate::protocol::limits::shown;
 use crate::sandbox::engine::layer::LayerOrigin;
+use crate::sandbox::engine::memory_snapshot::SharedSnapshot;
 use crate::sandbox::engine::wasm::CodegenAllowed;
+
+/// The `pyodide` op group's state: what the isolate exists for, where it is in its life, and the
+/// copy-on-write mappings it was given.
+pub(crate) struct BootState {
+    pub role: Role,
+    pub phase: Phase,
+    /// How many copy-on-write mappings it was given (see `cow.rs`); past `MAX_MAPPINGS` it gets copies.
+    pub mappings: u32,
+}
+
+impl BootState {
+    pub fn new(role: Role) -> Self {
+        Self {
+            role,
+            phase: Phase::Booting,
+            mappings: 0,
+        }
+    }
+
+    /// An error unless the sandbox is still booting: for ops that only Pyodide's start-up needs,
+    /// whose JavaScript callers stay reachable from user code afterwards.
+    pub fn booting(&self, op: &str) -> Result<(), JsErrorBox> {
+        match self.phase {
+            Phase::Booting => Ok(()),
+            Phase::Booted => Err(JsErrorBox::generic(format!(
+                "{op} is only available while the sandbox starts"
+            ))),
+        }
+    }
+
+    /// The memory snapshot this sandbox restores, if it is a sandbox that restores one.
+    pub fn restore_from(&self) -> Option<&Arc<SharedSnapshot>> {
+        match &self.role {
+            Role::Sandbox { snapshot } => snapshot.as_ref(),
+            _ => None,
+        }
+    }
+}
 
 /// Boot parameters for `loadPyodide`.
 #[derive(serde::Serialize)]
@@ -45,8 +86,9 @@ struct BootConfig {
 #[op2]
 #[serde]
 pub(super) fn op_sandbox_boot_config(op_state: &mut OpState) -> Result<BootConfig, JsErrorBox> {
+    let b = boot(op_state);
+    b.booting("op_sandbox_boot_config")?;
     let s = state(op_state);
-    s.booting("op_sandbox_boot_config")?;
     Ok(BootConfig {
         lock_file: s.shared.assets.lock_json.to_string(),
         runner_source: super::RUNNER_PY,
@@ -54,19 +96,19 @@ pub(super) fn op_sandbox_boot_config(op_state: &mut OpState) -> Result<BootConfi
         table_rows: s.shared.config.table_rows,
         table_columns: s.shared.config.table_columns,
         auto_load: s.shared.config.runtime_package_installation,
-        kind: s.role.name(),
-        load_snapshot: s.restore_from().is_some(),
-        requirements: if matches!(s.role, Role::Installer { .. }) {
+        kind: b.role.name(),
+        load_snapshot: b.restore_from().is_some(),
+        requirements: if matches!(b.role, Role::Installer { .. }) {
             s.shared.config.preinstall_packages.clone()
         } else {
             Vec::new()
         },
         index_urls: s.shared.config.package_index_urls.clone(),
-        preimport: match &s.role {
+        preimport: match &b.role {
             Role::MemorySnapshotMaker { preimport, .. } => preimport.clone(),
             _ => Vec::new(),
         },
-        relink: s
+        relink: b
             .restore_from()
             .and_then(|snapshot| snapshot.dylibs())
             .map(|record| record.json().to_string()),
@@ -93,9 +135,9 @@ pub(super) fn op_sandbox_snapshot<'s, 'i>(
     scope: &mut v8::PinScope<'s, 'i>,
     op_state: &mut OpState,
 ) -> Result<v8::Local<'s, v8::Value>, JsErrorBox> {
-    let s = state(op_state);
-    s.booting("op_sandbox_snapshot")?;
-    let snapshot = s
+    let b = boot(op_state);
+    b.booting("op_sandbox_snapshot")?;
+    let snapshot = b
         .restore_from()
         .ok_or_else(|| JsErrorBox::generic("no memory snapshot"))?;
     Ok(snapshot.array_buffer(scope).into())
@@ -110,9 +152,9 @@ pub(super) fn op_sandbox_restore_memory(
     #[buffer] heap: &mut [u8],
     memory_offset: u32,
 ) -> Result<(), JsErrorBox> {
-    let s = state(op_state);
-    s.booting("op_sandbox_restore_memory")?;
-    let snapshot = s
+    let b = boot(op_state);
+    b.booting("op_sandbox_restore_memory")?;
+    let snapshot = b
         .restore_from()
         .ok_or_else(|| JsErrorBox::generic("no memory snapshot"))?;
     snapshot
@@ -127,9 +169,9 @@ pub(super) fn op_sandbox_store_snapshot(
     #[buffer] data: &[u8],
     #[string] dylibs: String,
 ) -> Result<(), JsErrorBox> {
-    let s = state_mut(op_state);
-    s.booting("op_sandbox_store_snapshot")?;
-    match &mut s.role {
+    let b = boot_mut(op_state);
+    b.booting("op_sandbox_store_snapshot")?;
+    match &mut b.role {
         Role::MemorySnapshotMaker { taken, .. } => {
             *taken = Some(super::TakenSnapshot {
                 bytes: data.to_vec(),
@@ -149,8 +191,8 @@ pub(super) fn op_sandbox_wasm_module<'s, 'i>(
     scope: &mut v8::PinScope<'s, 'i>,
     op_state: &mut OpState,
 ) -> Result<v8::Local<'s, v8::Value>, JsErrorBox> {
+    boot(op_state).booting("op_sandbox_wasm_module")?;
     let s = state(op_state);
-    s.booting("op_sandbox_wasm_module")?;
     let shared = s.shared.clone();
     if let Some(compiled) = shared.compiled_wasm.get()
         && let Some(module) = v8::WasmModuleObject::from_compiled_module(scope, compiled)
@@ -177,8 +219,8 @@ pub(super) fn op_sandbox_wrapper_module<'s, 'i>(
     op_state: &mut OpState,
     #[string] signatures: &str,
 ) -> Result<v8::Local<'s, v8::Value>, JsErrorBox> {
+    boot(op_state).booting("op_sandbox_wrapper_module")?;
     let s = state(op_state);
-    s.booting("op_sandbox_wrapper_module")?;
     let shared = s.shared.clone();
     let cached = {
         let cache = shared
@@ -247,8 +289,8 @@ pub(super) fn op_sandbox_main_memory(
     op_state: &mut OpState,
     memory: v8::Local<v8::Value>,
 ) -> Result<(), JsErrorBox> {
+    boot(op_state).booting("op_sandbox_main_memory")?;
     let s = state(op_state);
-    s.booting("op_sandbox_main_memory")?;
     let buffer = v8::Local::<v8::ArrayBuffer>::try_from(memory)
         .map_err(|_| JsErrorBox::type_error("not the memory's buffer"))?;
     let store = buffer.get_backing_store();
@@ -284,8 +326,8 @@ pub(super) fn op_sandbox_memory_room(op_state: &mut OpState, bytes: f64) -> bool
 pub(super) fn op_sandbox_layer_index(
     op_state: &mut OpState,
 ) -> Result<Vec<(String, u32, u32)>, JsErrorBox> {
+    boot(op_state).booting("op_sandbox_layer_index")?;
     let s = state(op_state);
-    s.booting("op_sandbox_layer_index")?;
     Ok(s.shared
         .layer
         .get()
@@ -316,7 +358,7 @@ pub(super) fn op_sandbox_layer_blob<'s, 'i>(
     scope: &mut v8::PinScope<'s, 'i>,
     op_state: &mut OpState,
 ) -> Result<v8::Local<'s, v8::Value>, JsErrorBox> {
-    state(op_state).booting("op_sandbox_layer_blob")?;
+    boot(op_state).booting("op_sandbox_layer_blob")?;
     let map = may_map(op_state);
     let s = state(op_state);
     let shared = &s.shared;
@@ -334,9 +376,9 @@ const MAX_MAPPINGS: u32 = 8;
 
 /// Whether this sandbox may get one more copy-on-write mapping (counted if so).
 fn may_map(op_state: &mut OpState) -> bool {
-    let s = state_mut(op_state);
-    s.mappings += 1;
-    s.mappings <= MAX_MAPPINGS
+    let b = boot_mut(op_state);
+    b.mappings += 1;
+    b.mappings <= MAX_MAPPINGS
 }
 
 /// Pyodide `loadedPackages` entries of the package layer.
@@ -345,8 +387,8 @@ fn may_map(op_state: &mut OpState) -> bool {
 pub(super) fn op_sandbox_layer_loaded(
     op_state: &mut OpState,
 ) -> Result<Vec<(String, String)>, JsErrorBox> {
+    boot(op_state).booting("op_sandbox_layer_loaded")?;
     let s = state(op_state);
-    s.booting("op_sandbox_layer_loaded")?;
     Ok(s.shared
         .layer
         .get()
@@ -362,8 +404,8 @@ pub(super) fn op_sandbox_layer_module<'s, 'i>(
     op_state: &mut OpState,
     #[string] path: &str,
 ) -> Result<v8::Local<'s, v8::Value>, JsErrorBox> {
+    boot(op_state).booting("op_sandbox_layer_module")?;
     let s = state(op_state);
-    s.booting("op_sandbox_layer_module")?;
     let shared = s.shared.clone();
     let layer = shared
         .layer
@@ -381,9 +423,9 @@ pub(super) fn op_sandbox_layer_module<'s, 'i>(
 
 /// What the installer has captured so far; an error in any other role.
 fn installer_captures(op_state: &mut OpState) -> Result<&mut super::Captured, JsErrorBox> {
-    let s = state_mut(op_state);
-    s.booting("the installer's captures")?;
-    match &mut s.role {
+    let b = boot_mut(op_state);
+    b.booting("the installer's captures")?;
+    match &mut b.role {
         Role::Installer { captured } => Ok(captured),
         _ => Err(JsErrorBox::generic(
             "this sandbox does not build the package layer",
@@ -417,7 +459,7 @@ pub(super) fn op_sandbox_layer_capture_loaded(
 /// Installer only: progress messages go to the server log.
 #[op2(fast)]
 pub(super) fn op_sandbox_log(op_state: &mut OpState, #[string] message: &str) {
-    if matches!(state(op_state).role, Role::Installer { .. }) {
+    if matches!(boot(op_state).role, Role::Installer { .. }) {
         tracing::info!(target: "code_interpreter_mcp::packages", "{}", message.trim());
     }
 }
@@ -463,7 +505,7 @@ pub(super) fn op_sandbox_read_asset<'s, 'i>(
     if package.name == "micropip" && offline {
         return Err(JsErrorBox::generic(MICROPIP_UNAVAILABLE));
     }
-    if !s.downloads_enabled {
+    if !op_state.borrow::<super::WebState>().downloads_enabled {
         return Err(JsErrorBox::generic(
             "Runtime package installation is disabled: package downloads are refused",
         ));

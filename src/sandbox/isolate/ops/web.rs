@@ -147,7 +147,30 @@ pub(super) fn op_sandbox_random_fill(#[buffer] data: &mut [u8]) -> Result<(), Js
 
 #[op2(fast)]
 pub(super) fn op_sandbox_now(op_state: &mut OpState) -> f64 {
-    state(op_state).started.elapsed().as_secs_f64() * 1000.0
+    op_state
+        .borrow::<WebState>()
+        .started
+        .elapsed()
+        .as_secs_f64()
+        * 1000.0
+}
+
+/// The `web` op group's state: the sandbox's time origin and whether it may still download.
+pub(crate) struct WebState {
+    /// `performance.now()`'s origin.
+    pub started: std::time::Instant,
+    /// Whether wheels and HTTPS downloads may still be fetched (false once runtime installation is
+    /// disabled and initialisation is over).
+    pub downloads_enabled: bool,
+}
+
+impl WebState {
+    pub fn new() -> Self {
+        Self {
+            started: std::time::Instant::now(),
+            downloads_enabled: true,
+        }
+    }
 }
 
 /// Resolves on the next turn of the event loop: a zero-delay task (timers have a 1 ms floor).
@@ -179,7 +202,8 @@ pub(super) async fn op_sandbox_fetch(
             .as_ref()
             .and_then(|w| w.deadline())
             .map(|d| d + FETCH_DEADLINE_SLACK);
-        (s.shared.fetcher.clone(), s.downloads_enabled, deadline)
+        let enabled = op_state.borrow::<WebState>().downloads_enabled;
+        (s.shared.fetcher.clone(), enabled, deadline)
     };
     if !enabled {
         return Err(JsErrorBox::generic(FetchError::Disabled.to_string()));
