@@ -2,9 +2,11 @@
 //! linked once; each concern is a module.
 
 mod adversarial;
+mod adversarial_fetch;
 mod common;
 mod config;
 mod containment;
+mod containment_transport;
 mod deploy;
 mod engine;
 mod exec_cli;

@@ -108,7 +108,7 @@ pub fn cap_text(text: String, limit: usize, keep_end: bool) -> (String, bool) {
     (format!("{head}{marker}{tail}"), true)
 }
 
-/// The rich outputs of a call as the runner publishes them (`notebook.py`), kept within the limits
+/// The rich outputs of a call as the runner publishes them (`display.py`), kept within the limits
 /// whatever it sends: at most `MAX_DISPLAYS`, each representation at most `MAX_DISPLAY_VALUE_BYTES`
 /// under a well-formed MIME type, `MAX_DISPLAY_TOTAL_BYTES` in all; what is left out marks the output
 /// truncated.

@@ -1,13 +1,17 @@
 // The package layer in a sandbox's MEMFS (the layer ops are in pyodide.rs): its files as slices of
-// the sandbox's copy-on-write map of the layer, each directory made when first looked up.
+// the sandbox's copy-on-write map of the layer, each directory made when first looked up; and the
+// installer that builds the layer at start-up.
 
 import { core } from "ext:core/mod.js";
 
 const {
   op_sandbox_layer_blob,
+  op_sandbox_layer_capture,
+  op_sandbox_layer_capture_loaded,
   op_sandbox_layer_dir,
   op_sandbox_layer_index,
   op_sandbox_layer_loaded,
+  op_sandbox_log,
 } = core.ops;
 
 /**
@@ -120,3 +124,71 @@ const ENOTEMPTY = 55;
 
 /** A regular file, rw-rw-rw- (what FS.writeFile creates). */
 const FILE_MODE = 0o100666;
+
+/** Directories whose new files make up the package layer: site-packages and the shared-library dir. */
+function layerRoots(pyodide) {
+  return [pyodide._api.sitepackages, pyodide._api.dsodir].filter((d) => d && exists(pyodide.FS, d));
+}
+
+function exists(FS, path) {
+  try {
+    FS.lstat(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The installer: loads micropip from the package source, installs the configured requirements with it
+ * and hands every file they added (and Pyodide's record of loaded packages) to Rust.
+ */
+export async function buildLayer(pyodide, requirements, indexUrls) {
+  const FS = pyodide.FS;
+  const before = new Set(layerRoots(pyodide).flatMap((root) => listTree(FS, root)));
+  const loadedBefore = new Set(Object.keys(pyodide.loadedPackages));
+  const log = (msg) => op_sandbox_log(String(msg));
+  const failures = [];
+  await pyodide.loadPackage("micropip", {
+    messageCallback: log,
+    errorCallback: (msg) => failures.push(String(msg)),
+  });
+  if (!("micropip" in pyodide.loadedPackages)) {
+    throw new Error(`micropip could not be loaded: ${failures.join("; ") || "unknown error"}`);
+  }
+  if (requirements.length > 0) {
+    const micropip = pyodide.pyimport("micropip");
+    if (indexUrls.length > 0) micropip.set_index_urls(indexUrls);
+    await micropip.install.callKwargs(requirements, { verbose: true });
+    micropip.destroy();
+    const installed = pyodide.runPython(
+      "import micropip\n', '.join(sorted(f'{p.name} {p.version}' for p in micropip.list().values()))",
+    );
+    log(`installed: ${installed}`);
+  }
+  for (const root of layerRoots(pyodide)) {
+    for (const path of listTree(FS, root)) {
+      if (!before.has(path)) op_sandbox_layer_capture(path, FS.readFile(path));
+    }
+  }
+  const loaded = Object.entries(pyodide.loadedPackages)
+    .filter(([name]) => !loadedBefore.has(name))
+    .map(([name, channel]) => [name, String(channel)]);
+  op_sandbox_layer_capture_loaded(loaded);
+}
+
+/** Every regular file below `root` (absolute paths, sorted). Symlinks are skipped. */
+function listTree(FS, root) {
+  const out = [];
+  const walk = (dir) => {
+    for (const name of FS.readdir(dir)) {
+      if (name === "." || name === "..") continue;
+      const full = `${dir}/${name}`;
+      const st = FS.lstat(full);
+      if (FS.isDir(st.mode)) walk(full);
+      else if (FS.isFile(st.mode)) out.push(full);
+    }
+  };
+  walk(root);
+  return out.sort();
+}

@@ -35,12 +35,14 @@ use crate::sandbox::isolate::watchdog::Arming;
 
 /// The Python half of an execution, evaluated once per sandbox (or into the memory snapshot).
 pub(crate) const RUNNER_PY: &str = include_str!("runner.py");
-/// The runner's notebook conveniences (magics, display, plotly), defined before it.
+/// The runner's notebook syntax (magics, `!pip`), defined before it.
 pub(crate) const NOTEBOOK_PY: &str = include_str!("notebook.py");
+/// The runner's rich outputs (display, the IPython stand-in, plotly, figures), defined first.
+pub(crate) const DISPLAY_PY: &str = include_str!("display.py");
 
 /// The sandbox's JavaScript and Python glue as compiled into the binary (for the memory snapshot's
 /// key: the snapshot is taken by this code).
-pub(crate) fn glue() -> [&'static str; 8] {
+pub(crate) fn glue() -> [&'static str; 9] {
     [
         include_str!("runtime.js"),
         include_str!("web.js"),
@@ -50,6 +52,7 @@ pub(crate) fn glue() -> [&'static str; 8] {
         include_str!("layer.js"),
         RUNNER_PY,
         NOTEBOOK_PY,
+        DISPLAY_PY,
     ]
 }
 

@@ -6,7 +6,7 @@
 import { core, primordials } from "ext:core/mod.js";
 import { setTimeOrigin } from "ext:sandbox/web.js";
 import { recordDylibs, relinkDylibs } from "ext:sandbox/dylink.js";
-import { copyLayer } from "ext:sandbox/layer.js";
+import { buildLayer, copyLayer } from "ext:sandbox/layer.js";
 
 const {
   op_sandbox_boot_config,
@@ -14,8 +14,6 @@ const {
   op_sandbox_fatal,
   op_sandbox_main_memory,
   op_sandbox_memory_room,
-  op_sandbox_layer_capture,
-  op_sandbox_layer_capture_loaded,
   op_sandbox_layer_module,
   op_sandbox_log,
   op_sandbox_read_asset,
@@ -48,17 +46,18 @@ const FORBIDDEN_GLOBALS = [
 const INDEX_URL = "/pyodide/";
 
 /**
- * Makes the modules `_sandbox_notebook` (notebook.py, passed as `notebook`) and `_sandbox_runner`
- * (runner.py, as `source`), which imports it. Done before a snapshot is taken, so restored sandboxes
+ * Makes the modules `_sandbox_display` (display.py, passed as `display`), `_sandbox_notebook`
+ * (notebook.py, as `notebook`) and `_sandbox_runner` (runner.py, as `source`), each importing those
+ * before it. Done before a snapshot is taken, so restored sandboxes
  * find them imported. (Importing micropip there would leave JavaScript references that a memory
  * snapshot cannot hold; the runner holds none.)
  */
 const DEFINE_RUNNER = `import sys, types
-for name, text, filename in (("_sandbox_notebook", notebook, "<sandbox-notebook>"), ("_sandbox_runner", source, "<sandbox-runner>")):
+for name, text, filename in (("_sandbox_display", display, "<sandbox-display>"), ("_sandbox_notebook", notebook, "<sandbox-notebook>"), ("_sandbox_runner", source, "<sandbox-runner>")):
     module = types.ModuleType(name)
     sys.modules[name] = module
     exec(compile(text, filename, "exec"), module.__dict__)
-del name, text, filename, module, notebook, source`;
+del name, text, filename, module, display, notebook, source`;
 /**
  * Run just before the memory snapshot is taken: every object alive then (the interpreter's modules,
  * Pyodide's, the runner's) moves to the garbage collector's permanent generation, which its
@@ -243,10 +242,10 @@ export async function boot() {
   }
 
   if (cfg.kind === "installer") {
-    await buildLayer(cfg.requirements, cfg.indexUrls);
+    await buildLayer(pyodide, cfg.requirements, cfg.indexUrls);
     return;
   }
-  if (!cfg.loadSnapshot) defineRunner(cfg.runnerSource, cfg.notebookSource);
+  if (!cfg.loadSnapshot) defineRunner(cfg.runnerSource, cfg.notebookSource, cfg.displaySource);
   if (cfg.kind === "snapshot") {
     // The runner and the modules it imports go into the snapshot, and with `preimport` those
     // modules; nothing else happens before it. The package layer is not in it: MEMFS is not part of
@@ -268,7 +267,7 @@ export async function boot() {
   // (A JavaScript null would reach Python as `jsnull`, not None: the message only when set.)
   if (cfg.micropipUnavailable) options.micropip_unavailable = cfg.micropipUnavailable;
   module.prepare.callKwargs(options);
-  // `import IPython` is served by the notebook stand-in (notebook.py) unless the real IPython was
+  // `import IPython` is served by the stand-in (display.py) unless the real IPython was
   // installed: the import scan does not load Pyodide's (heavy) IPython for it.
   pyodide._api._import_name_to_package_name?.delete("IPython");
   runner = module.run.copy();
@@ -378,63 +377,12 @@ export async function preloadPyodide() {
   }
 }
 
-/** Directories whose new files make up the package layer: site-packages and the shared-library dir. */
-function layerRoots() {
-  return [pyodide._api.sitepackages, pyodide._api.dsodir].filter((d) => d && exists(d));
-}
-
-function exists(path) {
-  try {
-    pyodide.FS.lstat(path);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-/**
- * The installer: loads micropip from the package source, installs the configured requirements with it
- * and hands every file they added (and Pyodide's record of loaded packages) to Rust.
- */
-async function buildLayer(requirements, indexUrls) {
-  const FS = pyodide.FS;
-  const before = new Set(layerRoots().flatMap((root) => listTree(FS, root)));
-  const loadedBefore = new Set(Object.keys(pyodide.loadedPackages));
-  const log = (msg) => op_sandbox_log(String(msg));
-  const failures = [];
-  await pyodide.loadPackage("micropip", {
-    messageCallback: log,
-    errorCallback: (msg) => failures.push(String(msg)),
-  });
-  if (!("micropip" in pyodide.loadedPackages)) {
-    throw new Error(`micropip could not be loaded: ${failures.join("; ") || "unknown error"}`);
-  }
-  if (requirements.length > 0) {
-    const micropip = pyodide.pyimport("micropip");
-    if (indexUrls.length > 0) micropip.set_index_urls(indexUrls);
-    await micropip.install.callKwargs(requirements, { verbose: true });
-    micropip.destroy();
-    const installed = pyodide.runPython(
-      "import micropip\n', '.join(sorted(f'{p.name} {p.version}' for p in micropip.list().values()))",
-    );
-    log(`installed: ${installed}`);
-  }
-  for (const root of layerRoots()) {
-    for (const path of listTree(FS, root)) {
-      if (!before.has(path)) op_sandbox_layer_capture(path, FS.readFile(path));
-    }
-  }
-  const loaded = Object.entries(pyodide.loadedPackages)
-    .filter(([name]) => !loadedBefore.has(name))
-    .map(([name, channel]) => [name, String(channel)]);
-  op_sandbox_layer_capture_loaded(loaded);
-}
-
-/** Defines the `_sandbox_runner` module from runner.py's source (and notebook.py's, which it uses). */
-function defineRunner(source, notebook) {
+/** Defines the `_sandbox_runner` module from runner.py's source (and the helpers it uses). */
+function defineRunner(source, notebook, display) {
   const globals = pyodide.globals.get("dict")();
   globals.set("source", source);
   globals.set("notebook", notebook);
+  globals.set("display", display);
   pyodide.runPython(DEFINE_RUNNER, { globals, filename: "<sandbox-runner-setup>" });
   globals.destroy();
 }
@@ -496,22 +444,6 @@ function lockDown() {
   for (const name of Object.keys(filesystems)) {
     if (name !== "MEMFS") delete filesystems[name];
   }
-}
-
-/** Every regular file below `root` (absolute paths, sorted). Symlinks are skipped. */
-function listTree(FS, root) {
-  const out = [];
-  const walk = (dir) => {
-    for (const name of FS.readdir(dir)) {
-      if (name === "." || name === "..") continue;
-      const full = `${dir}/${name}`;
-      const st = FS.lstat(full);
-      if (FS.isDir(st.mode)) walk(full);
-      else if (FS.isFile(st.mode)) out.push(full);
-    }
-  };
-  walk(root);
-  return out.sort();
 }
 
 /**

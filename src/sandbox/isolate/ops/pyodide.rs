@@ -59,6 +59,7 @@ struct BootConfig {
     lock_file: String,
     runner_source: &'static str,
     notebook_source: &'static str,
+    display_source: &'static str,
     /// DataFrames displayed as Markdown show at most this many rows and columns.
     table_rows: u64,
     table_columns: u64,
@@ -93,6 +94,7 @@ pub(super) fn op_sandbox_boot_config(op_state: &mut OpState) -> Result<BootConfi
         lock_file: s.shared.assets.lock_json.to_string(),
         runner_source: super::RUNNER_PY,
         notebook_source: super::NOTEBOOK_PY,
+        display_source: super::DISPLAY_PY,
         table_rows: s.shared.config.table_rows,
         table_columns: s.shared.config.table_columns,
         auto_load: s.shared.config.runtime_package_installation,

@@ -20,10 +20,12 @@ import traceback
 
 from pyodide.code import eval_code_async
 
+import _sandbox_display as display
 import _sandbox_notebook as notebook
 
 FILENAME = "<code>"
-NOTEBOOK_FILENAME = "<sandbox-notebook>"
+# The notebook helpers' own files: their frames are left out of tracebacks.
+HELPER_FILENAMES = ("<sandbox-notebook>", "<sandbox-display>")
 RESULT_LIMIT = 64 * 1024
 MESSAGE_LIMIT = 16 * 1024
 TRACEBACK_LIMIT = 64 * 1024
@@ -44,7 +46,7 @@ def _user_traceback(exc, traceback=traceback):
         tb = tb.tb_next
     report = traceback.TracebackException(type(exc), exc, tb)
     report.stack = traceback.StackSummary.from_list(
-        [frame for frame in report.stack if frame.filename != NOTEBOOK_FILENAME]
+        [frame for frame in report.stack if frame.filename not in HELPER_FILENAMES]
     )
     return "".join(report.format())
 
@@ -135,7 +137,7 @@ def _interruptible_sleep(seconds, _sleep=time.sleep, _monotonic=time.monotonic):
 
 def save_figures(print=print):
     """Saves every open matplotlib figure (seaborn's too) as figure-N.png (the first free N: a file
-    the code made is never overwritten) and closes it; at most the notebook's figure count per call,
+    the code made is never overwritten) and closes it; at most display.py's figure count per call,
     none larger than its pixel limit (what is left out marks the output truncated)."""
     plt = sys.modules.get("matplotlib.pyplot")
     if plt is None:
@@ -148,13 +150,13 @@ def save_figures(print=print):
         try:
             figure = plt.figure(number)
             width, height = figure.get_size_inches() * figure.dpi
-            if width * height > notebook.MAX_FIGURE_PIXELS:
+            if width * height > display.MAX_FIGURE_PIXELS:
                 print(f"figure {number} is {int(width)}x{int(height)} pixels, over the limit: not saved", file=sys.stderr)
-                notebook.mark_truncated()
+                display.mark_truncated()
                 continue
-            if not notebook.take_figure():
+            if not display.take_figure():
                 continue
-            figure.savefig(notebook.free_name("figure", "png"), format="png")
+            figure.savefig(display.free_name("figure", "png"), format="png")
         except BaseException as exc:
             print(f"could not save figure {number}: {exc}", file=sys.stderr)
     try:
@@ -183,8 +185,8 @@ async def run(
     # Tracebacks quote the code as the user wrote it; what runs has its notebook syntax made Python,
     # line for line.
     linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
-    notebook._publish = publish
-    notebook.reset_figures()
+    display._publish = publish
+    display.reset_figures()
     start_clock()
     cell = None
     try:
@@ -206,7 +208,7 @@ async def run(
     # (`%%capture` keeps the cell's output, its result's display included.)
     if value is not None and cell != "capture":
         try:
-            notebook.display_result(value)
+            display.display_result(value)
         except BaseException as exc:
             print(f"display: the result could not be displayed: {exc}", file=sys.stderr)
     _finish()
@@ -226,12 +228,12 @@ def _finish():
     """What every ending does: figures saved, output flushed, publishing over."""
     save_figures()
     _flush()
-    notebook._publish = None
+    display._publish = None
 
 
 def _report(report, success, result, truncated, error_type, message, traceback):
     """The report, saying also whether something (figures) was left out of the output."""
-    report(success, result, truncated or notebook.figures_truncated(), error_type, message, traceback)
+    report(success, result, truncated or display.figures_truncated(), error_type, message, traceback)
 
 
 def prepare(micropip_unavailable=None, table_rows=20, table_columns=20):
@@ -239,7 +241,8 @@ def prepare(micropip_unavailable=None, table_rows=20, table_columns=20):
     micropip cannot be imported, on a server whose package layer has none; the table size of
     DataFrames displayed as Markdown."""
     notebook.prepare()
-    notebook.configure(table_rows, table_columns)
+    display.prepare()
+    display.configure(table_rows, table_columns)
     if micropip_unavailable is not None:
         _UnavailableFinder.message = micropip_unavailable
         sys.meta_path.insert(0, _UnavailableFinder)
