@@ -2,9 +2,11 @@
 //! `package_cache_dir`, so a restart on the same disk or volume finds them) or S3-compatible object
 //! storage (`s3://bucket/prefix`, shared by replicas), through `object_store`. Each image is sealed
 //! (see [`seal`]): stored under a hash of its session's id, encrypted with a key derived from it,
-//! and refused unless it was made by this engine for that id. The store only moves sealed bytes;
-//! what an image holds is the sandbox's business.
+//! and refused unless it was made by this engine for that id; a lease ([`lease`]) says which
+//! process runs a session. The store only moves sealed bytes; what an image holds is the sandbox's
+//! business.
 
+pub mod lease;
 pub mod seal;
 
 use std::path::Path;
@@ -12,12 +14,13 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::TryStreamExt;
-use object_store::aws::AmazonS3Builder;
+use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use object_store::prefix::PrefixStore;
 use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig};
 
+pub use lease::{Held, Lease};
 pub use seal::OpenError;
 
 /// The suffix of every image's object name.
@@ -91,6 +94,8 @@ impl Store {
             // (object_store's default retries for three).
             let mut builder = AmazonS3Builder::from_env()
                 .with_bucket_name(bucket)
+                // Leases need a create that fails when the object exists (If-None-Match).
+                .with_conditional_put(S3ConditionalPut::ETagMatch)
                 .with_retry(RetryConfig {
                     max_retries: 3,
                     retry_timeout: Duration::from_secs(20),

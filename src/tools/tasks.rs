@@ -232,8 +232,11 @@ impl Tasks {
         let ended = loop {
             tokio::select! {
                 ended = &mut call => break ended,
-                () = ctx.cancelled() => return Err(TaskExit::Cancelled),
-                _ = tick.tick() => ctx.set_status_message(status(&live, started)),
+                () = ctx.cancelled() => {
+                    ctx.set_status_message(status(&live, started, "cancelled after"));
+                    return Err(TaskExit::Cancelled);
+                }
+                _ = tick.tick() => ctx.set_status_message(status(&live, started, "running for")),
             }
         };
         drop(permit);
@@ -246,7 +249,7 @@ impl Tasks {
             return Err(shutting_down());
         }
         let (result, kept) = interpreter.finish(ended, started);
-        ctx.set_status_message(status(&live, started));
+        ctx.set_status_message(status(&live, started, "ran for"));
         Ok(interpreter.reply(&result, &kept))
     }
 
@@ -364,11 +367,13 @@ fn shutting_down() -> TaskExit {
     ))
 }
 
-/// A running task's status message: how long it has run, the bytes written, the newest output.
-fn status(live: &LiveOutput, started: Instant) -> String {
+/// A task's status message once it runs: how long it has run (`how`: "running for", "ran for",
+/// "cancelled after"), the bytes written, the newest output.
+fn status(live: &LiveOutput, started: Instant, how: &str) -> String {
     let (tail, stdout, stderr) = live.status();
+    let so_far = if how == "running for" { " so far" } else { "" };
     let mut message = format!(
-        "running for {:.1} s; {stdout} bytes of stdout, {stderr} bytes of stderr so far",
+        "{how} {:.1} s; {stdout} bytes of stdout, {stderr} bytes of stderr{so_far}",
         started.elapsed().as_secs_f64()
     );
     if !tail.is_empty() {

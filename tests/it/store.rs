@@ -1,13 +1,14 @@
 //! The session store against real backends: a directory (two stores on one directory, as a restart
 //! sees it) and S3-compatible object storage (moto's S3 server on loopback, installed into
 //! `.tools/moto` from `tests/store/requirements.txt` on first use). Images round-trip, open only with
-//! their id and engine, are stored under names that reveal no id, and a bad URL is refused.
+//! their id and engine, are stored under names that reveal no id, leases have one holder at a time
+//! (eight racing replicas: one winner), and a bad URL is refused.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use code_interpreter_mcp::store::{OpenError, Store, StoreError};
+use code_interpreter_mcp::store::{Held, OpenError, Store, StoreError};
 
 const ID: &str = "pod-1.TmV2ZXItYS1yZWFsLXNlc3Npb24taWQtMDAx";
 
@@ -61,6 +62,83 @@ fn exercise(a: &Store, b: &Store, other_engine: &Store) {
     });
 }
 
+/// Leases on any backend: one holder at a time, renewed and released by it, taken over once
+/// expired, and exactly one winner when many race for a session.
+fn exercise_leases(a: &Store, b: &Store) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let id = "pod-1.lease-session";
+        let minute = Duration::from_secs(60);
+        let first = a
+            .take_lease(id, "replica-a", minute)
+            .await
+            .unwrap()
+            .unwrap();
+        match b.take_lease(id, "replica-b", minute).await.unwrap() {
+            Err(Held { holder, expires_in }) => {
+                assert_eq!(holder, "replica-a");
+                assert!(expires_in > Duration::from_secs(50), "{expires_in:?}");
+            }
+            Ok(lease) => panic!("two holders: {lease:?}"),
+        }
+        let renewed = a
+            .take_lease(id, "replica-a", minute)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(renewed.generation > first.generation);
+        a.release_lease(id, "replica-a").await.unwrap();
+        b.take_lease(id, "replica-b", Duration::from_millis(300))
+            .await
+            .unwrap()
+            .expect("released: free to take");
+        // A's release of a lease it no longer holds changes nothing.
+        a.release_lease(id, "replica-a").await.unwrap();
+        assert!(
+            a.take_lease(id, "replica-a", minute)
+                .await
+                .unwrap()
+                .is_err()
+        );
+        // B's holder died: once expired, A takes over.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        a.take_lease(id, "replica-a", minute)
+            .await
+            .unwrap()
+            .expect("expired: taken over");
+
+        // Eight replicas race for a fresh session: exactly one wins.
+        let race = "pod-1.raced-session";
+        let attempts = (0..8).map(|n| {
+            let store = if n % 2 == 0 { a.clone() } else { b.clone() };
+            tokio::spawn(async move {
+                store
+                    .take_lease(race, &format!("replica-{n}"), Duration::from_secs(60))
+                    .await
+                    .unwrap()
+                    .is_ok()
+            })
+        });
+        let won = futures::future::join_all(attempts)
+            .await
+            .into_iter()
+            .filter(|r| *r.as_ref().unwrap())
+            .count();
+        assert_eq!(won, 1, "racing replicas");
+        a.forget_lease(race).await.unwrap();
+        a.forget_lease(id).await.unwrap();
+        b.take_lease(race, "replica-b", minute)
+            .await
+            .unwrap()
+            .expect("forgotten: free");
+        b.forget_lease(race).await.unwrap();
+    });
+}
+
 fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
@@ -84,6 +162,7 @@ fn a_directory_store_survives_a_restart_and_names_reveal_no_session() {
     .unwrap();
     let other = Store::open(dir.to_str().unwrap(), Path::new("/unused"), "engine-2").unwrap();
     exercise(&a, &b, &other);
+    exercise_leases(&a, &b);
 
     runtime().block_on(a.save(ID, payload(3))).unwrap();
     let mut files = Vec::new();
@@ -218,6 +297,7 @@ fn an_s3_store_is_shared_by_replicas() {
     let (a, b, other) = (open("engine-1"), open("engine-1"), open("engine-2"));
     assert_eq!(a.location(), "s3://sessions-bucket/replicas/images");
     exercise(&a, &b, &other);
+    exercise_leases(&a, &b);
 
     // Under the prefix, one object named by the hash.
     runtime().block_on(a.save(ID, payload(4))).unwrap();

@@ -139,6 +139,12 @@ fn a_task_runs_past_the_synchronous_cap_while_synchronous_calls_are_served() {
     );
     let (state, _) = settle(&server, &task, Duration::from_secs(seconds + 120));
     assert_eq!(state["status"], "completed", "{state}");
+    let status = state["statusMessage"].as_str().unwrap();
+    assert!(status.starts_with("ran for "), "{status}");
+    assert!(
+        status.contains(&format!("tick {}", seconds - 1)),
+        "{status}"
+    );
     let result = &state["result"];
     assert_eq!(result["structuredContent"]["result"], "done", "{state}");
     assert!(result["content"].as_array().is_some_and(|c| !c.is_empty()));
@@ -170,6 +176,8 @@ fn a_cancelled_task_ends_within_a_second_and_a_session_survives() {
     let (state, took) = settle(&server, &task, Duration::from_secs(5));
     assert_eq!(state["status"], "cancelled", "{state}");
     assert!(took <= Duration::from_secs(1), "{took:?}");
+    let status = state["statusMessage"].as_str().unwrap();
+    assert!(status.starts_with("cancelled after "), "{status}");
     // The queued task then runs.
     let (state, _) = settle(&server, &queued, Duration::from_secs(30));
     assert_eq!(
