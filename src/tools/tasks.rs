@@ -10,8 +10,9 @@
 //! fails a task still running then and drops a finished one a TTL later), and at most
 //! `MAX_TASKS` exist at once. Task ids are random (UUID v4) and, with bearer tokens, visible only to
 //! the token that created the task: to any other, `tasks/get` and `tasks/cancel` answer as for an
-//! unknown id. At shutdown, running tasks get the drain deadline like calls; a task that cannot
-//! finish ends `failed` with a shutdown error, which `tasks/get` returns until the process exits.
+//! unknown id. At shutdown, waiting tasks fail at once and running ones may finish until shortly
+//! before the drain deadline ([`Tasks::stop`]); then they are stopped and end `failed` with a
+//! shutdown error, which `tasks/get` returns until HTTP closes.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -56,6 +57,8 @@ pub struct Tasks {
     working: Arc<AtomicUsize>,
     /// Cancelled at shutdown: waiting tasks stop waiting.
     closing: CancellationToken,
+    /// Cancelled when the drain deadline is near: running tasks stop and fail.
+    stopping: CancellationToken,
 }
 
 /// The error for a task id the caller may not see, exactly as for an unknown one. (The id shows
@@ -98,6 +101,7 @@ impl Tasks {
             owners: Arc::default(),
             working: Arc::default(),
             closing: CancellationToken::new(),
+            stopping: CancellationToken::new(),
         }
     }
 
@@ -236,6 +240,10 @@ impl Tasks {
                     ctx.set_status_message(status(&live, started, "cancelled after"));
                     return Err(TaskExit::Cancelled);
                 }
+                () = self.stopping.cancelled() => {
+                    ctx.set_status_message(status(&live, started, "stopped by the shutdown after"));
+                    return Err(shutting_down());
+                }
                 _ = tick.tick() => ctx.set_status_message(status(&live, started, "running for")),
             }
         };
@@ -293,9 +301,15 @@ impl Tasks {
         self.working.load(Ordering::SeqCst)
     }
 
-    /// Shutdown: waiting tasks fail at once; running ones may finish until the pool's drain ends them.
+    /// Shutdown: waiting tasks fail at once; running ones may finish until [`Tasks::stop`].
     pub fn close(&self) {
         self.closing.cancel();
+    }
+
+    /// Shutdown, near the drain deadline: running tasks are stopped (their code too) and fail with
+    /// the shutdown error, which `tasks/get` returns while the server still answers.
+    pub fn stop(&self) {
+        self.stopping.cancel();
     }
 
     /// Whether `task_id` is in a terminal state (for tests and shutdown).

@@ -40,6 +40,11 @@ const LOOPBACK_ORIGINS: [&str; 6] = [
 
 /// Total time allowed for a graceful shutdown after SIGTERM or Ctrl-C.
 pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(30);
+/// Running tasks are stopped this long before the shutdown deadline...
+const TASK_STOP_BEFORE_DEADLINE: Duration = Duration::from_secs(5);
+/// ...and their failure stays readable with tasks/get this long (two poll intervals) before HTTP
+/// closes.
+const TASK_FAILURE_VISIBLE: Duration = Duration::from_secs(2);
 
 /// What the HTTP transport needs of the configuration.
 #[derive(Debug, Clone)]
@@ -141,9 +146,21 @@ pub async fn serve_http(
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             };
+            // Running tasks may finish until shortly before the deadline; those that cannot are
+            // stopped and fail, and the server keeps answering a little longer so that their
+            // pollers read why.
             let tasks_done = async {
-                while tasks.as_ref().is_some_and(|t| t.working() > 0) && Instant::now() < deadline {
+                let Some(tasks) = &tasks else { return };
+                let stop_at = deadline - TASK_STOP_BEFORE_DEADLINE;
+                while tasks.working() > 0 && Instant::now() < stop_at {
                     tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                if tasks.working() > 0 {
+                    tasks.stop();
+                    while tasks.working() > 0 && Instant::now() < deadline {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    tokio::time::sleep(TASK_FAILURE_VISIBLE).await;
                 }
             };
             tokio::join!(sessions_done, workers_done, tasks_done);

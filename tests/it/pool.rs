@@ -24,7 +24,7 @@ fn get(url: &str) -> Result<(u16, String), reqwest::Error> {
     Ok((r.status().as_u16(), r.text()?))
 }
 
-fn sigterm(server: &Server) {
+pub(crate) fn sigterm(server: &Server) {
     let status = Command::new("kill")
         .args(["-TERM", &server.child.id().to_string()])
         .status()

@@ -455,3 +455,59 @@ fn output_streams_as_progress_before_the_call_ends() {
         streamed.len()
     );
 }
+
+#[test]
+fn at_shutdown_a_task_that_cannot_finish_fails_and_pollers_read_why() {
+    let server = Server::start(&[]);
+    let task = start(
+        &server,
+        json!({"code": "import time\ntime.sleep(300)", "timeout_ms": 600_000}),
+    );
+    thread::sleep(Duration::from_millis(1500));
+    assert_eq!(get(&server, &task)["status"], "working");
+    crate::pool::sigterm(&server);
+    // The server drains: the task may still finish until shortly before the 30 s deadline, then it
+    // is stopped and fails with the shutdown error, which tasks/get returns before HTTP closes.
+    let started = Instant::now();
+    let mut last = Value::Null;
+    while started.elapsed() < Duration::from_secs(40) {
+        let reply = client()
+            .post(&server.url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .header("MCP-Protocol-Version", "2026-07-28")
+            .header("Mcp-Method", "tasks/get")
+            .header("Mcp-Name", &task)
+            .body(
+                json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/get",
+                    "params": {"taskId": task, "_meta": task_meta()}})
+                .to_string(),
+            )
+            .send();
+        let Ok(reply) = reply else { break };
+        let state = message(reply)["result"].clone();
+        if state["status"] == "failed" {
+            last = state;
+            break;
+        }
+        assert_eq!(state["status"], "working", "{state}");
+        thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        last["status"], "failed",
+        "the failure was readable before exit"
+    );
+    let message = last["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("shutting down"), "{last}");
+    assert!(
+        last["statusMessage"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("stopped by the shutdown after")),
+        "{last}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(29),
+        "stopped before the deadline: {:?}",
+        started.elapsed()
+    );
+}
