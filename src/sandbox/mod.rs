@@ -18,11 +18,14 @@ mod engine;
 mod isolate;
 mod types;
 
+pub mod image;
+
 pub use engine::Engine;
 pub use engine::layer;
 pub use engine::memory_snapshot::SnapshotOrigin;
 pub use engine::shared::{BootMode, EngineConfig, EngineError};
 pub use engine::snapshots::Flavor;
+pub use image::SessionImage;
 pub use isolate::{FileListing, FileRead, MAX_LISTED_FILES, Sandbox};
 pub use types::{
     Display, DisplaySource, ErrorKind, ErrorType, ExecError, ExecRequest, ExecResult, InputFile,

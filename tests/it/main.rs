@@ -21,6 +21,7 @@ mod packages;
 mod pool;
 mod preimport;
 mod server;
+mod session_image;
 mod sessions;
 mod snippets;
 mod store;

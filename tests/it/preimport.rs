@@ -100,6 +100,23 @@ fn preimported_modules_work_in_every_fresh_sandbox_and_nothing_leaks_between_the
     assert_eq!(error.error_type, "KeyError");
 
     eprintln!("first call with pandas pre-imported: {first:?}");
+
+    // A session started from this snapshot holds relinked native modules, which a session image
+    // does not carry yet: saving it is refused with the reason, and the session goes on.
+    let mut session = engine
+        .boot_session_flavor(code_interpreter_mcp::sandbox::Flavor::Preimported)
+        .unwrap();
+    let kept = session.run(
+        request("import pandas as pd\nx = pd.Series([1, 2]).sum()\nint(x)"),
+        None,
+    );
+    ok(&kept);
+    let error = session.save_image().unwrap_err();
+    assert!(error.contains("native extension modules"), "{error}");
+    assert_eq!(
+        session.run(request("int(x) + 1"), None).result.as_deref(),
+        Some("4")
+    );
 }
 
 /// The stored file's body (without its sha256 trailer), its record and Pyodide's snapshot.

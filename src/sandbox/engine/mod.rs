@@ -21,6 +21,7 @@ use self::memory_snapshot::{DylibRecord, SharedSnapshot, SnapshotOrigin};
 use self::shared::{BootMode, EngineConfig, EngineError, EngineShared};
 use self::snapshots::{Flavor, PreimportedSet};
 use crate::assets::Assets;
+use crate::sandbox::image::SessionImage;
 use crate::sandbox::isolate::Sandbox;
 use crate::sandbox::isolate::ops::{Role, TakenSnapshot};
 use crate::sandbox::types::{ErrorKind, ErrorType, ExecError, ExecRequest, ExecResult};
@@ -448,6 +449,28 @@ check({modules})"
             }
         }
         Sandbox::boot(self.shared.clone(), snapshots.get(Flavor::Plain).cloned())
+    }
+
+    /// Boots a session's sandbox of `flavor`, saveable as an image (see `Sandbox::save_image`).
+    pub fn boot_session_flavor(&self, flavor: Flavor) -> Result<Sandbox, EngineError> {
+        let snapshot = self.shared.snapshots.get(flavor).cloned();
+        let mut sandbox = Sandbox::boot_saveable(self.shared.clone(), snapshot)?;
+        sandbox.keep_for_session();
+        Ok(sandbox)
+    }
+
+    /// A session's sandbox restored from `image`: its interpreter as it was saved, its files back
+    /// under /workspace, saveable again.
+    pub fn restore_session(&self, image: &SessionImage) -> Result<Sandbox, EngineError> {
+        let memory = Arc::new(SharedSnapshot::new(image.memory.clone()));
+        let mut sandbox = Sandbox::boot_saveable(self.shared.clone(), Some(memory))?;
+        sandbox.keep_for_session();
+        for (path, data) in &image.files {
+            sandbox
+                .store_file(path, data.clone())
+                .map_err(EngineError::Boot)?;
+        }
+        Ok(sandbox)
     }
 
     /// Whether sandboxes start with pre-imported modules (`preimport_modules`, `preimport_preinstalled`).

@@ -208,7 +208,10 @@ impl Keeper {
                         .build()?;
                     let runtime = new_runtime(
                         &shared,
-                        Role::Sandbox { snapshot: None },
+                        Role::Sandbox {
+                            snapshot: None,
+                            saveable: false,
+                        },
                         unlimited(),
                         &tokio,
                     )?;

@@ -8,7 +8,7 @@
 //! it serves), `watchdog.rs` (deadlines, memory, cancellation), `memory.rs` (the memory budget and its
 //! ArrayBuffer allocator), `cow.rs` (copy-on-write mappings of shared bytes), `output.rs` (what comes
 //! back, capped in Rust), `outcome.rs` (how a call ended, by who caused it), `callbacks.rs` (V8
-//! callbacks that cannot panic).
+//! callbacks that cannot panic), `session.rs` (a session's files and image, between calls).
 
 pub(crate) mod callbacks;
 pub(crate) mod cow;
@@ -16,13 +16,14 @@ pub(crate) mod memory;
 pub(crate) mod ops;
 pub(crate) mod outcome;
 pub(crate) mod output;
+mod session;
 pub(crate) mod watchdog;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use deno_core::{JsRuntime, v8};
+use deno_core::JsRuntime;
 
 use self::memory::MemoryBudget;
 use self::ops::{
@@ -80,16 +81,34 @@ pub struct FileListing {
 /// Most files a session's listing holds.
 pub const MAX_LISTED_FILES: usize = self::ops::MAX_LISTED_FILES;
 
-/// How long a session's file listing or read may take (its JavaScript is the session's own).
-const INSPECT_DEADLINE: Duration = Duration::from_secs(5);
-
 impl Sandbox {
     /// Boots a sandbox that runs one request, restoring `snapshot` (none: a full start-up).
     pub(crate) fn boot(
         shared: Arc<EngineShared>,
         snapshot: Option<Arc<SharedSnapshot>>,
     ) -> Result<Self, EngineError> {
-        Self::boot_as(shared, Role::Sandbox { snapshot })
+        Self::boot_as(
+            shared,
+            Role::Sandbox {
+                snapshot,
+                saveable: false,
+            },
+        )
+    }
+
+    /// Boots a sandbox whose state can be saved as an image (a session's), restoring `snapshot`
+    /// (a plain snapshot, or a session image's memory).
+    pub(crate) fn boot_saveable(
+        shared: Arc<EngineShared>,
+        snapshot: Option<Arc<SharedSnapshot>>,
+    ) -> Result<Self, EngineError> {
+        Self::boot_as(
+            shared,
+            Role::Sandbox {
+                snapshot,
+                saveable: true,
+            },
+        )
     }
 
     /// What `f` takes out of the sandbox's role (what a snapshot maker or an installer produced).
@@ -405,107 +424,6 @@ JavaScript environment?): {e}\n"
             self.ended = classified.end;
         }
         result
-    }
-
-    /// A session's regular files under /workspace with their sizes, sorted; at most
-    /// [`MAX_LISTED_FILES`] (the listing says what it left out).
-    pub fn list_files(&mut self) -> Result<FileListing, String> {
-        let listing = self.inspect(None, 0)?.listing;
-        Ok(FileListing {
-            files: listing.files,
-            left_out: listing.left_out,
-            truncated: listing.cut,
-        })
-    }
-
-    /// A session's file at `path` (relative to /workspace), if it is a regular file of at most
-    /// `limit` bytes reached without following a link.
-    pub fn read_file(&mut self, path: &str, limit: u64) -> Result<FileRead, String> {
-        Ok(match self.inspect(Some(path), limit)?.read {
-            Some((0, data)) if data.len() as u64 <= limit => FileRead::Found(data),
-            Some((2, _)) | Some((0, _)) => FileRead::TooLarge,
-            _ => FileRead::Missing,
-        })
-    }
-
-    /// Writes `data` as the session's file at `path` (relative to /workspace; directories made as
-    /// needed), charged to its memory budget.
-    pub fn store_file(&mut self, path: &str, data: Vec<u8>) -> Result<(), String> {
-        self.inspect_with(Some(path), 0, Some(data)).map(drop)
-    }
-
-    fn inspect(&mut self, path: Option<&str>, limit: u64) -> Result<CallState, String> {
-        self.inspect_with(path, limit, None)
-    }
-
-    /// Runs `inspect` in call.js under a short deadline, in a call state of its own; a session
-    /// whose JavaScript hangs there ends.
-    fn inspect_with(
-        &mut self,
-        path: Option<&str>,
-        limit: u64,
-        data: Option<Vec<u8>>,
-    ) -> Result<CallState, String> {
-        if let Some(end) = self.ended {
-            return Err(format!("the session has ended: {}", end.reason()));
-        }
-        let inspect = self
-            .with_state(|s| s.entry.as_ref().map(|e| e.inspect.clone()))
-            .ok_or("the sandbox has no inspect entry point")?;
-        let watchdog = Watchdog::start(
-            self.runtime.v8_isolate().thread_safe_handle(),
-            None,
-            None,
-            None,
-        )
-        .map_err(|e| e.to_string())?;
-        watchdog.arming().arm(Phase::Setup, INSPECT_DEADLINE);
-        self.runtime.op_state().borrow_mut().put(CallState::idle());
-        let runtime = &mut self.runtime;
-        let args = {
-            deno_core::scope!(scope, runtime);
-            let path: v8::Local<v8::Value> = match path {
-                Some(p) => v8::String::new(scope, p)
-                    .map(Into::into)
-                    .unwrap_or_else(|| v8::undefined(scope).into()),
-                None => v8::undefined(scope).into(),
-            };
-            let limit: v8::Local<v8::Value> = v8::Number::new(scope, limit as f64).into();
-            let data: v8::Local<v8::Value> = match data {
-                Some(bytes) => self
-                    .budget
-                    .array_buffer(scope, bytes)
-                    .map_err(|e| e.to_string())?
-                    .into(),
-                None => v8::undefined(scope).into(),
-            };
-            [
-                v8::Global::new(scope, path),
-                v8::Global::new(scope, limit),
-                v8::Global::new(scope, data),
-            ]
-        };
-        let outcome = self.tokio.block_on(async {
-            let call = runtime.call_with_args(&inspect, &args);
-            tokio::select! {
-                r = runtime.with_event_loop_promise(call, Default::default()) => Some(r.map_err(|e| e.to_string())),
-                _ = watchdog.fired() => None,
-            }
-        });
-        let stopped = watchdog.stopped();
-        drop(watchdog);
-        let call = self.take_call();
-        match (stopped, outcome) {
-            (None, Some(Ok(_))) => Ok(call),
-            (None, Some(Err(e))) => Err(format!("reading the session's files failed: {e}")),
-            _ => {
-                self.ended = Some(SandboxEnd::Unresponsive);
-                Err(format!(
-                    "the session has ended: {}",
-                    SandboxEnd::Unresponsive.reason()
-                ))
-            }
-        }
     }
 }
 

@@ -4,7 +4,7 @@
 // capped there.
 
 import { core, primordials } from "ext:core/mod.js";
-import { fatallyFailed, sandbox } from "ext:sandbox/pyodide.js";
+import { fatallyFailed, makeImage, sandbox } from "ext:sandbox/pyodide.js";
 
 const {
   op_sandbox_call_options,
@@ -13,6 +13,7 @@ const {
   op_sandbox_display,
   op_sandbox_file_listed,
   op_sandbox_file_read,
+  op_sandbox_image_part,
   op_sandbox_input_file,
   op_sandbox_input_file_count,
   op_sandbox_offer_file,
@@ -130,6 +131,32 @@ export function inspect(path, limit, data) {
   if (st === null || !fs.isFile(st.mode)) op_sandbox_file_read(1, new Uint8Array(0));
   else if (st.size > limit) op_sandbox_file_read(2, new Uint8Array(0));
   else op_sandbox_file_read(0, fs.readFile(`${WORKSPACE}/${path}`));
+}
+
+/**
+ * A session's image, between calls (see `Sandbox::save_image`): Pyodide's memory snapshot and the
+ * files under /workspace, handed to Rust part by part; or why the session cannot be saved.
+ */
+export function saveImage() {
+  const { fs } = sandbox;
+  let memory;
+  try {
+    memory = makeImage();
+  } catch (error) {
+    let text;
+    try {
+      text = String(error?.message ?? error);
+    } catch {
+      text = "the session holds something an image cannot carry";
+    }
+    op_sandbox_image_part(2, text, new Uint8Array(0));
+    return;
+  }
+  op_sandbox_image_part(0, "", memory);
+  walkWorkspace(fs, (path) => {
+    op_sandbox_image_part(1, path, fs.readFile(`${WORKSPACE}/${path}`));
+    return true;
+  });
 }
 
 /**

@@ -123,6 +123,28 @@ pub(super) fn op_sandbox_glue_error(op_state: &mut OpState, #[string] text: &str
     }
 }
 
+/// One part of a session's image (see `saveImage` in call.js): `kind` 0 the memory snapshot, 1 a
+/// file under /workspace at `name` (its bytes), 2 why the session cannot be saved (`name`).
+#[op2(fast)]
+pub(super) fn op_sandbox_image_part(
+    op_state: &mut OpState,
+    kind: u32,
+    #[string] name: &str,
+    #[buffer] data: &[u8],
+) -> Result<(), JsErrorBox> {
+    let image = &mut call_mut(op_state).image;
+    match kind {
+        0 => image.memory = Some(data.to_vec()),
+        1 => image.files.push((name.to_string(), data.to_vec())),
+        2 => {
+            image.refused =
+                Some(crate::sandbox::isolate::output::cap_text(name.to_string(), 2000, false).0)
+        }
+        _ => return Err(JsErrorBox::type_error("unknown image part")),
+    }
+    Ok(())
+}
+
 /// Pyodide failed fatally (its `on_fatal` hook, or `call.js` finding its API disabled): the
 /// interpreter can run nothing more. The first cause counts.
 #[op2(fast)]

@@ -62,6 +62,8 @@ pub(crate) struct EntryPoints {
     pub run: v8::Global<v8::Function>,
     /// A session's files (see `inspect` in call.js).
     pub inspect: v8::Global<v8::Function>,
+    /// A session's image (see `saveImage` in call.js).
+    pub image: v8::Global<v8::Function>,
 }
 
 /// What an isolate exists for, with what only that role produces or consumes.
@@ -69,6 +71,9 @@ pub(crate) enum Role {
     /// A sandbox that runs one request, restoring this memory snapshot (none: a full start-up).
     Sandbox {
         snapshot: Option<Arc<SharedSnapshot>>,
+        /// Booted so that its state can be saved as an image (a session's sandbox; see
+        /// `Sandbox::save_image`).
+        saveable: bool,
     },
     /// Boots once at start-up to take the memory snapshot, left here; with `preimport`, after the
     /// package layer is copied in and those modules are imported (with the record of the shared
@@ -149,6 +154,8 @@ pub(crate) struct CallState {
     /// What `inspect` reported: the files listed, or one file read (status, bytes).
     pub listing: Listing,
     pub read: Option<(u32, Vec<u8>)>,
+    /// What `saveImage` produced: the memory image and the session's files, or why not.
+    pub image: ImageParts,
     /// The call's outbound requests (cancelled when the call ends).
     pub fetches: Arc<CallFetches>,
     /// Where the output also goes while the call runs, when its caller streams it.
@@ -177,6 +184,7 @@ impl CallState {
             user_started: false,
             listing: Listing::default(),
             read: None,
+            image: ImageParts::default(),
             fetches: Arc::default(),
             live: None,
         }
@@ -186,6 +194,15 @@ impl CallState {
     pub fn idle() -> Self {
         Self::new(None, Vec::new(), Duration::ZERO, None)
     }
+}
+
+/// A session's image as `saveImage` hands it over: Pyodide's memory snapshot and the files under
+/// /workspace, or why the session cannot be saved.
+#[derive(Debug, Default)]
+pub(crate) struct ImageParts {
+    pub memory: Option<Vec<u8>>,
+    pub files: Vec<(String, Vec<u8>)>,
+    pub refused: Option<String>,
 }
 
 /// A session's files as `inspect` lists them, bounded here whatever its JavaScript sends: at most
@@ -248,6 +265,7 @@ deno_core::extension!(
         call::op_sandbox_collect_file,
         call::op_sandbox_display,
         call::op_sandbox_glue_error,
+        call::op_sandbox_image_part,
         call::op_sandbox_input_file,
         call::op_sandbox_input_file_count,
         call::op_sandbox_offer_file,
@@ -325,6 +343,7 @@ fn op_sandbox_register(
     #[scoped] boot: v8::Global<v8::Function>,
     #[scoped] run: v8::Global<v8::Function>,
     #[scoped] inspect: v8::Global<v8::Function>,
+    #[scoped] image: v8::Global<v8::Function>,
 ) -> Result<(), JsErrorBox> {
     op_state
         .borrow::<BootState>()
@@ -333,6 +352,11 @@ fn op_sandbox_register(
     if s.entry.is_some() {
         return Err(JsErrorBox::generic("entry points are already registered"));
     }
-    s.entry = Some(EntryPoints { boot, run, inspect });
+    s.entry = Some(EntryPoints {
+        boot,
+        run,
+        inspect,
+        image,
+    });
     Ok(())
 }

@@ -46,7 +46,7 @@ impl BootState {
     /// The memory snapshot this sandbox restores, if it is a sandbox that restores one.
     pub fn restore_from(&self) -> Option<&Arc<SharedSnapshot>> {
         match &self.role {
-            Role::Sandbox { snapshot } => snapshot.as_ref(),
+            Role::Sandbox { snapshot, .. } => snapshot.as_ref(),
             _ => None,
         }
     }
@@ -60,6 +60,8 @@ struct BootConfig {
     runner_source: &'static str,
     notebook_source: &'static str,
     display_source: &'static str,
+    /// Boot with Pyodide's snapshot bookkeeping on, so that the state can be saved later.
+    saveable: bool,
     /// DataFrames displayed as Markdown show at most this many rows and columns.
     table_rows: u64,
     table_columns: u64,
@@ -95,6 +97,7 @@ pub(super) fn op_sandbox_boot_config(op_state: &mut OpState) -> Result<BootConfi
         runner_source: super::RUNNER_PY,
         notebook_source: super::NOTEBOOK_PY,
         display_source: super::DISPLAY_PY,
+        saveable: matches!(b.role, Role::Sandbox { saveable: true, .. }),
         table_rows: s.shared.config.table_rows,
         table_columns: s.shared.config.table_columns,
         auto_load: s.shared.config.runtime_package_installation,

@@ -10,7 +10,7 @@
 import { core, primordials } from "ext:core/mod.js";
 import "ext:sandbox/web.js";
 import { boot, define, preloadPyodide } from "ext:sandbox/pyodide.js";
-import { inspect, run } from "ext:sandbox/call.js";
+import { inspect, run, saveImage } from "ext:sandbox/call.js";
 
 const { op_sandbox_glue_error, op_sandbox_register } = core.ops;
 const { String, StringPrototypeSlice } = primordials;
@@ -40,6 +40,6 @@ async function runGuarded() {
 define("__sandboxEntry", () => {
   delete globalThis.__sandboxEntry;
   delete globalThis.__sandboxPreload;
-  op_sandbox_register(boot, runGuarded, inspect);
+  op_sandbox_register(boot, runGuarded, inspect, saveImage);
 });
 define("__sandboxPreload", preloadPyodide);

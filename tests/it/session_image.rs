@@ -1,0 +1,122 @@
+//! Session images against the real engine (issue 25, first part): a session's interpreter and
+//! /workspace files saved between calls, sealed through the store, and restored into a fresh
+//! sandbox that carries on; what an image does not carry yet is refused with the reason.
+
+use std::time::{Duration, Instant};
+
+use code_interpreter_mcp::sandbox::{ExecRequest, Flavor, Sandbox, SessionImage};
+use code_interpreter_mcp::store::Store;
+
+fn run(sandbox: &mut Sandbox, code: &str) -> Option<String> {
+    let result = sandbox.run(
+        ExecRequest {
+            code: code.into(),
+            timeout: Duration::from_secs(60),
+            ..Default::default()
+        },
+        None,
+    );
+    assert!(result.error.is_none(), "{code}: {:?}", result.error);
+    result.result
+}
+
+#[test]
+fn a_session_is_saved_sealed_and_restored_into_a_fresh_sandbox() {
+    let engine = crate::common::engine();
+    let mut session = engine.boot_session_flavor(Flavor::Plain).unwrap();
+    run(
+        &mut session,
+        "x = 41\ndef f(n):\n    return n + x\nopen('notes.txt', 'w').write('kept')",
+    );
+    run(
+        &mut session,
+        "import json, os\nos.makedirs('data', exist_ok=True)\nopen('data/b.bin', 'wb').write(bytes(range(256)))",
+    );
+    let started = Instant::now();
+    let image = session.save_image().unwrap();
+    let saved = started.elapsed();
+    assert_eq!(
+        image
+            .files
+            .iter()
+            .map(|(p, d)| (p.as_str(), d.len()))
+            .collect::<Vec<_>>(),
+        [("data/b.bin", 256), ("notes.txt", 4)]
+    );
+    // The session goes on after a save.
+    assert_eq!(run(&mut session, "f(0)").as_deref(), Some("41"));
+    drop(session);
+
+    // Through the store, sealed, as another process would read it.
+    let dir = crate::common::temp_dir("session-image");
+    let store = Store::open("", &dir, "engine-test").unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let id = "pod-1.c2Vzc2lvbi1pbWFnZS10ZXN0";
+    let stored = rt.block_on(store.save(id, image.encode())).unwrap();
+    let payload = rt.block_on(store.load(id, 1 << 30)).unwrap().unwrap();
+    let image = SessionImage::decode(&payload).unwrap();
+
+    let started = Instant::now();
+    let mut restored = engine.restore_session(&image).unwrap();
+    let resumed = started.elapsed();
+    println!(
+        "saved in {saved:?} ({} bytes raw, {stored} stored), restored in {resumed:?}",
+        payload.len()
+    );
+    assert_eq!(
+        run(&mut restored, "print('hi')\nf(1)").as_deref(),
+        Some("42")
+    );
+    assert_eq!(
+        run(
+            &mut restored,
+            "open('notes.txt').read() + str(len(open('data/b.bin', 'rb').read()))"
+        )
+        .as_deref(),
+        Some("kept256")
+    );
+    assert_eq!(
+        run(&mut restored, "json.dumps([x])").as_deref(),
+        Some("[41]")
+    );
+    // And it can be saved again.
+    run(&mut restored, "x = 99");
+    let again = restored.save_image().unwrap();
+    drop(restored);
+    let mut third = engine.restore_session(&again).unwrap();
+    assert_eq!(run(&mut third, "f(1)").as_deref(), Some("100"));
+}
+
+#[test]
+fn what_an_image_does_not_carry_is_refused_with_the_reason() {
+    let engine = crate::common::engine();
+    // A sandbox not booted to be saved.
+    let mut plain = engine.boot_flavor(Flavor::Plain).unwrap();
+    plain.keep_for_session();
+    run(&mut plain, "x = 1");
+    let error = plain.save_image().unwrap_err();
+    assert!(error.contains("not booted to be saved"), "{error}");
+
+    // A JavaScript object held from Python.
+    let mut session = engine.boot_session_flavor(Flavor::Plain).unwrap();
+    run(&mut session, "import js\nheld = js.Object.new()");
+    let error = session.save_image().unwrap_err();
+    assert!(error.contains("JavaScript object"), "{error}");
+    // Letting go of it makes the session saveable again.
+    run(&mut session, "del held");
+    session.save_image().unwrap();
+
+    // Native extension modules (numpy's shared libraries).
+    let mut numeric = engine.boot_session_flavor(Flavor::Plain).unwrap();
+    run(&mut numeric, "import numpy as np\na = np.arange(10)");
+    let error = numeric.save_image().unwrap_err();
+    assert!(error.contains("native extension modules"), "{error}");
+    assert_eq!(
+        run(&mut numeric, "int(a.sum())").as_deref(),
+        Some("45"),
+        "the session goes on"
+    );
+}
