@@ -32,6 +32,8 @@ fn a_session_is_saved_sealed_and_restored_into_a_fresh_sandbox() {
         &mut session,
         "import json, os\nos.makedirs('data', exist_ok=True)\nopen('data/b.bin', 'wb').write(bytes(range(256)))",
     );
+    // A global JavaScript object held from Python comes back as the new sandbox's.
+    run(&mut session, "from js import Math\nm = Math");
     let started = Instant::now();
     let image = session.save_image().unwrap();
     let saved = started.elapsed();
@@ -82,6 +84,7 @@ fn a_session_is_saved_sealed_and_restored_into_a_fresh_sandbox() {
         run(&mut restored, "json.dumps([x])").as_deref(),
         Some("[41]")
     );
+    assert_eq!(run(&mut restored, "m.floor(2.5)").as_deref(), Some("2"));
     // And it can be saved again.
     run(&mut restored, "x = 99");
     let again = restored.save_image().unwrap();
@@ -108,6 +111,13 @@ fn what_an_image_does_not_carry_is_refused_with_the_reason() {
     // Letting go of it makes the session saveable again.
     run(&mut session, "del held");
     session.save_image().unwrap();
+    // An object the code hung on the global object is still the code's own.
+    run(
+        &mut session,
+        "js.globalThis.made = js.Object.new()\nheld = js.made",
+    );
+    let error = session.save_image().unwrap_err();
+    assert!(error.contains("JavaScript object"), "{error}");
 
     // Native extension modules (numpy's shared libraries).
     let mut numeric = engine.boot_session_flavor(Flavor::Plain).unwrap();

@@ -4,7 +4,8 @@
 // capped there.
 
 import { core, primordials } from "ext:core/mod.js";
-import { fatallyFailed, makeImage, sandbox } from "ext:sandbox/pyodide.js";
+import { makeImage } from "ext:sandbox/image.js";
+import { fatallyFailed, sandbox } from "ext:sandbox/pyodide.js";
 
 const {
   op_sandbox_call_options,

@@ -7,6 +7,7 @@ import { core, primordials } from "ext:core/mod.js";
 import { setTimeOrigin } from "ext:sandbox/web.js";
 import { recordDylibs, relinkDylibs } from "ext:sandbox/dylink.js";
 import { buildLayer, copyLayer } from "ext:sandbox/layer.js";
+import { deserialize, prepareImages, writers } from "ext:sandbox/image.js";
 
 const {
   op_sandbox_boot_config,
@@ -122,25 +123,6 @@ export const sandbox = {
   },
 };
 
-/** The JavaScript objects the glue hands to Python (the output streams), by the token an image uses. */
-const writers = { stdout: null, stderr: null };
-/** Makes a saveable sandbox's memory image (set at boot; null: the sandbox is not saveable). */
-let imageMaker = null;
-
-/** An image's JavaScript objects, by token: the new sandbox's (boot replaces them anyway). */
-function deserialize(token) {
-  return writers[token] ?? null;
-}
-
-/**
- * Pyodide's memory snapshot of this sandbox's interpreter, for a session image; throws, saying why,
- * when the session holds something an image does not carry.
- */
-export function makeImage() {
-  if (imageMaker === null) throw new Error("this sandbox was not booted to be saved");
-  return imageMaker();
-}
-
 /** Tells Rust that Pyodide failed fatally, with the cause as short text (once). */
 function reportFatal(cause) {
   if (fatalSeen) return;
@@ -189,14 +171,12 @@ export async function boot() {
   const snapshot = cfg.loadSnapshot ? op_sandbox_snapshot() : null;
   // A snapshot with pre-imported modules comes with the record of its shared libraries.
   const dylibs = snapshot && cfg.relink ? JSON.parse(cfg.relink) : null;
-  // A saveable sandbox (a session's) keeps Pyodide's snapshot bookkeeping on from the start: only
-  // then do the JavaScript objects Python reaches through `js` carry the path an image records.
   const snapshotOptions = cfg.kind === "snapshot"
     ? { _makeSnapshot: true }
     : snapshot
       ? { _loadSnapshot: new Uint8Array(snapshot), _snapshotDeserializer: deserialize }
       : {};
-  if (cfg.saveable) snapshotOptions._makeSnapshot = true;
+
   pyodide = await loadPyodide({
     ...snapshotOptions,
     indexURL: INDEX_URL,
@@ -300,42 +280,6 @@ export async function boot() {
   transform = notebook.transform.copy();
   notebook.destroy();
   fs = captureFs(pyodide.FS);
-  if (cfg.saveable) {
-    const api = pyodide._api;
-    const makeSnapshot = api.makeSnapshot;
-    const loadedPackages = pyodide.loadedPackages;
-    const libs = pyodide._module.LDSO.loadedLibsByName;
-    const packagesAtBoot = new Set(Object.keys(loadedPackages));
-    // (The main module is listed too; a sandbox restored with pre-imported packages has theirs.)
-    const libsAtBoot = new Set(Object.keys(libs));
-    // Those restored from a snapshot with pre-imported packages are native modules too.
-    const relinked = dylibs ? Object.keys(dylibs.libs ?? {}) : [];
-    imageMaker = () => {
-      const loadedLibs = [
-        ...relinked,
-        ...Object.keys(libs).filter((name) => !libsAtBoot.has(name)),
-      ];
-      if (loadedLibs.length > 0) {
-        throw new Error(
-          `it has native extension modules loaded (${loadedLibs.slice(0, 5).join(", ")}), which a session image does not carry yet`,
-        );
-      }
-      const added = Object.keys(loadedPackages).filter((name) => !packagesAtBoot.has(name));
-      if (added.length > 0) {
-        throw new Error(
-          `packages were installed in it (${added.slice(0, 5).join(", ")}), which a session image does not carry yet`,
-        );
-      }
-      const known = new Map([[writers.stdout, "stdout"], [writers.stderr, "stderr"]]);
-      return makeSnapshot.call(api, (obj) => {
-        const token = known.get(obj);
-        if (token) return token;
-        throw new Error(
-          "it holds a JavaScript object (through `import js` or pyodide.ffi), which a session image cannot carry",
-        );
-      });
-    };
-  }
   // A WebAssembly trap or stack overflow leaves the interpreter unusable: Rust hears of it at once.
   pyodide._api.on_fatal = reportFatal;
 
@@ -348,6 +292,8 @@ export async function boot() {
     delete config._loadSnapshot;
   }
   lockDown();
+  // A session's sandbox: what its image needs, taken now, before any user code exists.
+  if (cfg.saveable) prepareImages(pyodide, dylibs);
 }
 
 /**

@@ -1,0 +1,108 @@
+// A session's image (isolate/session.rs, `saveImage` in call.js): Pyodide's memory snapshot of the
+// interpreter, made between calls with what was captured at boot, before any user code existed.
+//
+// Pyodide records the JavaScript objects Python holds (its hiwire table) by their path from the
+// global object only when `_makeSnapshot` is set as it loads, and that wraps every `js` access in
+// proxies (measured ~20x slower). A saveable sandbox loads without it; the save names each held
+// object itself: the output streams the glue hands to Python, or the global object, its own
+// properties and theirs (`Math`, `Math.floor`) as they were at boot, by path. Anything else (an object the code made or
+// reached deeper) refuses the save, with the reason.
+
+/** The JavaScript objects the glue hands to Python (the output streams), by the token an image uses. */
+export const writers = { stdout: null, stderr: null };
+
+/** Makes this sandbox's memory image (set at boot; null: the sandbox is not saveable). */
+let maker = null;
+
+/** An image's JavaScript objects, by token, in the sandbox it is restored into. */
+export function deserialize(token) {
+  if (Array.isArray(token)) {
+    let value = globalThis;
+    for (const key of token) value = value?.[key];
+    return value ?? null;
+  }
+  return writers[token] ?? null;
+}
+
+/**
+ * Captures what a session image needs (at the end of boot): Pyodide's `makeSnapshot`, the global
+ * object's own properties, and what was loaded then (packages, shared libraries; `dylibs`: the
+ * record of those relinked from a snapshot with pre-imported packages).
+ */
+export function prepareImages(pyodide, dylibs) {
+  const api = pyodide._api;
+  const config = api.config;
+  const makeSnapshot = api.makeSnapshot;
+  const loadedPackages = pyodide.loadedPackages;
+  const libs = pyodide._module.LDSO.loadedLibsByName;
+  const packagesAtBoot = new Set(Object.keys(loadedPackages));
+  // (The main module is listed too.)
+  const libsAtBoot = new Set(Object.keys(libs));
+  // Those relinked from a snapshot with pre-imported packages are native modules too.
+  const relinked = dylibs ? Object.keys(dylibs.libs ?? {}) : [];
+  // The global object, its own properties and theirs (`Math`, `Math.floor`), by path.
+  const known = new Map([[globalThis, []]]);
+  const visit = (owner, path, depth) => {
+    for (const name of Object.getOwnPropertyNames(owner)) {
+      let value;
+      try {
+        value = owner[name];
+      } catch {
+        continue;
+      }
+      if ((typeof value !== "object" && typeof value !== "function") || value === null) continue;
+      if (known.has(value)) continue;
+      known.set(value, [...path, name]);
+      if (depth > 0) visit(value, [...path, name], depth - 1);
+    }
+  };
+  visit(globalThis, [], 1);
+  maker = () => {
+    const loadedLibs = [...relinked, ...Object.keys(libs).filter((name) => !libsAtBoot.has(name))];
+    if (loadedLibs.length > 0) {
+      throw new Error(
+        `it has native extension modules loaded (${loadedLibs.slice(0, 5).join(", ")}), which a session image does not carry yet`,
+      );
+    }
+    const added = Object.keys(loadedPackages).filter((name) => !packagesAtBoot.has(name));
+    if (added.length > 0) {
+      throw new Error(
+        `packages were installed in it (${added.slice(0, 5).join(", ")}), which a session image does not carry yet`,
+      );
+    }
+    const named = (obj) => {
+      if (obj === writers.stdout) return "stdout";
+      if (obj === writers.stderr) return "stderr";
+      const path = known.get(obj);
+      if (path !== undefined) return path;
+      throw new Error(
+        `it holds a JavaScript object (${describe(obj)}, through \`import js\` or pyodide.ffi), which a session image cannot carry`,
+      );
+    };
+    config._makeSnapshot = true;
+    try {
+      return makeSnapshot.call(api, named);
+    } finally {
+      config._makeSnapshot = false;
+    }
+  };
+}
+
+/** A held object in a few words (its kind and constructor's name), whatever it is. */
+function describe(obj) {
+  try {
+    const name = typeof obj === "function" ? `function ${obj.name}` : obj?.constructor?.name;
+    return `${typeof obj}${name ? ` ${String(name).slice(0, 40)}` : ""}`;
+  } catch {
+    return typeof obj;
+  }
+}
+
+/**
+ * Pyodide's memory snapshot of this sandbox's interpreter, for a session image; throws, saying why,
+ * when the session holds something an image does not carry.
+ */
+export function makeImage() {
+  if (maker === null) throw new Error("this sandbox was not booted to be saved");
+  return maker();
+}
