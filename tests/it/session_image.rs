@@ -62,7 +62,7 @@ fn a_session_is_saved_sealed_and_restored_into_a_fresh_sandbox() {
     let image = SessionImage::decode(&payload).unwrap();
 
     let started = Instant::now();
-    let mut restored = engine.restore_session(&image).unwrap();
+    let mut restored = engine.restore_session(image).unwrap();
     let resumed = started.elapsed();
     println!(
         "saved in {saved:?} ({} bytes raw, {stored} stored), restored in {resumed:?}",
@@ -89,7 +89,7 @@ fn a_session_is_saved_sealed_and_restored_into_a_fresh_sandbox() {
     run(&mut restored, "x = 99");
     let again = restored.save_image().unwrap();
     drop(restored);
-    let mut third = engine.restore_session(&again).unwrap();
+    let mut third = engine.restore_session(again).unwrap();
     assert_eq!(run(&mut third, "f(1)").as_deref(), Some("100"));
 }
 

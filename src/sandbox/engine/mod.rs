@@ -461,14 +461,12 @@ check({modules})"
 
     /// A session's sandbox restored from `image`: its interpreter as it was saved, its files back
     /// under /workspace, saveable again.
-    pub fn restore_session(&self, image: &SessionImage) -> Result<Sandbox, EngineError> {
-        let memory = Arc::new(SharedSnapshot::new(image.memory.clone()));
+    pub fn restore_session(&self, image: SessionImage) -> Result<Sandbox, EngineError> {
+        let memory = Arc::new(SharedSnapshot::new(image.memory));
         let mut sandbox = Sandbox::boot_saveable(self.shared.clone(), Some(memory))?;
         sandbox.keep_for_session();
-        for (path, data) in &image.files {
-            sandbox
-                .store_file(path, data.clone())
-                .map_err(EngineError::Boot)?;
+        for (path, data) in image.files {
+            sandbox.store_file(&path, data).map_err(EngineError::Boot)?;
         }
         Ok(sandbox)
     }
