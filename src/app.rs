@@ -11,7 +11,8 @@ use crate::config::{EngineSettings, LogFormat, Settings};
 use crate::packages::PackageSource;
 use crate::pool::ExecPool;
 use crate::sandbox::{Engine, EngineConfig, EngineError};
-use crate::sessions::{Sessions, SystemClock};
+use crate::sessions::{Durability, Sessions, SystemClock};
+use crate::store::Store;
 use crate::tools::snippets::Catalog;
 use crate::tools::{CodeInterpreter, ToolOptions};
 use crate::transport::auth::BearerAuth;
@@ -67,6 +68,33 @@ pub fn engine(settings: &EngineSettings) -> Result<Engine, EngineError> {
     Engine::new(engine_config(settings))
 }
 
+/// The session store `store_url` names (`off`: none), for images of the engine `image_key`; an
+/// error (a start-up error, exit status 2) when it names no usable store.
+pub fn session_store(
+    settings: &Settings,
+    store_url: &str,
+    image_key: &str,
+) -> anyhow::Result<Option<Durability>> {
+    if store_url.eq_ignore_ascii_case("off") {
+        tracing::info!("sessions.store_url = off: sessions live in memory only");
+        return Ok(None);
+    }
+    let engine = &settings.engine;
+    let store = Store::open(
+        store_url,
+        &engine.package_cache_dir.join("sessions"),
+        image_key,
+    )?;
+    tracing::info!(store = store.location(), "session store");
+    // An image holds the interpreter's memory and the session's files (in the sandbox's memory).
+    let max_image_bytes = (engine.wasm_memory_limit_mb + engine.sandbox_memory_limit_mb + 16) << 20;
+    Ok(Some(Durability::new(
+        store,
+        &settings.replica_id,
+        max_image_bytes,
+    )))
+}
+
 /// The running parts behind the transports.
 pub struct App {
     pub pool: ExecPool,
@@ -81,14 +109,19 @@ impl App {
     pub fn start(settings: &Settings) -> anyhow::Result<Self> {
         let started = Instant::now();
         let engine = engine(&settings.engine)?;
-        let sessions = settings.sessions.map(|config| {
-            Sessions::new(
-                Arc::new(engine.clone()),
-                config,
-                &settings.replica_id,
-                Arc::new(SystemClock),
-            )
-        });
+        let sessions = match &settings.sessions {
+            Some(config) => {
+                let durability = session_store(settings, &config.store_url, engine.image_key())?;
+                Some(Sessions::new(
+                    Arc::new(engine.clone()),
+                    config.clone(),
+                    &settings.replica_id,
+                    Arc::new(SystemClock),
+                    durability,
+                ))
+            }
+            None => None,
+        };
         let workers = settings.workers;
         let pool = ExecPool::start(Arc::new(engine), workers)?;
         tracing::info!(

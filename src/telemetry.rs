@@ -26,6 +26,13 @@ const SESSIONS: &str = "code_interpreter_mcp_sessions";
 const READY_SANDBOXES: &str = "code_interpreter_mcp_ready_sandboxes";
 const SESSIONS_CREATED: &str = "code_interpreter_mcp_sessions_created_total";
 const SESSIONS_ENDED: &str = "code_interpreter_mcp_sessions_ended_total";
+const SESSIONS_RESIDENT: &str = "code_interpreter_mcp_sessions_resident";
+const SESSIONS_SAVED: &str = "code_interpreter_mcp_sessions_saved";
+const SESSION_SAVES: &str = "code_interpreter_mcp_session_saves_total";
+const SESSION_RESUMES: &str = "code_interpreter_mcp_session_resumes_total";
+const SESSION_SAVE_DURATION: &str = "code_interpreter_mcp_session_save_duration_seconds";
+const SESSION_RESUME_DURATION: &str = "code_interpreter_mcp_session_resume_duration_seconds";
+const SESSION_IMAGE_BYTES: &str = "code_interpreter_mcp_session_image_bytes";
 const TASKS: &str = "code_interpreter_mcp_tasks";
 const TASKS_ENDED: &str = "code_interpreter_mcp_tasks_ended_total";
 const TASK_DURATION: &str = "code_interpreter_mcp_task_duration_seconds";
@@ -39,17 +46,30 @@ pub const LONG_BUCKETS: [f64; 17] = [
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
     600.0,
 ];
+/// Buckets of the session image size histogram (sealed bytes): 64 KiB to 1 GiB.
+pub const IMAGE_BUCKETS: [f64; 9] = [
+    65536.0,
+    262144.0,
+    1048576.0,
+    4194304.0,
+    16777216.0,
+    67108864.0,
+    134217728.0,
+    268435456.0,
+    1073741824.0,
+];
 /// Buckets of the task-duration histogram: seconds to a day.
 pub const TASK_BUCKETS: [f64; 12] = [
     0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 86400.0,
 ];
 
-pub const TOOLS: [&str; 5] = [
+pub const TOOLS: [&str; 6] = [
     "run_python_code",
     "list_code_snippets",
     "get_code_snippet",
     "list_session_files",
     "clear_session",
+    "fork_session",
 ];
 /// A fixed set of label values: an enum, its `label()` and `ALL` (for registering every series).
 macro_rules! labels {
@@ -148,6 +168,31 @@ labels! {
 }
 
 labels! {
+    /// How a session's save (a spill, or at shutdown) ended.
+    SaveOutcome {
+        Saved => "saved",
+        /// The session holds what an image cannot carry.
+        Refused => "refused",
+        /// The store failed (down, full, denied).
+        StoreFailed => "store_failed",
+    }
+}
+
+labels! {
+    /// How a session's resume from the store ended.
+    ResumeOutcome {
+        Resumed => "resumed",
+        /// Another replica holds its lease.
+        Held => "held",
+        /// Its image was refused (damaged, tampered with, another build's).
+        Unrestorable => "unrestorable",
+        StoreFailed => "store_failed",
+        /// The sandbox did not boot from the image.
+        BootFailed => "boot_failed",
+    }
+}
+
+labels! {
     /// How a task ended.
     TaskEnd {
         Completed => "completed",
@@ -235,6 +280,31 @@ pub fn session_ended(reason: SessionEnd, live: usize) {
     sessions_live(live);
 }
 
+/// Sessions in memory and saved in the store (of those this process knows).
+pub fn sessions_placed(resident: usize, saved: usize) {
+    gauge!(SESSIONS_RESIDENT).set(resident as f64);
+    gauge!(SESSIONS_SAVED).set(saved as f64);
+}
+
+/// A session's save ended; with its duration and stored size when it was saved.
+pub fn session_saved(outcome: SaveOutcome, duration: Duration, bytes: Option<u64>) {
+    counter!(SESSION_SAVES, "outcome" => outcome.label()).increment(1);
+    if outcome == SaveOutcome::Saved {
+        histogram!(SESSION_SAVE_DURATION).record(duration.as_secs_f64());
+    }
+    if let Some(bytes) = bytes {
+        histogram!(SESSION_IMAGE_BYTES).record(bytes as f64);
+    }
+}
+
+/// A session's resume ended; with its duration when it resumed.
+pub fn session_resumed(outcome: ResumeOutcome, duration: Duration) {
+    counter!(SESSION_RESUMES, "outcome" => outcome.label()).increment(1);
+    if outcome == ResumeOutcome::Resumed {
+        histogram!(SESSION_RESUME_DURATION).record(duration.as_secs_f64());
+    }
+}
+
 /// Tasks waiting for a running slot.
 pub fn tasks_waiting(n: usize) {
     gauge!(TASKS, "state" => "waiting").set(n as f64);
@@ -306,6 +376,11 @@ fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError
     builder = builder
         .set_buckets_for_metric(Matcher::Full(PYTHON_DURATION.into()), &EXECUTION_BUCKETS)?;
     builder = builder.set_buckets_for_metric(Matcher::Full(TASK_DURATION.into()), &TASK_BUCKETS)?;
+    builder = builder
+        .set_buckets_for_metric(Matcher::Full(SESSION_IMAGE_BYTES.into()), &IMAGE_BUCKETS)?;
+    for name in [SESSION_SAVE_DURATION, SESSION_RESUME_DURATION] {
+        builder = builder.set_buckets_for_metric(Matcher::Full(name.into()), &EXECUTION_BUCKETS)?;
+    }
     for name in [QUEUE_WAIT, ISOLATE_INIT, TOOL_CALL_DURATION] {
         builder = builder.set_buckets_for_metric(Matcher::Full(name.into()), &LONG_BUCKETS)?;
     }
@@ -351,6 +426,34 @@ fn register_families(queue_capacity: u64) {
     );
     metrics::describe_counter!(SESSIONS_CREATED, "Sessions created");
     metrics::describe_counter!(SESSIONS_ENDED, "Sessions ended, by reason");
+    metrics::describe_gauge!(SESSIONS_RESIDENT, "Sessions in memory");
+    metrics::describe_gauge!(
+        SESSIONS_SAVED,
+        "Sessions saved in the store and out of memory (of those this process knows)"
+    );
+    metrics::describe_counter!(
+        SESSION_SAVES,
+        "Session saves (spills, shutdown), by outcome"
+    );
+    metrics::describe_counter!(
+        SESSION_RESUMES,
+        "Session resumes from the store, by outcome"
+    );
+    metrics::describe_histogram!(
+        SESSION_SAVE_DURATION,
+        metrics::Unit::Seconds,
+        "Saving a session: its image made, sealed and stored"
+    );
+    metrics::describe_histogram!(
+        SESSION_RESUME_DURATION,
+        metrics::Unit::Seconds,
+        "Resuming a session: lease, image loaded and opened, sandbox restored"
+    );
+    metrics::describe_histogram!(
+        SESSION_IMAGE_BYTES,
+        metrics::Unit::Bytes,
+        "Sealed session image size as stored"
+    );
     metrics::describe_gauge!(
         TASKS,
         "Tasks not yet ended (working) and those waiting for a running slot (waiting)"
@@ -396,6 +499,17 @@ fn register_families(queue_capacity: u64) {
     for reason in SessionEnd::ALL {
         counter!(SESSIONS_ENDED, "reason" => reason.label()).absolute(0);
     }
+    gauge!(SESSIONS_RESIDENT).set(0.0);
+    gauge!(SESSIONS_SAVED).set(0.0);
+    for outcome in SaveOutcome::ALL {
+        counter!(SESSION_SAVES, "outcome" => outcome.label()).absolute(0);
+    }
+    for outcome in ResumeOutcome::ALL {
+        counter!(SESSION_RESUMES, "outcome" => outcome.label()).absolute(0);
+    }
+    let _ = histogram!(SESSION_SAVE_DURATION);
+    let _ = histogram!(SESSION_RESUME_DURATION);
+    let _ = histogram!(SESSION_IMAGE_BYTES);
     for state in ["working", "waiting"] {
         gauge!(TASKS, "state" => state).set(0.0);
     }

@@ -160,6 +160,14 @@ pub enum ErrorType {
     SessionNotFound,
     /// No more sessions can be created.
     TooManySessions,
+    /// The session runs on another replica now (it holds the session's lease).
+    SessionElsewhere,
+    /// The session is saved in a store that cannot be reached now.
+    SessionStoreUnavailable,
+    /// The session's saved image was refused (damaged, tampered with, or made by another build).
+    SessionUnrestorable,
+    /// The session holds state a session image cannot carry (it cannot be forked).
+    SessionNotDurable,
 }
 
 impl ErrorType {
@@ -180,6 +188,10 @@ impl ErrorType {
             ErrorType::WorkerLost => "WorkerLost",
             ErrorType::SessionNotFound => "SessionNotFound",
             ErrorType::TooManySessions => "TooManySessions",
+            ErrorType::SessionElsewhere => "SessionElsewhere",
+            ErrorType::SessionStoreUnavailable => "SessionStoreUnavailable",
+            ErrorType::SessionUnrestorable => "SessionUnrestorable",
+            ErrorType::SessionNotDurable => "SessionNotDurable",
         }
     }
 }

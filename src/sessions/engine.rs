@@ -1,24 +1,24 @@
 //! The real engine as the session manager's [`Backend`]: a session's sandbox is booted from the
-//! snapshot that serves its first call and kept for the session; Python execution time is recorded
-//! here, where it is measured.
+//! snapshot that serves its first call, saveable as an image, and kept for the session; saved and
+//! restored as a [`SessionImage`] payload; Python execution time is recorded here, where it is
+//! measured.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use super::Backend;
-use crate::sandbox::{Engine, ExecRequest, ExecResult, FileListing, FileRead, Sandbox, SandboxEnd};
+use crate::sandbox::{
+    Engine, ExecRequest, ExecResult, FileListing, FileRead, Sandbox, SandboxEnd, SessionImage,
+};
 use crate::telemetry;
 
 impl Backend for Engine {
     type Sandbox = Sandbox;
 
     fn boot(&self, first_code: &str) -> Result<Sandbox, String> {
-        let mut sandbox = self
-            .boot_flavor(self.flavor_for(first_code))
-            .map_err(|e| e.to_string())?;
-        sandbox.keep_for_session();
-        Ok(sandbox)
+        self.boot_session_flavor(self.flavor_for(first_code))
+            .map_err(|e| e.to_string())
     }
 
     fn run(
@@ -47,5 +47,19 @@ impl Backend for Engine {
 
     fn ended(&self, sandbox: &Sandbox) -> Option<SandboxEnd> {
         sandbox.ended()
+    }
+
+    fn unsaveable(&self, sandbox: &mut Sandbox) -> Option<String> {
+        sandbox.check_image()
+    }
+
+    fn save(&self, sandbox: &mut Sandbox) -> Result<Vec<u8>, String> {
+        sandbox.save_image().map(|image| image.encode())
+    }
+
+    fn restore(&self, payload: Vec<u8>) -> Result<Sandbox, String> {
+        let image = SessionImage::decode(&payload)?;
+        drop(payload);
+        self.restore_session(image).map_err(|e| e.to_string())
     }
 }

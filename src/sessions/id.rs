@@ -32,3 +32,21 @@ pub fn mint_id(replica: &str, bytes: usize) -> Result<String, getrandom::Error> 
 
 /// Random bytes in a session id (192 bits).
 pub(super) const ID_BYTES: usize = 24;
+
+/// Whether `id` has the shape of a minted session id (a replica prefix of at most 63 characters,
+/// then 32 URL-safe Base64 characters): only such an id is looked up in the session store.
+pub fn well_formed(id: &str) -> bool {
+    let random = match id.split_once('.') {
+        Some((replica, random)) => {
+            if replica.is_empty() || replica.len() > 63 {
+                return false;
+            }
+            random
+        }
+        None => id,
+    };
+    random.len() == 32
+        && random
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}

@@ -1,11 +1,19 @@
 //! Stateful sessions: one sandbox kept alive across calls, on a thread of its own (outside the
-//! stateless pool's workers and queue), created from the memory snapshot exactly like a stateless
-//! one and with the same limits. Calls to one session run one at a time in arrival order, at most
+//! stateless pool's workers and queue), created from the memory snapshot like a stateless one and
+//! with the same limits. Calls to one session run one at a time in arrival order, at most
 //! `queue_capacity` waiting behind the running one; other sessions and stateless calls are never
-//! blocked by them. A session ends when it is cleared, when it has been idle for `idle_timeout`, when
-//! it reaches `max_lifetime`, when its sandbox can run nothing more (a typed [`SandboxEnd`] its
-//! thread reports: never a message's text), or at shutdown; a background reaper ends the idle and
-//! old ones.
+//! blocked by them.
+//!
+//! A session is *resident* (its sandbox in memory, on its thread) or *spilled* (saved as a sealed
+//! image in the session store, no thread). An idle session is spilled after `spill_after`, and the
+//! least recently used idle one when `max_resident` are in memory; its next call resumes it from
+//! the store, on this replica or any other sharing the store (see `durable.rs`). A session that
+//! holds what an image cannot carry stays resident, and says why in every result.
+//!
+//! A session ends when it is cleared, when it has been idle for `idle_timeout`, when it reaches
+//! `max_lifetime`, when its sandbox can run nothing more (a typed [`SandboxEnd`] its thread
+//! reports: never a message's text); its image is deleted then. At shutdown, resident sessions are
+//! saved (those that cannot be end). A background reaper spills, ends and renews.
 //!
 //! Every path is cancel-safe: what a call holds (its place in the session's queue, its stop flag, a
 //! creation's slot) is released by guards when the call's future is dropped, and a session whose
@@ -20,15 +28,24 @@
 //! without sleeps (a fake backend and an injected [`Clock`], see `tests.rs`); `engine.rs` is the real
 //! engine's implementation, `thread.rs` a session's thread.
 
+mod backend;
+mod durable;
+#[cfg(test)]
+mod durable_tests;
 mod engine;
 mod id;
+mod reaper;
 #[cfg(test)]
 mod tests;
 mod thread;
 mod types;
 
+pub use backend::{Backend, Clock, SystemClock};
+pub use durable::Durability;
 pub use id::{mint_id, replica_of, short};
-pub use types::{SessionError, SessionFile, SessionFiles};
+pub use types::{
+    Caller, KeepOutputs, Principal, SessionError, SessionFile, SessionFiles, SessionRun,
+};
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -39,110 +56,60 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use crate::config::SessionSettings;
-use crate::sandbox::{ExecRequest, ExecResult, FileListing, FileRead, SandboxEnd};
+use crate::sandbox::{ExecRequest, FileRead, SandboxEnd};
 use crate::telemetry::{self, SessionEnd};
-use thread::{Job, Pending};
+use thread::{Job, Pending, Start};
 
-/// What the session manager needs of sandboxes. A sandbox is booted and used on its session's
-/// thread only (it need not be `Send`).
-pub trait Backend: Send + Sync + 'static {
-    type Sandbox;
-
-    /// Boots a sandbox kept for a session, of the kind that serves `first_code` (the code of the
-    /// session's first call); the error is the reason.
-    fn boot(&self, first_code: &str) -> Result<Self::Sandbox, String>;
-
-    /// Runs one call; setting `cancel` stops it (interrupting the code first).
-    fn run(
-        &self,
-        sandbox: &mut Self::Sandbox,
-        request: ExecRequest,
-        cancel: Arc<AtomicBool>,
-    ) -> ExecResult;
-
-    /// The session's files (bounded).
-    fn list(&self, sandbox: &mut Self::Sandbox) -> Result<FileListing, String>;
-
-    /// One of the session's files, if it is a regular file of at most `limit` bytes.
-    fn read(&self, sandbox: &mut Self::Sandbox, path: &str, limit: u64)
-    -> Result<FileRead, String>;
-
-    /// Writes `data` as the session's file at `path` (relative to /workspace).
-    fn store(&self, sandbox: &mut Self::Sandbox, path: &str, data: Vec<u8>) -> Result<(), String>;
-
-    /// Why the sandbox can run nothing more, if so.
-    fn ended(&self, sandbox: &Self::Sandbox) -> Option<SandboxEnd>;
+/// Where a session is.
+enum Place {
+    /// In memory: the channel to its thread.
+    Resident(mpsc::Sender<Job>),
+    /// In the store. `leased`: this process already holds the lease and has the image (a session
+    /// found in the store by its first call here).
+    Spilled { leased: Option<Vec<u8>> },
 }
 
-/// Where the manager reads the time (injected by tests).
-pub trait Clock: Send + Sync + 'static {
-    fn now(&self) -> Instant;
-}
-
-/// The system's monotonic clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> Instant {
-        Instant::now()
-    }
-}
-
-/// Which of a call's long outputs the session keeps as files under /workspace, so that a result
-/// whose text is cut for a model can say where the whole is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeepOutputs {
-    /// The files' path stem relative to /workspace, e.g. `.outputs/20261203-044501-3f9a`: the
-    /// streams go to `{stem}-stdout.txt` and `{stem}-stderr.txt`.
-    pub stem: String,
-    /// A stream longer than this many characters is kept.
-    pub stdout_over: usize,
-    pub stderr_over: usize,
-}
-
-/// A session call's result, and the files it kept of its long outputs.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SessionRun {
-    pub result: ExecResult,
-    /// Paths (relative to /workspace) of the whole stdout and stderr, when they were kept.
-    pub kept_stdout: Option<String>,
-    pub kept_stderr: Option<String>,
-}
-
-/// The bearer token a request was authenticated with, as its SHA-256 digest (put into the request's
-/// extensions by the transport): a session created with a token answers only to that token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Principal(pub [u8; 32]);
-
-/// Who makes a session call.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Caller {
-    /// The client, for listing its sessions' resources (a legacy-era MCP session, or stdio).
-    pub client: Option<String>,
-    /// The bearer token, when the server requires one.
-    pub principal: Option<Principal>,
-}
-
-/// A live session: the channel to its thread and what the manager tracks about it.
+/// A session and what the manager tracks about it.
 struct Session {
     id: String,
     caller: Caller,
-    jobs: Mutex<mpsc::Sender<Job>>,
     created: Instant,
+    /// When it was created, milliseconds since the Unix epoch (carried in its image).
+    created_ms: u64,
     last_used: Mutex<Instant>,
-    /// Jobs queued or running on its thread (each job holds one count until its thread is done
-    /// with it, whether its caller waits or not).
+    /// Jobs queued or running (each job holds one count until its thread is done with it, whether
+    /// its caller waits or not; a call waiting for the session's resume counts too).
     pending: Arc<AtomicUsize>,
     /// The stop flags of its calls that still have a caller (set when the session ends).
     stops: Mutex<Vec<Arc<AtomicBool>>>,
     /// The session has ended: it takes no more calls (its thread drops what is queued).
     dead: Arc<AtomicBool>,
+    /// Where it is; held while it moves (a spill, a resume) and while a job is handed over.
+    place: tokio::sync::Mutex<Place>,
+    /// It counts against `max_resident` (mirrors `place`, readable without its lock).
+    resident: AtomicBool,
+    /// Why it cannot be saved, as of its last call (`None`: it can).
+    unsaveable: Mutex<Option<String>>,
+    /// This process holds its lease in the store (it was resumed from there), renewed at.
+    leased: Mutex<Option<Instant>>,
+    /// When its last spill failed in the store (it is not retried for `SPILL_RETRY`).
+    spill_failed: Mutex<Option<Instant>>,
 }
 
 impl Session {
     fn touch(&self, now: Instant) {
         *lock(&self.last_used) = now;
+    }
+
+    fn last_used(&self) -> Instant {
+        *lock(&self.last_used)
+    }
+
+    /// Whether a spill may be tried now: it can be saved, and no spill failed in the store lately.
+    fn spillable(&self, now: Instant) -> bool {
+        lock(&self.unsaveable).is_none()
+            && lock(&self.spill_failed)
+                .is_none_or(|at| now.saturating_duration_since(at) >= durable::SPILL_RETRY)
     }
 }
 
@@ -162,8 +129,14 @@ struct Inner<B: Backend> {
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     /// Sessions ended by their sandbox, newest last (id, why), for the next call's error.
     ended: Mutex<VecDeque<(String, &'static str)>>,
-    /// Sessions being created (counted against the limit before they exist).
+    /// Sessions being created (counted against `max_sessions` before they exist).
     starting: AtomicUsize,
+    /// Sandboxes in memory or booting (counted against `max_resident`).
+    resident: Mutex<usize>,
+    /// The session store, when sessions are durable.
+    durability: Option<Durability>,
+    /// Where deletions in the store run (the runtime the manager was made in).
+    runtime: Option<tokio::runtime::Handle>,
     closed: AtomicBool,
 }
 
@@ -189,6 +162,24 @@ impl Drop for Starting<'_> {
     }
 }
 
+/// A place in memory (`max_resident`) for a sandbox being booted: given back when dropped, unless
+/// [`kept`](Self::kept) for the session it became.
+struct ResidentSlot<'a>(Option<&'a Mutex<usize>>);
+
+impl ResidentSlot<'_> {
+    fn kept(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for ResidentSlot<'_> {
+    fn drop(&mut self) {
+        if let Some(count) = self.0 {
+            *lock(count) -= 1;
+        }
+    }
+}
+
 /// A call's stop flag, registered with its session: set when the call's future is dropped before
 /// its reply came (the caller went away), removed from the session either way.
 struct StopGuard {
@@ -207,38 +198,46 @@ impl Drop for StopGuard {
 }
 
 impl<B: Backend> Sessions<B> {
-    /// A manager for `backend`'s sessions, minting ids for `replica_id` and reading `clock`; starts
-    /// the reaper (a thread that ends idle and old sessions every 250 ms, while the manager exists).
+    /// A manager for `backend`'s sessions, minting ids for `replica_id`, reading `clock`, saving
+    /// to `durability`'s store (`None`: sessions live in memory only); starts the reaper (a task that
+    /// spills, ends and renews every 250 ms while the manager exists).
     pub fn new(
         backend: Arc<B>,
         config: SessionSettings,
         replica_id: &str,
         clock: Arc<dyn Clock>,
+        durability: Option<Durability>,
     ) -> Self {
-        let sessions = Self::without_reaper(backend, config, replica_id, clock);
+        let sessions = Self::without_reaper(backend, config, replica_id, clock, durability);
         let weak = Arc::downgrade(&sessions.inner);
-        let _ = std::thread::Builder::new()
-            .name("session-reaper".into())
-            .spawn(move || {
-                while let Some(inner) = weak.upgrade() {
+        if let Some(runtime) = &sessions.inner.runtime {
+            runtime.spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_millis(250));
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    let Some(inner) = weak.upgrade() else { break };
                     if inner.closed.load(Ordering::SeqCst) {
                         break;
                     }
-                    Sessions { inner }.reap();
-                    std::thread::sleep(Duration::from_millis(250));
+                    Sessions { inner }.reap().await;
                 }
             });
+        }
         sessions
     }
 
-    /// A manager whose idle and old sessions end only when [`reap`](Self::reap) is called.
+    /// A manager whose sessions are spilled, ended and renewed only when [`reap`](Self::reap) is
+    /// called.
     pub fn without_reaper(
         backend: Arc<B>,
         config: SessionSettings,
         replica_id: &str,
         clock: Arc<dyn Clock>,
+        durability: Option<Durability>,
     ) -> Self {
         telemetry::sessions_live(0);
+        telemetry::sessions_placed(0, 0);
         Self {
             inner: Arc::new(Inner {
                 backend,
@@ -248,6 +247,9 @@ impl<B: Backend> Sessions<B> {
                 sessions: Mutex::new(HashMap::new()),
                 ended: Mutex::new(VecDeque::new()),
                 starting: AtomicUsize::new(0),
+                resident: Mutex::new(0),
+                durability,
+                runtime: tokio::runtime::Handle::try_current().ok(),
                 closed: AtomicBool::new(false),
             }),
         }
@@ -261,6 +263,35 @@ impl<B: Backend> Sessions<B> {
     /// sandbox is of the kind that serves `first_code`, the code of the session's first call.
     /// Dropping the future before it resolves leaves nothing behind.
     pub async fn create(&self, caller: Caller, first_code: &str) -> Result<String, SessionError> {
+        self.start(caller, Start::Boot(first_code.to_string()))
+            .await
+    }
+
+    /// A new session holding a copy of session `id`'s state (its interpreter and its files); its
+    /// id. A session that cannot be saved cannot be copied either (the error says why).
+    pub async fn fork(&self, id: &str, caller: &Caller) -> Result<String, SessionError> {
+        let session = self.find(id, caller).await?;
+        let (reply, result) = oneshot::channel();
+        self.submit(&session, |pending| Job::Save {
+            reply,
+            pending: Some(pending),
+        })
+        .await?;
+        let payload = match result.await {
+            Ok(Ok(payload)) => payload,
+            Ok(Err(reason)) => {
+                return Err(SessionError::NotDurable {
+                    id: short(id).to_string(),
+                    reason,
+                });
+            }
+            Err(_) => return Err(self.not_found(id)),
+        };
+        self.start(caller.clone(), Start::Restore(payload)).await
+    }
+
+    /// Starts a session's thread from `start`, counted against both limits while it boots.
+    async fn start(&self, caller: Caller, start: Start) -> Result<String, SessionError> {
         let inner = &self.inner;
         if inner.closed.load(Ordering::SeqCst) {
             return Err(SessionError::ShuttingDown);
@@ -277,55 +308,80 @@ impl<B: Backend> Sessions<B> {
             inner.starting.fetch_add(1, Ordering::SeqCst);
             Starting(&inner.starting)
         };
+        let room = self.make_room(None).await?;
         let id = mint_id(&inner.replica_id, id::ID_BYTES)
             .map_err(|e| SessionError::Boot(format!("no OS randomness for the session id: {e}")))?;
-        let (jobs, receiver) = mpsc::channel();
-        let (booted, booted_rx) = oneshot::channel();
         let dead = Arc::new(AtomicBool::new(false));
-        let spawned = thread::spawn(
-            inner.backend.clone(),
-            Arc::downgrade(inner),
-            id.clone(),
-            first_code.to_string(),
-            dead.clone(),
-            receiver,
-            booted,
-        );
-        let outcome = match spawned {
-            Ok(()) => booted_rx
-                .await
-                .unwrap_or_else(|_| Err("the session's thread stopped".into())),
-            Err(e) => Err(e.to_string()),
-        };
-        outcome.map_err(SessionError::Boot)?;
+        let jobs = self
+            .spawn_thread(&id, start, dead.clone())
+            .await
+            .map_err(SessionError::Boot)?;
         let now = self.now();
         let session = Arc::new(Session {
             id: id.clone(),
             caller,
-            jobs: Mutex::new(jobs),
             created: now,
+            created_ms: durable::unix_ms(),
             last_used: Mutex::new(now),
             pending: Arc::default(),
             stops: Mutex::new(Vec::new()),
             dead,
+            place: tokio::sync::Mutex::new(Place::Resident(jobs)),
+            resident: AtomicBool::new(true),
+            unsaveable: Mutex::new(self.store_off()),
+            leased: Mutex::new(None),
+            spill_failed: Mutex::new(None),
         });
+        room.kept();
         let live = {
             let mut sessions = lock(&inner.sessions);
             sessions.insert(id.clone(), session);
             sessions.len()
         };
         telemetry::session_created(live);
+        self.report_places();
         tracing::info!(session = short(&id), "session created");
         Ok(id)
     }
 
-    /// The error for an id with no live session here: one that ended (and why), another replica's,
-    /// or unknown.
+    /// Boots a session's sandbox from `start` on a thread of its own; the channel to it.
+    async fn spawn_thread(
+        &self,
+        id: &str,
+        start: Start,
+        dead: Arc<AtomicBool>,
+    ) -> Result<mpsc::Sender<Job>, String> {
+        let (jobs, receiver) = mpsc::channel();
+        let (booted, booted_rx) = oneshot::channel();
+        let thread = thread::Thread {
+            backend: self.inner.backend.clone(),
+            manager: Arc::downgrade(&self.inner),
+            id: id.to_string(),
+            store_off: self.store_off(),
+            dead,
+        };
+        thread::spawn(thread, start, receiver, booted).map_err(|e| e.to_string())?;
+        booted_rx
+            .await
+            .unwrap_or_else(|_| Err("the session's thread stopped".into()))?;
+        Ok(jobs)
+    }
+
+    /// Why sessions cannot be saved at all here (no store), if so.
+    fn store_off(&self) -> Option<String> {
+        self.inner.durability.is_none().then(|| {
+            "sessions.store_url = off: this server keeps sessions in memory only, and they end with it"
+                .to_string()
+        })
+    }
+
+    /// The error for an id with no session here or in the store: one that ended (and why), another
+    /// replica's, or unknown.
     fn not_found(&self, id: &str) -> SessionError {
         if let Some((_, reason)) = lock(&self.inner.ended).iter().find(|(e, _)| e == id) {
             return SessionError::Ended {
                 id: short(id).to_string(),
-                reason,
+                reason: reason.to_string(),
             };
         }
         let here = &self.inner.replica_id;
@@ -345,23 +401,35 @@ impl<B: Backend> Sessions<B> {
         }
     }
 
-    /// The live session `id`, if `caller` may use it (with bearer tokens, only the token that
+    /// The session `id` here, if `caller` may use it (with bearer tokens, only the token that
     /// created it may; to any other the session does not exist).
-    fn get(&self, id: &str, caller: &Caller) -> Result<Arc<Session>, SessionError> {
+    fn known(&self, id: &str, caller: &Caller) -> Result<Option<Arc<Session>>, SessionError> {
         if self.inner.closed.load(Ordering::SeqCst) {
             return Err(SessionError::ShuttingDown);
         }
-        lock(&self.inner.sessions)
-            .get(id)
-            .filter(|s| !s.dead.load(Ordering::SeqCst))
-            .filter(|s| s.caller.principal.is_none() || s.caller.principal == caller.principal)
-            .cloned()
-            .ok_or_else(|| self.not_found(id))
+        match lock(&self.inner.sessions).get(id) {
+            Some(s) if s.dead.load(Ordering::SeqCst) => Err(self.not_found(id)),
+            Some(s) if s.caller.principal.is_some() && s.caller.principal != caller.principal => {
+                Err(SessionError::NotFound(short(id).to_string()))
+            }
+            Some(s) => Ok(Some(s.clone())),
+            None => Ok(None),
+        }
     }
 
-    /// Queues `job` (made with its place in the queue) on the session's thread, unless the session
-    /// already has a running call and `queue_capacity` waiting.
-    fn submit(
+    /// The session `id`: known here, or found in the store (saved by this process before a
+    /// restart, or by another replica).
+    async fn find(&self, id: &str, caller: &Caller) -> Result<Arc<Session>, SessionError> {
+        match self.known(id, caller)? {
+            Some(session) => Ok(session),
+            None => self.adopt(id, caller).await,
+        }
+    }
+
+    /// Queues `job` (made with its place in the queue) on the session's thread, resuming the
+    /// session first if it is spilled, unless it already has a running call and `queue_capacity`
+    /// waiting.
+    async fn submit(
         &self,
         session: &Arc<Session>,
         job: impl FnOnce(Pending) -> Job,
@@ -375,9 +443,19 @@ impl<B: Backend> Sessions<B> {
             }
         })?;
         session.touch(self.now());
-        lock(&session.jobs)
-            .send(job(pending))
-            .map_err(|_| self.not_found(&session.id))
+        let mut place = session.place.lock().await;
+        if session.dead.load(Ordering::SeqCst) {
+            return Err(self.not_found(&session.id));
+        }
+        if let Place::Spilled { .. } = &*place {
+            self.resume(session, &mut place).await?;
+        }
+        match &*place {
+            Place::Resident(jobs) => jobs
+                .send(job(pending))
+                .map_err(|_| self.not_found(&session.id)),
+            Place::Spilled { .. } => Err(self.not_found(&session.id)),
+        }
     }
 
     /// Runs `request` in session `id`, after the calls queued before it. Dropping the future stops
@@ -389,7 +467,7 @@ impl<B: Backend> Sessions<B> {
         request: ExecRequest,
         keep: Option<KeepOutputs>,
     ) -> Result<SessionRun, SessionError> {
-        let session = self.get(id, caller)?;
+        let session = self.find(id, caller).await?;
         let cancel = Arc::new(AtomicBool::new(false));
         lock(&session.stops).push(cancel.clone());
         let mut guard = StopGuard {
@@ -404,11 +482,14 @@ impl<B: Backend> Sessions<B> {
             cancel,
             reply,
             pending,
-        })?;
+        })
+        .await?;
         let outcome = result.await;
         guard.done = true;
         session.touch(self.now());
-        outcome.map_err(|_| self.not_found(id))
+        let run = outcome.map_err(|_| self.not_found(id))?;
+        *lock(&session.unsaveable) = run.unsaveable.clone();
+        Ok(run)
     }
 
     /// The regular files under the session's /workspace (at most `MAX_LISTED_FILES`).
@@ -417,9 +498,10 @@ impl<B: Backend> Sessions<B> {
         id: &str,
         caller: &Caller,
     ) -> Result<SessionFiles, SessionError> {
-        let session = self.get(id, caller)?;
+        let session = self.find(id, caller).await?;
         let (reply, result) = oneshot::channel();
-        self.submit(&session, |pending| Job::List { reply, pending })?;
+        self.submit(&session, |pending| Job::List { reply, pending })
+            .await?;
         match result.await {
             Ok(Ok(listing)) => Ok(SessionFiles {
                 files: listing
@@ -443,7 +525,7 @@ impl<B: Backend> Sessions<B> {
         path: &str,
         limit: u64,
     ) -> Result<Option<Result<Vec<u8>, u64>>, SessionError> {
-        let session = self.get(id, caller)?;
+        let session = self.find(id, caller).await?;
         let (reply, result) = oneshot::channel();
         let path = path.to_string();
         self.submit(&session, |pending| Job::Read {
@@ -451,7 +533,8 @@ impl<B: Backend> Sessions<B> {
             limit,
             reply,
             pending,
-        })?;
+        })
+        .await?;
         match result.await {
             Ok(Ok(FileRead::Found(data))) => Ok(Some(Ok(data))),
             Ok(Ok(FileRead::TooLarge)) => Ok(Some(Err(limit))),
@@ -460,9 +543,9 @@ impl<B: Backend> Sessions<B> {
         }
     }
 
-    /// Ends session `id` at once: a call running in it is stopped.
-    pub fn clear(&self, id: &str, caller: &Caller) -> Result<(), SessionError> {
-        self.get(id, caller)?;
+    /// Ends session `id` at once (a call running in it is stopped) and deletes its image.
+    pub async fn clear(&self, id: &str, caller: &Caller) -> Result<(), SessionError> {
+        self.find(id, caller).await?;
         self.end(id, SessionEnd::Cleared);
         Ok(())
     }
@@ -489,44 +572,70 @@ impl<B: Backend> Sessions<B> {
         ids
     }
 
-    /// How many sessions are live.
+    /// How many sessions are live (resident or spilled).
     pub fn live(&self) -> usize {
         lock(&self.inner.sessions).len()
     }
 
+    /// How many sessions are in memory.
+    pub fn resident(&self) -> usize {
+        lock(&self.inner.sessions)
+            .values()
+            .filter(|s| s.resident.load(Ordering::SeqCst))
+            .count()
+    }
+
+    fn report_places(&self) {
+        let (resident, all) = {
+            let sessions = lock(&self.inner.sessions);
+            let resident = sessions
+                .values()
+                .filter(|s| s.resident.load(Ordering::SeqCst))
+                .count();
+            (resident, sessions.len())
+        };
+        telemetry::sessions_placed(resident, all - resident);
+    }
+
     /// Removes session `id` (its thread ends when its queued jobs are dropped; a running call is
-    /// stopped).
+    /// stopped); its image and lease are deleted unless the process is shutting down.
     fn end(&self, id: &str, reason: SessionEnd) {
         Self::end_in(&self.inner, id, reason);
     }
 
     fn end_in(inner: &Inner<B>, id: &str, reason: SessionEnd) {
         let removed = lock(&inner.sessions).remove(id);
-        if let Some(session) = removed {
-            session.dead.store(true, Ordering::SeqCst);
-            for stop in lock(&session.stops).iter() {
-                stop.store(true, Ordering::SeqCst);
-            }
-            let live = lock(&inner.sessions).len();
-            telemetry::session_ended(reason, live);
-            tracing::info!(
-                session = short(id),
-                reason = reason.label(),
-                "session ended"
-            );
-            // Dropping the last sender ends the thread after its queued jobs (skipped: stopped).
+        let Some(session) = removed else { return };
+        session.dead.store(true, Ordering::SeqCst);
+        for stop in lock(&session.stops).iter() {
+            stop.store(true, Ordering::SeqCst);
         }
+        let was_resident = session.resident.swap(false, Ordering::SeqCst);
+        if was_resident {
+            *lock(&inner.resident) -= 1;
+        }
+        // Dropping the last sender ends the thread after its queued jobs (skipped: stopped).
+        if let Ok(mut place) = session.place.try_lock() {
+            *place = Place::Spilled { leased: None };
+        }
+        // (A spilled session that went idle here may be in use on another replica: its image is
+        // left to the store's sweep, which spares images under a live lease.)
+        let others_may_hold = reason == SessionEnd::Idle && !was_resident;
+        if reason != SessionEnd::Shutdown && !others_may_hold {
+            inner.forget(id);
+        }
+        let live = lock(&inner.sessions).len();
+        telemetry::session_ended(reason, live);
+        tracing::info!(
+            session = short(id),
+            reason = reason.label(),
+            "session ended"
+        );
     }
 
     /// Its sandbox can run nothing more: the session ends, and the next call hears why.
     fn ended_by_sandbox(inner: &Inner<B>, id: &str, end: SandboxEnd) {
-        {
-            let mut ended = lock(&inner.ended);
-            if ended.len() >= REMEMBERED_ENDS {
-                ended.pop_front();
-            }
-            ended.push_back((id.to_string(), end.reason()));
-        }
+        inner.remember_end(id, end.reason());
         let reason = if end.is_limit() {
             SessionEnd::Limit
         } else {
@@ -535,47 +644,11 @@ impl<B: Backend> Sessions<B> {
         Self::end_in(inner, id, reason);
     }
 
-    /// Ends sessions idle for longer than `idle_timeout` or older than `max_lifetime`.
-    pub fn reap(&self) {
-        let now = self.now();
-        let config = &self.inner.config;
-        let expired: Vec<(String, SessionEnd)> = lock(&self.inner.sessions)
-            .values()
-            .filter_map(|s| {
-                if now.duration_since(s.created) >= config.max_lifetime {
-                    Some((s.id.clone(), SessionEnd::Lifetime))
-                } else if s.pending.load(Ordering::SeqCst) == 0
-                    && now.duration_since(*lock(&s.last_used)) >= config.idle_timeout
-                {
-                    Some((s.id.clone(), SessionEnd::Idle))
-                } else {
-                    None
-                }
-            })
-            .collect();
-        for (id, reason) in expired {
-            self.end(&id, reason);
-        }
-    }
-
     /// Whether any session has a job queued or running.
     pub fn busy(&self) -> bool {
         lock(&self.inner.sessions)
             .values()
             .any(|s| s.pending.load(Ordering::SeqCst) > 0)
-    }
-
-    /// Shutdown: no new session calls; calls running now may finish until `deadline`, then every
-    /// session ends.
-    pub async fn shutdown(&self, deadline: Instant) {
-        self.inner.closed.store(true, Ordering::SeqCst);
-        while self.busy() && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let ids: Vec<String> = lock(&self.inner.sessions).keys().cloned().collect();
-        for id in ids {
-            self.end(&id, SessionEnd::Shutdown);
-        }
     }
 }
 
@@ -583,5 +656,14 @@ impl<B: Backend> Inner<B> {
     /// Called by a session's thread whose sandbox ended (see `thread.rs`).
     fn sandbox_ended(self: &Arc<Self>, id: &str, end: SandboxEnd) {
         Sessions::<B>::ended_by_sandbox(self, id, end);
+    }
+
+    /// Remembers why session `id` ended, for its next call's error.
+    fn remember_end(&self, id: &str, reason: &'static str) {
+        let mut ended = lock(&self.ended);
+        if ended.len() >= REMEMBERED_ENDS {
+            ended.pop_front();
+        }
+        ended.push_back((id.to_string(), reason));
     }
 }

@@ -16,20 +16,20 @@ use crate::sandbox::{
 };
 
 /// A clock the test moves.
-struct ManualClock {
+pub(super) struct ManualClock {
     start: Instant,
     offset: Mutex<Duration>,
 }
 
 impl ManualClock {
-    fn new() -> Arc<Self> {
+    pub(super) fn new() -> Arc<Self> {
         Arc::new(Self {
             start: Instant::now(),
             offset: Mutex::new(Duration::ZERO),
         })
     }
 
-    fn advance(&self, by: Duration) {
+    pub(super) fn advance(&self, by: Duration) {
         *self.offset.lock().unwrap() += by;
     }
 }
@@ -41,20 +41,24 @@ impl Clock for ManualClock {
 }
 
 /// Runs fake code: `hold` (report the start, then wait until released or cancelled), `crash` (the
-/// sandbox can run nothing more), `say:TEXT` (raise an exception with that message), anything else
-/// succeeds with the code as its result. A first code of `slow-boot` waits to be released before
-/// the sandbox exists.
-struct Fake {
+/// sandbox can run nothing more), `say:TEXT` (raise an exception with that message), `push:X`
+/// (remember X: the session's state), `state` (what was remembered, as the result), `js` (hold
+/// something an image cannot carry); anything else succeeds with the code as its result. A first
+/// code of `slow-boot` waits to be released before the sandbox exists. The image of a sandbox is
+/// what it remembers.
+pub(super) struct Fake {
     started: UnboundedSender<&'static str>,
     release: Mutex<mpsc::Receiver<()>>,
 }
 
-struct FakeSandbox {
+pub(super) struct FakeSandbox {
     ended: Option<SandboxEnd>,
+    state: Vec<String>,
+    holds_js: bool,
 }
 
 impl Fake {
-    fn new() -> (Arc<Self>, UnboundedReceiver<&'static str>, mpsc::Sender<()>) {
+    pub(super) fn new() -> (Arc<Self>, UnboundedReceiver<&'static str>, mpsc::Sender<()>) {
         let (started, started_rx) = unbounded_channel();
         let (release_tx, release) = mpsc::channel();
         (
@@ -112,7 +116,11 @@ impl Backend for Fake {
         if first_code == "fail-boot" {
             return Err("no".into());
         }
-        Ok(FakeSandbox { ended: None })
+        Ok(FakeSandbox {
+            ended: None,
+            state: Vec::new(),
+            holds_js: false,
+        })
     }
 
     fn run(
@@ -147,6 +155,15 @@ impl Backend for Fake {
                 message: code["say:".len()..].to_string(),
                 traceback: None,
             }),
+            "state" => success(&sandbox.state.join(",")),
+            "js" => {
+                sandbox.holds_js = true;
+                success("js")
+            }
+            code if code.starts_with("push:") => {
+                sandbox.state.push(code["push:".len()..].to_string());
+                success(code)
+            }
             code => success(code),
         }
     }
@@ -166,18 +183,48 @@ impl Backend for Fake {
     fn ended(&self, sandbox: &FakeSandbox) -> Option<SandboxEnd> {
         sandbox.ended
     }
+
+    fn unsaveable(&self, sandbox: &mut FakeSandbox) -> Option<String> {
+        sandbox
+            .holds_js
+            .then(|| "it holds a JavaScript object".to_string())
+    }
+
+    fn save(&self, sandbox: &mut FakeSandbox) -> Result<Vec<u8>, String> {
+        match self.unsaveable(sandbox) {
+            Some(reason) => Err(reason),
+            None => Ok(format!("fake:{}", sandbox.state.join(",")).into_bytes()),
+        }
+    }
+
+    fn restore(&self, payload: Vec<u8>) -> Result<FakeSandbox, String> {
+        let text = String::from_utf8(payload).map_err(|e| e.to_string())?;
+        let state = text.strip_prefix("fake:").ok_or("not a fake image")?;
+        Ok(FakeSandbox {
+            ended: None,
+            state: state
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect(),
+            holds_js: false,
+        })
+    }
 }
 
-fn config(max_sessions: usize, queue_capacity: usize) -> SessionSettings {
+pub(super) fn config(max_sessions: usize, queue_capacity: usize) -> SessionSettings {
     SessionSettings {
         max_sessions,
+        max_resident: max_sessions,
+        spill_after: None,
+        store_url: "off".into(),
         queue_capacity,
         idle_timeout: Duration::from_secs(60),
         max_lifetime: Duration::from_secs(3600),
     }
 }
 
-fn request(code: &str) -> ExecRequest {
+pub(super) fn request(code: &str) -> ExecRequest {
     ExecRequest {
         code: code.into(),
         files: Vec::new(),
@@ -202,13 +249,14 @@ fn manager(
         config(max_sessions, queue_capacity),
         "",
         clock.clone(),
+        None,
     );
     (sessions, clock, started, release)
 }
 
 /// Waits until no job of any session is queued or running (the session threads finish dropped
 /// jobs on their own).
-async fn settled(sessions: &Sessions<Fake>) {
+pub(super) async fn settled(sessions: &Sessions<Fake>) {
     while sessions.busy() {
         tokio::task::yield_now().await;
         std::thread::yield_now();
@@ -237,7 +285,7 @@ async fn a_cancelled_call_leaves_nothing_behind_and_the_idle_session_is_reaped()
         .unwrap();
     assert_eq!(r.result.result.as_deref(), Some("again"));
     clock.advance(Duration::from_secs(61));
-    sessions.reap();
+    sessions.reap().await;
     assert_eq!(sessions.live(), 0, "an idle session is reaped");
     assert!(matches!(
         sessions.run(&id, &caller, request("x"), None).await,
@@ -370,12 +418,12 @@ async fn with_bearer_tokens_a_session_answers_only_to_its_token() {
             Err(SessionError::NotFound(_))
         ));
         assert!(matches!(
-            sessions.clear(&id, other),
+            sessions.clear(&id, other).await,
             Err(SessionError::NotFound(_))
         ));
     }
     assert!(sessions.run(&id, &alice, request("x"), None).await.is_ok());
-    sessions.clear(&id, &alice).unwrap();
+    sessions.clear(&id, &alice).await.unwrap();
 }
 
 #[tokio::test]
@@ -391,7 +439,7 @@ async fn sessions_end_at_their_lifetime_and_shutdown_does_not_wait_for_cancelled
         .run(&young, &caller, request("x"), None)
         .await
         .unwrap();
-    sessions.reap();
+    sessions.reap().await;
     assert!(
         sessions
             .run(&old, &caller, request("x"), None)

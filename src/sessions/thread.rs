@@ -1,6 +1,8 @@
-//! A session's thread: boots its sandbox, answers, then runs its jobs in order until the session
-//! ends (or its sandbox can run nothing more, which it reports to the manager before it answers the
-//! call that found out, so the next call already hears the session has ended).
+//! A session's thread: boots its sandbox (fresh, or restored from an image), answers, then runs its
+//! jobs in order until the session ends or is spilled (its channel closes), or its sandbox can run
+//! nothing more, which it reports to the manager before it answers the call that found out, so the
+//! next call already hears the session has ended. After every call it checks whether the session
+//! can still be saved, and says so with the result.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -9,6 +11,7 @@ use std::sync::{Arc, Weak};
 use tokio::sync::oneshot;
 
 use super::{Backend, Inner, KeepOutputs, SessionRun, short};
+
 use crate::sandbox::{ExecRequest, FileListing, FileRead};
 
 /// One job's place in its session's queue: counted from when it is queued until its thread is done
@@ -34,8 +37,22 @@ impl Drop for Pending {
     }
 }
 
+/// How a session's sandbox comes to be.
+pub(super) enum Start {
+    /// Booted for the session's first code.
+    Boot(String),
+    /// Restored from an image payload.
+    Restore(Vec<u8>),
+}
+
 /// What a session's thread is asked to do.
 pub(super) enum Job {
+    /// The session's image payload, or why it cannot be saved (a spill holds no place in the
+    /// queue: the manager only spills an idle session, holding its place lock).
+    Save {
+        reply: oneshot::Sender<Result<Vec<u8>, String>>,
+        pending: Option<Pending>,
+    },
     Run {
         request: ExecRequest,
         /// Which long outputs to keep as files.
@@ -57,47 +74,58 @@ pub(super) enum Job {
     },
 }
 
-/// Starts session `id`'s thread: it boots a sandbox for `first_code`, says so on `booted`, then
+/// What a session's thread is given besides its jobs.
+pub(super) struct Thread<B: Backend> {
+    pub backend: Arc<B>,
+    pub manager: Weak<Inner<B>>,
+    pub id: String,
+    /// Why no session can be saved here (no store), if so: then nothing is checked.
+    pub store_off: Option<String>,
+    pub dead: Arc<AtomicBool>,
+}
+
+/// Starts session `id`'s thread: it boots a sandbox from `start`, says so on `booted`, then
 /// serves `jobs` until the channel closes or `dead` is set.
 pub(super) fn spawn<B: Backend>(
-    backend: Arc<B>,
-    manager: Weak<Inner<B>>,
-    id: String,
-    first_code: String,
-    dead: Arc<AtomicBool>,
+    thread: Thread<B>,
+    start: Start,
     jobs: mpsc::Receiver<Job>,
     booted: oneshot::Sender<Result<(), String>>,
 ) -> std::io::Result<()> {
     std::thread::Builder::new()
-        .name(format!("session-{}", short(&id)))
+        .name(format!("session-{}", short(&thread.id)))
         .stack_size(8 * 1024 * 1024)
         .spawn(move || {
-            let mut sandbox = match backend.boot(&first_code) {
+            let made = match start {
+                Start::Boot(first_code) => thread.backend.boot(&first_code),
+                Start::Restore(payload) => thread.backend.restore(payload),
+            };
+            let mut sandbox = match made {
                 Ok(sandbox) => sandbox,
                 Err(e) => {
                     let _ = booted.send(Err(e));
                     return;
                 }
             };
-            drop(first_code);
             if booted.send(Ok(())).is_err() {
                 // The creating call went away: nobody knows this session.
                 return;
             }
-            serve(&*backend, &mut sandbox, &manager, &id, &dead, jobs);
-            tracing::debug!(session = short(&id), "session thread ended");
+            serve(&thread, &mut sandbox, jobs);
+            tracing::debug!(session = short(&thread.id), "session thread ended");
         })
         .map(drop)
 }
 
-fn serve<B: Backend>(
-    backend: &B,
-    sandbox: &mut B::Sandbox,
-    manager: &Weak<Inner<B>>,
-    id: &str,
-    dead: &AtomicBool,
-    jobs: mpsc::Receiver<Job>,
-) {
+fn serve<B: Backend>(thread: &Thread<B>, sandbox: &mut B::Sandbox, jobs: mpsc::Receiver<Job>) {
+    let Thread {
+        backend,
+        manager,
+        id,
+        store_off,
+        dead,
+    } = thread;
+    let backend = &**backend;
     while let Ok(job) = jobs.recv() {
         if dead.load(Ordering::SeqCst) {
             // The session ended: what is queued is dropped with the channel.
@@ -121,12 +149,23 @@ fn serve<B: Backend>(
                     result,
                     kept_stdout: None,
                     kept_stderr: None,
+                    unsaveable: store_off.clone(),
                 };
                 if let Some(keep) = keep.filter(|_| !ended) {
                     keep_outputs(backend, sandbox, &keep, &mut run);
                 }
+                if !ended && store_off.is_none() {
+                    run.unsaveable = backend.unsaveable(sandbox);
+                }
                 drop(pending);
                 let _ = reply.send(run);
+                ended
+            }
+            Job::Save { reply, pending } => {
+                let saved = backend.save(sandbox);
+                let ended = report_end(backend, sandbox, manager, id);
+                drop(pending);
+                let _ = reply.send(saved);
                 ended
             }
             Job::List { reply, pending } => {

@@ -1,4 +1,46 @@
-//! What the session manager answers: its errors and a session's file listing.
+//! What the session manager answers and is asked with: its errors, a call's result, who calls, and
+//! a session's file listing.
+
+use crate::sandbox::ExecResult;
+
+/// Which of a call's long outputs the session keeps as files under /workspace, so that a result
+/// whose text is cut for a model can say where the whole is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeepOutputs {
+    /// The files' path stem relative to /workspace, e.g. `.outputs/20261203-044501-3f9a`: the
+    /// streams go to `{stem}-stdout.txt` and `{stem}-stderr.txt`.
+    pub stem: String,
+    /// A stream longer than this many characters is kept.
+    pub stdout_over: usize,
+    pub stderr_over: usize,
+}
+
+/// A session call's result, the files it kept of its long outputs, and whether the session can
+/// be saved now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionRun {
+    pub result: ExecResult,
+    /// Paths (relative to /workspace) of the whole stdout and stderr, when they were kept.
+    pub kept_stdout: Option<String>,
+    pub kept_stderr: Option<String>,
+    /// Why the session cannot be saved to the store (spilled, resumed elsewhere, kept through a
+    /// restart), as of the end of this call; `None`: it can.
+    pub unsaveable: Option<String>,
+}
+
+/// The bearer token a request was authenticated with, as its SHA-256 digest (put into the request's
+/// extensions by the transport): a session created with a token answers only to that token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Principal(pub [u8; 32]);
+
+/// Who makes a session call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Caller {
+    /// The client, for listing its sessions' resources (a legacy-era MCP session, or stdio).
+    pub client: Option<String>,
+    /// The bearer token, when the server requires one.
+    pub principal: Option<Principal>,
+}
 
 /// Why a session call could not run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -8,7 +50,7 @@ pub enum SessionError {
     )]
     NotFound(String),
     #[error("session {id} has ended: {reason}; pass session_id = \"new\" to start a fresh session")]
-    Ended { id: String, reason: &'static str },
+    Ended { id: String, reason: String },
     #[error(
         "session {id} was created by replica {owner}, and this is {here}: a session lives on the replica that created it (route session calls by the Mcp-Param-Session-Id header; see deploy/nginx), or it has ended; pass session_id = \"new\" to start a fresh session"
     )]
@@ -29,6 +71,24 @@ pub enum SessionError {
         waiting: usize,
         capacity: usize,
     },
+    #[error(
+        "no more sessions can be in memory: {max} are (sessions.max_resident) and none of them can be saved to the store now; clear one (clear_session) or retry later"
+    )]
+    TooManyResident { max: usize },
+    #[error(
+        "session {id} is running on another replica now (it holds the session's lease for up to {expires_in_s} s more); retry shortly, or route the call by the Mcp-Param-Session-Id header"
+    )]
+    Elsewhere { id: String, expires_in_s: u64 },
+    #[error(
+        "session {id} is saved in the session store, which cannot be reached now ({reason}); retry later"
+    )]
+    StoreUnavailable { id: String, reason: String },
+    #[error(
+        "session {id} cannot be restored: {reason}; pass session_id = \"new\" to start a fresh session"
+    )]
+    Unrestorable { id: String, reason: String },
+    #[error("session {id} cannot be copied: {reason}")]
+    NotDurable { id: String, reason: String },
     #[error("the session could not start: {0}")]
     Boot(String),
     #[error(

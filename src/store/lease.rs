@@ -50,7 +50,12 @@ fn now_ms() -> u64 {
 }
 
 fn dir(id: &str) -> ObjectPath {
-    ObjectPath::from(format!("leases/{}", seal::name(id)))
+    dir_of(&seal::name(id))
+}
+
+/// The lease directory of the session whose hashed name is `name`.
+fn dir_of(name: &str) -> ObjectPath {
+    ObjectPath::from(format!("leases/{name}"))
 }
 
 fn generation_path(id: &str, generation: u64) -> ObjectPath {
@@ -208,5 +213,63 @@ impl Store {
             }
         }
         Ok(())
+    }
+}
+
+impl Store {
+    /// Deletes the images not written for `idle` (sessions nobody resumed within their idle
+    /// timeout), with their leases, unless a live lease holds them (a replica has the session in
+    /// memory); how many were deleted.
+    pub async fn sweep(&self, idle: Duration) -> Result<usize, StoreError> {
+        let cutoff = chrono::Utc::now() - chrono::Duration::from_std(idle).unwrap_or_default();
+        let old: Vec<String> = self
+            .objects
+            .list(None)
+            .try_filter_map(|meta| {
+                let name = meta
+                    .location
+                    .filename()
+                    .and_then(|f| f.strip_suffix(super::SUFFIX))
+                    .filter(|_| meta.last_modified < cutoff)
+                    .map(str::to_string);
+                std::future::ready(Ok(name))
+            })
+            .try_collect()
+            .await
+            .map_err(|e| self.backend(e))?;
+        let now = now_ms();
+        let mut deleted = 0;
+        for name in old {
+            let leases: Vec<_> = self
+                .objects
+                .list(Some(&dir_of(&name)))
+                .try_collect()
+                .await
+                .map_err(|e| self.backend(e))?;
+            let newest = leases
+                .iter()
+                .max_by_key(|m| m.location.filename().map(str::to_string));
+            if let Some(meta) = newest
+                && let Ok(got) = self.objects.get(&meta.location).await
+                && let Ok(bytes) = got.bytes().await
+                && let Ok(record) = serde_json::from_slice::<Record>(&bytes)
+                && !record.holder.is_empty()
+                && record.expires_ms > now
+            {
+                continue;
+            }
+            for meta in &leases {
+                let _ = self.objects.delete(&meta.location).await;
+            }
+            match self
+                .objects
+                .delete(&ObjectPath::from(format!("{name}{}", super::SUFFIX)))
+                .await
+            {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted += 1,
+                Err(e) => return Err(self.backend(e)),
+            }
+        }
+        Ok(deleted)
     }
 }

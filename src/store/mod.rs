@@ -92,7 +92,14 @@ impl Store {
             }
             // A store that does not answer fails the one save or load in well under a minute
             // (object_store's default retries for three).
-            let mut builder = AmazonS3Builder::from_env()
+            // (The client options first: setting them replaces any set before, `AWS_ALLOW_HTTP`
+            // from the environment included.)
+            let mut builder = AmazonS3Builder::new()
+                .with_client_options(
+                    ClientOptions::new()
+                        .with_connect_timeout(Duration::from_secs(5))
+                        .with_timeout(Duration::from_secs(120)),
+                )
                 .with_bucket_name(bucket)
                 // Leases need a create that fails when the object exists (If-None-Match).
                 .with_conditional_put(S3ConditionalPut::ETagMatch)
@@ -100,12 +107,15 @@ impl Store {
                     max_retries: 3,
                     retry_timeout: Duration::from_secs(20),
                     ..RetryConfig::default()
-                })
-                .with_client_options(
-                    ClientOptions::new()
-                        .with_connect_timeout(Duration::from_secs(5))
-                        .with_timeout(Duration::from_secs(120)),
-                );
+                });
+            // What `AmazonS3Builder::from_env` reads: every `AWS_*` variable it knows.
+            for (key, value) in std::env::vars() {
+                if key.starts_with("AWS_")
+                    && let Ok(key) = key.to_ascii_lowercase().parse()
+                {
+                    builder = builder.with_config(key, value);
+                }
+            }
             for (key, value) in s3_options {
                 let key = key
                     .parse()
@@ -214,6 +224,15 @@ impl Store {
                 .await
                 .map_err(|e| StoreError::Seal(e.to_string()))??;
         Ok(Some(payload))
+    }
+
+    /// Whether the store holds an image for session `id`.
+    pub async fn exists(&self, id: &str) -> Result<bool, StoreError> {
+        match self.objects.head(&Self::path(id)).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(self.backend(e)),
+        }
     }
 
     /// Deletes session `id`'s image (nothing to delete is not an error).

@@ -131,10 +131,15 @@ impl Outcome {
             Outcome::Refused(Refusal::Session(
                 SessionError::NotFound(_)
                 | SessionError::Ended { .. }
-                | SessionError::OtherReplica { .. },
+                | SessionError::OtherReplica { .. }
+                | SessionError::Unrestorable { .. }
+                | SessionError::NotDurable { .. },
             )) => ToolOutcome::ValidationError,
             Outcome::Refused(Refusal::Session(
-                SessionError::TooMany { .. } | SessionError::Busy { .. },
+                SessionError::TooMany { .. }
+                | SessionError::TooManyResident { .. }
+                | SessionError::Busy { .. }
+                | SessionError::Elsewhere { .. },
             )) => ToolOutcome::Overload,
             Outcome::Refused(Refusal::Queue(_) | Refusal::Job(_) | Refusal::Session(_)) => {
                 ToolOutcome::RuntimeFailure
@@ -149,6 +154,8 @@ pub struct Ended {
     pub queue_wait: Duration,
     pub execution: Duration,
     pub session_id: Option<String>,
+    /// Why its session cannot be saved (as of the end of the call), if it ran in one that cannot.
+    pub unsaveable: Option<String>,
     /// The session files that hold the whole of its long outputs.
     pub kept: Kept,
 }
@@ -160,6 +167,7 @@ impl Ended {
             queue_wait: Duration::ZERO,
             execution: Duration::ZERO,
             session_id: None,
+            unsaveable: None,
             kept: Kept::default(),
         }
     }
@@ -236,6 +244,7 @@ impl Runner<'_> {
             queue_wait: completed.queue_wait,
             execution: completed.execution,
             session_id: None,
+            unsaveable: None,
             kept: Kept::default(),
         }
     }
@@ -280,6 +289,7 @@ impl Runner<'_> {
                 queue_wait: Duration::ZERO,
                 execution: started.elapsed(),
                 session_id: Some(id),
+                unsaveable: run.unsaveable,
                 kept: Kept {
                     stdout: run.kept_stdout,
                     stderr: run.kept_stderr,

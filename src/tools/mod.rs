@@ -111,7 +111,8 @@ impl CodeInterpreter {
             let sessions = if options.sessions.is_some() {
                 " With session_id = \"new\" the code runs in a stateful session instead: the result's \
 session_id continues it, with variables, imports and /workspace files kept (list_session_files, \
-clear_session, and session:// resources)."
+clear_session, fork_session, and session:// resources). An idle session is saved out of memory and \
+resumed on its next call; the result's session.durable says whether it can be (and why not)."
             } else {
                 ""
             };
@@ -138,6 +139,7 @@ clear_session, and session:// resources)."
                     .unwrap_or_default();
                 if let Some(serde_json::Value::Object(properties)) = output.get_mut("properties") {
                     properties.remove("session_id");
+                    properties.remove("session");
                 }
                 route.attr.output_schema = Some(Arc::new(output));
             }

@@ -99,6 +99,22 @@ pub struct CallResult {
     /// The session the code ran in (pass it again to continue there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// The session the code ran in, and whether it is durable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionInfo>,
+}
+
+/// A session call's session: its id, and whether it is durable (saved to the store when idle,
+/// resumed on any replica, kept through a restart) or lives only in this process's memory, and why.
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+pub struct SessionInfo {
+    pub id: String,
+    pub durable: bool,
+    /// Why it is not durable (what it holds that a session image cannot carry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl std::ops::Deref for CallResult {
@@ -175,7 +191,17 @@ pub fn session_error(error: &SessionError) -> ExecError<CallErrorKind> {
         SessionError::NotFound(_)
         | SessionError::Ended { .. }
         | SessionError::OtherReplica { .. } => (CallErrorKind::Session, ErrorType::SessionNotFound),
-        SessionError::TooMany { .. } => (CallErrorKind::Session, ErrorType::TooManySessions),
+        SessionError::TooMany { .. } | SessionError::TooManyResident { .. } => {
+            (CallErrorKind::Session, ErrorType::TooManySessions)
+        }
+        SessionError::Elsewhere { .. } => (CallErrorKind::Session, ErrorType::SessionElsewhere),
+        SessionError::StoreUnavailable { .. } => {
+            (CallErrorKind::Session, ErrorType::SessionStoreUnavailable)
+        }
+        SessionError::Unrestorable { .. } => {
+            (CallErrorKind::Session, ErrorType::SessionUnrestorable)
+        }
+        SessionError::NotDurable { .. } => (CallErrorKind::Session, ErrorType::SessionNotDurable),
         SessionError::Busy { .. } => (CallErrorKind::Overload, ErrorType::Overloaded),
         SessionError::Boot(_) => (CallErrorKind::Runtime, ErrorType::SandboxStartupError),
         // The session is gone with this process: like an ended one, the caller starts a new one.
@@ -238,9 +264,15 @@ impl CodeInterpreter {
     /// The structured result of a call that ended, its metric and its log line.
     pub(super) fn finish(&self, ended: Ended, started: std::time::Instant) -> (CallResult, Kept) {
         let outcome = ended.outcome.metric();
+        let session = ended.session_id.as_ref().map(|id| SessionInfo {
+            id: id.clone(),
+            durable: ended.unsaveable.is_none(),
+            reason: ended.unsaveable,
+        });
         let result = CallResult {
             result: ended.outcome.into_result(),
             session_id: ended.session_id,
+            session,
         };
         super::record(
             "run_python_code",

@@ -118,8 +118,8 @@ pub async fn list_files(
     }
 }
 
-pub fn clear(sessions: &Sessions, caller: &Caller, session_id: &str) -> ClearSessionResult {
-    match sessions.clear(session_id, caller) {
+pub async fn clear(sessions: &Sessions, caller: &Caller, session_id: &str) -> ClearSessionResult {
+    match sessions.clear(session_id, caller).await {
         Ok(()) => ClearSessionResult {
             success: true,
             message: "the session was cleared: its interpreter and files are gone".into(),
@@ -127,6 +127,42 @@ pub fn clear(sessions: &Sessions, caller: &Caller, session_id: &str) -> ClearSes
         },
         Err(e) => ClearSessionResult {
             success: false,
+            message: e.to_string(),
+            error: Some(session_error(&e)),
+        },
+    }
+}
+
+/// Result of `fork_session`.
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+pub struct ForkSessionResult {
+    pub success: bool,
+    /// The new session, holding a copy of the other's state: pass it as run_python_code's
+    /// session_id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// The session copied (shortened as logs show it).
+    pub forked_from: String,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ExecError<CallErrorKind>>,
+}
+
+pub async fn fork(sessions: &Sessions, caller: &Caller, session_id: &str) -> ForkSessionResult {
+    let forked_from = format!("{}…", short(session_id));
+    match sessions.fork(session_id, caller).await {
+        Ok(id) => ForkSessionResult {
+            success: true,
+            session_id: Some(id),
+            forked_from,
+            message: "a new session holds a copy of the session's variables, imports and files; the two go on independently"
+                .into(),
+            error: None,
+        },
+        Err(e) => ForkSessionResult {
+            success: false,
+            session_id: None,
+            forked_from,
             message: e.to_string(),
             error: Some(session_error(&e)),
         },
@@ -328,8 +364,37 @@ and the session:// URI to read each one as an MCP resource.",
             .as_ref()
             .expect("the session tools exist with sessions");
         let caller = caller(Some(&context));
-        let result = clear(sessions, &caller, &args.session_id);
+        let result = clear(sessions, &caller, &args.session_id).await;
         record_session_tool("clear_session", result.success, started);
+        structured(&result, result.success)
+    }
+
+    #[tool(
+        name = "fork_session",
+        title = "Fork a session",
+        description = "Copy a session: a new session_id whose interpreter (variables, imports) and /workspace files start as a copy of the session's, to try something on the copy while the original stays as it is. A session holding what a session image cannot carry (its results say durable: false, and why) cannot be copied.",
+        annotations(
+            title = "Fork a session",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        ),
+        output_schema = rmcp::handler::server::tool::schema_for_type::<ForkSessionResult>()
+    )]
+    async fn fork_session(
+        &self,
+        Parameters(args): Parameters<SessionArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let started = std::time::Instant::now();
+        let sessions = self
+            .sessions
+            .as_ref()
+            .expect("the session tools exist with sessions");
+        let caller = caller(Some(&context));
+        let result = fork(sessions, &caller, &args.session_id).await;
+        record_session_tool("fork_session", result.success, started);
         structured(&result, result.success)
     }
 }

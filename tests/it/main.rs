@@ -8,6 +8,7 @@ mod config;
 mod containment;
 mod containment_transport;
 mod deploy;
+mod durable_sessions;
 mod engine;
 mod exec_cli;
 mod fixture;

@@ -199,9 +199,9 @@ fn bad_store_urls_are_refused() {
 }
 
 /// moto's S3 server, installed on first use; stopped when dropped.
-struct Moto {
+pub(crate) struct Moto {
     child: Child,
-    endpoint: String,
+    pub(crate) endpoint: String,
 }
 
 impl Drop for Moto {
@@ -211,7 +211,7 @@ impl Drop for Moto {
     }
 }
 
-fn moto() -> Moto {
+pub(crate) fn moto() -> Moto {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let venv = root.join(".tools/moto");
     let server = venv.join("bin/moto_server");

@@ -118,9 +118,27 @@ pub struct SessionsConfig {
     /// session:// resources.
     /// Environment: CODE_INTERPRETER_MCP_SESSIONS_ENABLED (true/false)
     pub enabled: bool,
-    /// Live sessions at most; creating one more fails at once (1 to 10000).
+    /// Sessions at most, in memory or saved in the store (1 to 100000); creating one more fails at
+    /// once.
     /// Environment: CODE_INTERPRETER_MCP_MAX_SESSIONS
     pub max_sessions: u64,
+    /// Sessions in memory at most (1 to 1024): past it, the least recently used idle session that
+    /// can be saved is spilled to the store; when none can, creating or resuming one more fails at
+    /// once.
+    /// Environment: CODE_INTERPRETER_MCP_SESSIONS_MAX_RESIDENT
+    pub max_resident: u64,
+    /// A session idle for this many seconds is saved to the store and its sandbox freed; its next
+    /// call resumes it (same id, state intact). 0: spill only past max_resident and at shutdown.
+    /// Environment: CODE_INTERPRETER_MCP_SESSIONS_SPILL_AFTER_S
+    pub spill_after_s: u64,
+    /// Where sessions are saved (encrypted with a key derived from the session id, under names
+    /// derived from its hash): empty for the directory `<package_cache_dir>/sessions`, an absolute
+    /// path or file:///path, `s3://bucket/prefix` for S3-compatible storage shared by replicas
+    /// (configured by the usual AWS_* environment variables: AWS_ENDPOINT_URL, AWS_REGION,
+    /// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ALLOW_HTTP), or `off` (sessions live in memory
+    /// only and end with the process). A URL that names no usable store stops start-up.
+    /// Environment: CODE_INTERPRETER_MCP_SESSIONS_STORE_URL
+    pub store_url: String,
     /// Calls that may wait for one busy session behind its running call (0 to 64); one more is
     /// refused at once with the overload error.
     /// Environment: CODE_INTERPRETER_MCP_SESSION_QUEUE_CAPACITY
@@ -137,7 +155,10 @@ impl Default for SessionsConfig {
     fn default() -> Self {
         Self {
             enabled: true,
-            max_sessions: 8,
+            max_sessions: 1000,
+            max_resident: 8,
+            spill_after_s: 60,
+            store_url: String::new(),
             queue_capacity: 4,
             idle_timeout_s: 1800,
             max_lifetime_s: 86400,

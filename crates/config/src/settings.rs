@@ -88,9 +88,17 @@ pub struct WorkerSettings {
 }
 
 /// Stateful sessions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionSettings {
+    /// Sessions at most, in memory or saved.
     pub max_sessions: usize,
+    /// Sessions in memory at most.
+    pub max_resident: usize,
+    /// An idle session is spilled to the store after this long (`None`: only past `max_resident`
+    /// and at shutdown).
+    pub spill_after: Option<Duration>,
+    /// `sessions.store_url` as configured (empty: the default directory; `off`: no store).
+    pub store_url: String,
     /// Calls that may wait for a busy session behind its running one.
     pub queue_capacity: usize,
     pub idle_timeout: Duration,

@@ -82,8 +82,20 @@ const RANGES: &[Range] = &[
     Range {
         key: "sessions.max_sessions",
         value: |c| c.sessions.max_sessions,
-        allowed: 1..=10_000,
+        allowed: 1..=100_000,
         unit: "",
+    },
+    Range {
+        key: "sessions.max_resident",
+        value: |c| c.sessions.max_resident,
+        allowed: 1..=1024,
+        unit: "",
+    },
+    Range {
+        key: "sessions.spill_after_s",
+        value: |c| c.sessions.spill_after_s,
+        allowed: 0..=u64::MAX / 2,
+        unit: " s",
     },
     Range {
         key: "sessions.queue_capacity",
@@ -255,6 +267,23 @@ fn check_names(c: &AppConfig, fail: &Fail) -> Result<(), ConfigError> {
             format!(
                 "\"{}\" must be at most 63 lower-case letters, digits and '-' (empty: no prefix)",
                 shown(replica)
+            ),
+        ));
+    }
+    let store = c.sessions.store_url.trim();
+    let store_ok = store.is_empty()
+        || store.eq_ignore_ascii_case("off")
+        || store.starts_with('/')
+        || store.starts_with("file:///")
+        || store
+            .strip_prefix("s3://")
+            .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/'));
+    if !store_ok {
+        return Err(fail.at(
+            "sessions.store_url",
+            format!(
+                "\"{}\" names no store: empty (the directory <package_cache_dir>/sessions), an absolute path, file:///path, s3://bucket/prefix, or off",
+                shown(store)
             ),
         ));
     }
@@ -452,6 +481,9 @@ fn settings(
         },
         sessions: s.enabled.then(|| SessionSettings {
             max_sessions: s.max_sessions as usize,
+            max_resident: s.max_resident as usize,
+            spill_after: (s.spill_after_s > 0).then(|| Duration::from_secs(s.spill_after_s)),
+            store_url: s.store_url.trim().to_string(),
             queue_capacity: s.queue_capacity as usize,
             idle_timeout: Duration::from_secs(s.idle_timeout_s),
             max_lifetime: Duration::from_secs(s.max_lifetime_s),

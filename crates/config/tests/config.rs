@@ -196,6 +196,9 @@ fn every_environment_override_applies_after_files() {
         ("CODE_INTERPRETER_MCP_SETUP_TIMEOUT_S", "20"),
         ("CODE_INTERPRETER_MCP_SESSIONS_ENABLED", "false"),
         ("CODE_INTERPRETER_MCP_MAX_SESSIONS", "3"),
+        ("CODE_INTERPRETER_MCP_SESSIONS_MAX_RESIDENT", "2"),
+        ("CODE_INTERPRETER_MCP_SESSIONS_SPILL_AFTER_S", "0"),
+        ("CODE_INTERPRETER_MCP_SESSIONS_STORE_URL", "s3://bucket/prefix"),
         ("CODE_INTERPRETER_MCP_SESSION_QUEUE_CAPACITY", "0"),
         ("CODE_INTERPRETER_MCP_SESSION_IDLE_TIMEOUT_S", "60"),
         ("CODE_INTERPRETER_MCP_SESSION_MAX_LIFETIME_S", "600"),
@@ -285,6 +288,9 @@ fn every_environment_override_applies_after_files() {
     assert_eq!(c.workers.setup_timeout_s, 20);
     assert!(!c.sessions.enabled);
     assert_eq!(c.sessions.max_sessions, 3);
+    assert_eq!(c.sessions.max_resident, 2);
+    assert_eq!(c.sessions.spill_after_s, 0);
+    assert_eq!(c.sessions.store_url, "s3://bucket/prefix");
     assert_eq!(c.sessions.queue_capacity, 0);
     assert_eq!(c.sessions.idle_timeout_s, 60);
     assert_eq!(c.sessions.max_lifetime_s, 600);
@@ -401,7 +407,19 @@ fn validation_rules_name_the_key_the_source_and_what_is_allowed() {
         ),
         (
             "[sessions]\nmax_sessions = 0\n",
-            &["sessions.max_sessions", "1..=10000"],
+            &["sessions.max_sessions", "1..=100000"],
+        ),
+        (
+            "[sessions]\nmax_resident = 0\n",
+            &["sessions.max_resident", "1..=1024"],
+        ),
+        (
+            "[sessions]\nstore_url = \"ftp://host/x\"\n",
+            &["sessions.store_url", "names no store"],
+        ),
+        (
+            "[sessions]\nstore_url = \"relative/dir\"\n",
+            &["sessions.store_url", "s3://bucket/prefix"],
         ),
         (
             "[results]\nmax_table_rows = 1\n",

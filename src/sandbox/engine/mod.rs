@@ -471,6 +471,26 @@ check({modules})"
         Ok(sandbox)
     }
 
+    /// The key a session image is made and accepted by: this build's glue, the exact Pyodide files
+    /// and the package layer (a process that differs in any of them refuses the image rather than
+    /// restoring it wrongly).
+    pub fn image_key(&self) -> &str {
+        self.shared.image_key.get_or_init(|| {
+            let plain = memory_snapshot::key(
+                &self.shared.assets,
+                &self.shared.modules,
+                &crate::sandbox::isolate::ops::glue(),
+            );
+            let layer = self
+                .shared
+                .layer
+                .get()
+                .map(|l| l.digest())
+                .unwrap_or_default();
+            memory_snapshot::preimported_key(&plain, &layer, &[])
+        })
+    }
+
     /// Whether sandboxes start with pre-imported modules (`preimport_modules`, `preimport_preinstalled`).
     pub fn preimported(&self) -> bool {
         self.shared.snapshots.get(Flavor::Preimported).is_some()

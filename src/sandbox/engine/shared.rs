@@ -97,6 +97,8 @@ pub(crate) struct EngineShared {
     pub modules: Arc<modules::Modules>,
     /// The V8 startup snapshot every isolate starts from.
     pub startup_snapshot: OnceLock<&'static [u8]>,
+    /// The key session images are made and accepted by (see `Engine::image_key`).
+    pub image_key: OnceLock<String>,
     _io: IoRuntime,
 }
 
@@ -143,6 +145,7 @@ impl EngineShared {
             wasm_modules: WasmModules::default(),
             layer_bytes: OnceLock::new(),
             startup_snapshot: OnceLock::new(),
+            image_key: OnceLock::new(),
             _io: IoRuntime(Some(io)),
         })
     }

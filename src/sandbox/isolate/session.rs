@@ -60,6 +60,15 @@ impl Sandbox {
         })
     }
 
+    /// Why the session cannot be saved as an image now, if it cannot (the checks of
+    /// [`save_image`](Self::save_image), without copying memory: fit for after every call).
+    pub fn check_image(&mut self) -> Option<String> {
+        match self.call_entry(|e| &e.image, None, 1, None) {
+            Ok(call) => call.image.refused,
+            Err(e) => Some(e),
+        }
+    }
+
     /// Runs `inspect` in call.js under a short deadline, in a call state of its own; a session
     /// whose JavaScript hangs there ends.
     fn inspect_with(

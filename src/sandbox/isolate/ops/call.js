@@ -4,7 +4,7 @@
 // capped there.
 
 import { core, primordials } from "ext:core/mod.js";
-import { makeImage } from "ext:sandbox/image.js";
+import { checkImage, makeImage } from "ext:sandbox/image.js";
 import { fatallyFailed, sandbox } from "ext:sandbox/pyodide.js";
 
 const {
@@ -136,12 +136,17 @@ export function inspect(path, limit, data) {
 
 /**
  * A session's image, between calls (see `Sandbox::save_image`): Pyodide's memory snapshot and the
- * files under /workspace, handed to Rust part by part; or why the session cannot be saved.
+ * files under /workspace, handed to Rust part by part; or why the session cannot be saved. With
+ * `checkOnly` (1), only whether it can be saved now (`Sandbox::check_image`): the reason, or nothing.
  */
-export function saveImage() {
+export function saveImage(_path, checkOnly) {
   const { fs } = sandbox;
   let memory;
   try {
+    if (checkOnly === 1) {
+      checkImage();
+      return;
+    }
     memory = makeImage();
   } catch (error) {
     let text;

@@ -13,6 +13,8 @@ export const writers = { stdout: null, stderr: null };
 
 /** Makes this sandbox's memory image (set at boot; null: the sandbox is not saveable). */
 let maker = null;
+/** Checks, without making it, that an image can be made now (set with `maker`). */
+let checker = null;
 
 /** An image's JavaScript objects, by token, in the sandbox it is restored into. */
 export function deserialize(token) {
@@ -57,7 +59,20 @@ export function prepareImages(pyodide, dylibs) {
     }
   };
   visit(globalThis, [], 1);
-  maker = () => {
+  // Tasks the code left pending on the event loop: their callbacks are JavaScript timers, which an
+  // image does not carry.
+  const pendingTasks = pyodide.runPython(`
+def _sandbox_pending_tasks():
+    import asyncio
+    try:
+        loop = asyncio.get_event_loop()
+        return sum(1 for task in asyncio.all_tasks(loop) if not task.done())
+    except Exception:
+        return 0
+_sandbox_pending_tasks
+`);
+  // Throws, saying why, when the session holds what an image does not carry.
+  const check = () => {
     const loadedLibs = [...relinked, ...Object.keys(libs).filter((name) => !libsAtBoot.has(name))];
     if (loadedLibs.length > 0) {
       throw new Error(
@@ -70,15 +85,29 @@ export function prepareImages(pyodide, dylibs) {
         `packages were installed in it (${added.slice(0, 5).join(", ")}), which a session image does not carry yet`,
       );
     }
-    const named = (obj) => {
-      if (obj === writers.stdout) return "stdout";
-      if (obj === writers.stderr) return "stderr";
-      const path = known.get(obj);
-      if (path !== undefined) return path;
+    const pending = Number(pendingTasks());
+    if (pending > 0) {
       throw new Error(
-        `it holds a JavaScript object (${describe(obj)}, through \`import js\` or pyodide.ffi), which a session image cannot carry`,
+        `it has ${pending} asyncio task(s) still pending, whose timers a session image cannot carry`,
       );
-    };
+    }
+  };
+  const named = (obj) => {
+    if (obj === writers.stdout) return "stdout";
+    if (obj === writers.stderr) return "stderr";
+    const path = known.get(obj);
+    if (path !== undefined) return path;
+    throw new Error(
+      `it holds a JavaScript object (${describe(obj)}, through \`import js\` or pyodide.ffi), which a session image cannot carry`,
+    );
+  };
+  checker = () => {
+    check();
+    // (Walks the JavaScript objects Python holds, naming each, without copying memory.)
+    api.serializeHiwireState(named);
+  };
+  maker = () => {
+    check();
     config._makeSnapshot = true;
     try {
       return makeSnapshot.call(api, named);
@@ -105,4 +134,10 @@ function describe(obj) {
 export function makeImage() {
   if (maker === null) throw new Error("this sandbox was not booted to be saved");
   return maker();
+}
+
+/** Throws, saying why, when this sandbox's image cannot be made now (cheap: copies no memory). */
+export function checkImage() {
+  if (checker === null) throw new Error("this sandbox was not booted to be saved");
+  checker();
 }
