@@ -1,13 +1,15 @@
 //! A session's image: what a saved session is made of, as the engine produces and restores it —
-//! Pyodide's memory snapshot of the interpreter (variables, functions, imported pure-Python modules)
-//! and the files under /workspace. The store seals it (`store::seal`); this is the plain payload.
+//! Pyodide's memory snapshot of the interpreter (variables, functions, imported modules), the files
+//! under /workspace, and the record of the shared libraries of native extension modules it loaded
+//! from the package layer (relinked at the same bases on restore, as the snapshot with pre-imported
+//! packages is). The store seals it (`store::seal`); this is the plain payload.
 //!
-//! Not carried yet (a session holding any of them is refused with the reason): shared libraries of
-//! native extension modules, packages installed during the session, JavaScript objects held from
-//! Python.
+//! Not carried (a session holding any of them is refused with the reason): packages installed during
+//! the session (their libraries are not the layer's), JavaScript objects held from Python, pending
+//! asyncio tasks.
 
 /// The first bytes of an image payload (its format's version).
-const MAGIC: &[u8; 8] = b"CIMSES\0\x01";
+const MAGIC: &[u8; 8] = b"CIMSES\0\x02";
 
 /// A session's saved state.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,10 +18,13 @@ pub struct SessionImage {
     pub memory: Vec<u8>,
     /// The files under /workspace (paths relative to it) and their bytes.
     pub files: Vec<(String, Vec<u8>)>,
+    /// The record of the shared libraries to relink (JSON, see `ops/dylink.js`), if it loaded any.
+    pub dylibs: Option<String>,
 }
 
 impl SessionImage {
-    /// The payload: magic, the memory, then each file (path and bytes), lengths as u64 LE.
+    /// The payload: magic, the memory, each file (path and bytes), then the library record (empty:
+    /// none), lengths as u64 LE.
     pub fn encode(&self) -> Vec<u8> {
         let size = self.memory.len()
             + self
@@ -35,6 +40,7 @@ impl SessionImage {
             put(&mut out, path.as_bytes());
             put(&mut out, data);
         }
+        put(&mut out, self.dylibs.as_deref().unwrap_or("").as_bytes());
         out
     }
 
@@ -51,10 +57,16 @@ impl SessionImage {
                 .map_err(|_| "a file path is not UTF-8")?;
             files.push((path, take(&mut rest)?.to_vec()));
         }
+        let dylibs = String::from_utf8(take(&mut rest)?.to_vec())
+            .map_err(|_| "the library record is not UTF-8")?;
         if !rest.is_empty() {
-            return Err("trailing bytes after the last file".into());
+            return Err("trailing bytes after the library record".into());
         }
-        Ok(Self { memory, files })
+        Ok(Self {
+            memory,
+            files,
+            dylibs: (!dylibs.is_empty()).then_some(dylibs),
+        })
     }
 }
 
@@ -94,6 +106,7 @@ mod tests {
                 ("a.txt".into(), b"hello".to_vec()),
                 ("dir/b.bin".into(), vec![0; 3]),
             ],
+            dylibs: Some("{\"loads\":[]}".into()),
         };
         let payload = image.encode();
         assert_eq!(SessionImage::decode(&payload).unwrap(), image);

@@ -198,7 +198,10 @@ fn every_environment_override_applies_after_files() {
         ("CODE_INTERPRETER_MCP_MAX_SESSIONS", "3"),
         ("CODE_INTERPRETER_MCP_SESSIONS_MAX_RESIDENT", "2"),
         ("CODE_INTERPRETER_MCP_SESSIONS_SPILL_AFTER_S", "0"),
-        ("CODE_INTERPRETER_MCP_SESSIONS_STORE_URL", "s3://bucket/prefix"),
+        (
+            "CODE_INTERPRETER_MCP_SESSIONS_STORE_URL",
+            "s3://bucket/prefix",
+        ),
         ("CODE_INTERPRETER_MCP_SESSION_QUEUE_CAPACITY", "0"),
         ("CODE_INTERPRETER_MCP_SESSION_IDLE_TIMEOUT_S", "60"),
         ("CODE_INTERPRETER_MCP_SESSION_MAX_LIFETIME_S", "600"),

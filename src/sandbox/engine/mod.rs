@@ -462,7 +462,15 @@ check({modules})"
     /// A session's sandbox restored from `image`: its interpreter as it was saved, its files back
     /// under /workspace, saveable again.
     pub fn restore_session(&self, image: SessionImage) -> Result<Sandbox, EngineError> {
-        let memory = Arc::new(SharedSnapshot::new(image.memory));
+        let memory = Arc::new(match image.dylibs {
+            Some(json) => SharedSnapshot::with_dylibs(
+                image.memory,
+                DylibRecord::parse(json).ok_or_else(|| {
+                    EngineError::Boot("the image's record of shared libraries is malformed".into())
+                })?,
+            ),
+            None => SharedSnapshot::new(image.memory),
+        });
         let mut sandbox = Sandbox::boot_saveable(self.shared.clone(), Some(memory))?;
         sandbox.keep_for_session();
         for (path, data) in image.files {

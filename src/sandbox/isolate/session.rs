@@ -54,9 +54,54 @@ impl Sandbox {
         if let Some(reason) = parts.refused {
             return Err(reason);
         }
+        if let Some(reason) = self.unrelinkable(parts.dylibs.as_deref()) {
+            return Err(reason);
+        }
         Ok(SessionImage {
             memory: parts.memory.ok_or("the sandbox produced no memory image")?,
             files: parts.files,
+            dylibs: parts.dylibs,
+        })
+    }
+
+    /// Why the shared libraries `record` lists cannot be relinked on restore, if so: a restore
+    /// compiles each from the package layer, so one that is not the layer's (a package installed
+    /// in the session) cannot be carried.
+    fn unrelinkable(&self, record: Option<&str>) -> Option<String> {
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Load {
+            lib_name: String,
+        }
+        #[derive(serde::Deserialize)]
+        struct Record {
+            loads: Vec<Load>,
+        }
+        let record = record?;
+        let Ok(record) = serde_json::from_str::<Record>(record) else {
+            return Some("its record of shared libraries is malformed".into());
+        };
+        let layer = self.with_state(|s| s.shared.layer.get().cloned());
+        let foreign: Vec<&str> = record
+            .loads
+            .iter()
+            .map(|l| l.lib_name.as_str())
+            .filter(|name| {
+                layer
+                    .as_ref()
+                    .is_none_or(|layer| layer.file(name).is_none())
+            })
+            .collect();
+        (!foreign.is_empty()).then(|| {
+            let shown: Vec<&str> = foreign
+                .iter()
+                .take(3)
+                .map(|n| n.rsplit('/').next().unwrap_or(n))
+                .collect();
+            format!(
+                "it loaded native extension modules that are not among the server's preinstalled packages ({}), which a session image cannot carry",
+                shown.join(", ")
+            )
         })
     }
 
@@ -64,7 +109,10 @@ impl Sandbox {
     /// [`save_image`](Self::save_image), without copying memory: fit for after every call).
     pub fn check_image(&mut self) -> Option<String> {
         match self.call_entry(|e| &e.image, None, 1, None) {
-            Ok(call) => call.image.refused,
+            Ok(call) => call
+                .image
+                .refused
+                .or_else(|| self.unrelinkable(call.image.dylibs.as_deref())),
             Err(e) => Some(e),
         }
     }

@@ -4,7 +4,7 @@
 // capped there.
 
 import { core, primordials } from "ext:core/mod.js";
-import { checkImage, makeImage } from "ext:sandbox/image.js";
+import { checkImage, imageLibraries, makeImage } from "ext:sandbox/image.js";
 import { fatallyFailed, sandbox } from "ext:sandbox/pyodide.js";
 
 const {
@@ -145,9 +145,11 @@ export function saveImage(_path, checkOnly) {
   try {
     if (checkOnly === 1) {
       checkImage();
+      op_sandbox_image_part(3, imageLibraries(), new Uint8Array(0));
       return;
     }
     memory = makeImage();
+    op_sandbox_image_part(3, imageLibraries(), new Uint8Array(0));
   } catch (error) {
     let text;
     try {

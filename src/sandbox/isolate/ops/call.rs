@@ -123,8 +123,12 @@ pub(super) fn op_sandbox_glue_error(op_state: &mut OpState, #[string] text: &str
     }
 }
 
+/// The largest record of shared libraries a session image carries (thousands of libraries).
+const MAX_DYLIB_RECORD: usize = 4 << 20;
+
 /// One part of a session's image (see `saveImage` in call.js): `kind` 0 the memory snapshot, 1 a
-/// file under /workspace at `name` (its bytes), 2 why the session cannot be saved (`name`).
+/// file under /workspace at `name` (its bytes), 2 why the session cannot be saved (`name`), 3 the
+/// record of the shared libraries it loaded (`name`, JSON; empty: none).
 #[op2(fast)]
 pub(super) fn op_sandbox_image_part(
     op_state: &mut OpState,
@@ -140,6 +144,12 @@ pub(super) fn op_sandbox_image_part(
             image.refused =
                 Some(crate::sandbox::isolate::output::cap_text(name.to_string(), 2000, false).0)
         }
+        // (The sandbox's code can reach the recording: a record is bounded, and checked again
+        // when it is relinked.)
+        3 if name.len() > MAX_DYLIB_RECORD => {
+            image.refused = Some("its record of shared libraries is too large".into())
+        }
+        3 => image.dylibs = (!name.is_empty()).then(|| name.to_string()),
         _ => return Err(JsErrorBox::type_error("unknown image part")),
     }
     Ok(())

@@ -12,13 +12,15 @@
 // the record throws, and the engine falls back to the snapshot without pre-imported packages.
 
 /**
- * Starts recording the shared libraries `Module` loads; returns the function that ends the
- * recording and gives the record (to be taken right before the memory snapshot).
+ * Starts recording the shared libraries `Module` loads, after those of `base` (the record this
+ * sandbox was relinked from, if any: a session's record goes on from its snapshot's); returns the
+ * function that gives the record (to be taken right before the memory snapshot) and, unless called
+ * with `stop = false` (a session saved now and again later), ends the recording.
  */
-export function recordDylibs(Module) {
-  const loads = [];
+export function recordDylibs(Module, base = null) {
+  const loads = base ? base.loads.map((load) => ({ ...load })) : [];
   const open = [];
-  const baseTable = Module.wasmTable.length;
+  const baseTable = base ? base.baseTable : Module.wasmTable.length;
   Module.sandboxDylink = {
     memoryBase(libName, metadata, tableLength) {
       const load = {
@@ -41,8 +43,9 @@ export function recordDylibs(Module) {
       open.pop().tableLenAfter = tableLength;
     },
   };
-  return () => {
-    delete Module.sandboxDylink;
+  const hooks = Module.sandboxDylink;
+  return (stop = true) => {
+    if (stop && Module.sandboxDylink === hooks) delete Module.sandboxDylink;
     const handles = {};
     for (const [handle, dso] of Object.entries(Module.LDSO.loadedLibsByHandle)) {
       if (Number(handle) !== 0) (handles[dso.name] ??= []).push(Number(handle));
@@ -61,9 +64,10 @@ export function recordDylibs(Module) {
       baseTable,
       finalTable: Module.wasmTable.length,
       freeAfter: [...Module.freeTableIndexes],
-      loads,
+      loads: loads.map((load) => ({ ...load })),
       libs,
       handles,
+      modules: base?.modules ?? [],
     };
   };
 }

@@ -8,6 +8,8 @@
 // properties and theirs (`Math`, `Math.floor`) as they were at boot, by path. Anything else (an object the code made or
 // reached deeper) refuses the save, with the reason.
 
+import { recordDylibs } from "ext:sandbox/dylink.js";
+
 /** The JavaScript objects the glue hands to Python (the output streams), by the token an image uses. */
 export const writers = { stdout: null, stderr: null };
 
@@ -15,6 +17,8 @@ export const writers = { stdout: null, stderr: null };
 let maker = null;
 /** Checks, without making it, that an image can be made now (set with `maker`). */
 let checker = null;
+/** The record of the shared libraries loaded in this sandbox (JSON; empty: none). */
+let libraries = () => "";
 
 /** An image's JavaScript objects, by token, in the sandbox it is restored into. */
 export function deserialize(token) {
@@ -28,20 +32,22 @@ export function deserialize(token) {
 
 /**
  * Captures what a session image needs (at the end of boot): Pyodide's `makeSnapshot`, the global
- * object's own properties, and what was loaded then (packages, shared libraries; `dylibs`: the
- * record of those relinked from a snapshot with pre-imported packages).
+ * object's own properties, what was loaded then (packages), and starts recording the shared
+ * libraries the session loads, after those of `dylibs` (the record this sandbox was relinked from:
+ * a snapshot with pre-imported packages, or a restored session's image). Rust checks that every
+ * recorded library is one of the package layer's, which a restore can relink.
  */
 export function prepareImages(pyodide, dylibs) {
   const api = pyodide._api;
   const config = api.config;
   const makeSnapshot = api.makeSnapshot;
   const loadedPackages = pyodide.loadedPackages;
-  const libs = pyodide._module.LDSO.loadedLibsByName;
   const packagesAtBoot = new Set(Object.keys(loadedPackages));
-  // (The main module is listed too.)
-  const libsAtBoot = new Set(Object.keys(libs));
-  // Those relinked from a snapshot with pre-imported packages are native modules too.
-  const relinked = dylibs ? Object.keys(dylibs.libs ?? {}) : [];
+  const record = recordDylibs(pyodide._module, dylibs);
+  libraries = () => {
+    const taken = record(false);
+    return taken.loads.length > 0 ? JSON.stringify(taken) : "";
+  };
   // The global object, its own properties and theirs (`Math`, `Math.floor`), by path.
   const known = new Map([[globalThis, []]]);
   const visit = (owner, path, depth) => {
@@ -73,16 +79,10 @@ _sandbox_pending_tasks
 `);
   // Throws, saying why, when the session holds what an image does not carry.
   const check = () => {
-    const loadedLibs = [...relinked, ...Object.keys(libs).filter((name) => !libsAtBoot.has(name))];
-    if (loadedLibs.length > 0) {
-      throw new Error(
-        `it has native extension modules loaded (${loadedLibs.slice(0, 5).join(", ")}), which a session image does not carry yet`,
-      );
-    }
     const added = Object.keys(loadedPackages).filter((name) => !packagesAtBoot.has(name));
     if (added.length > 0) {
       throw new Error(
-        `packages were installed in it (${added.slice(0, 5).join(", ")}), which a session image does not carry yet`,
+        `packages were installed in it during the session (${added.slice(0, 5).join(", ")}), which a session image does not carry: only the server's preinstalled packages (preinstall_packages) are`,
       );
     }
     const pending = Number(pendingTasks());
@@ -140,4 +140,9 @@ export function makeImage() {
 export function checkImage() {
   if (checker === null) throw new Error("this sandbox was not booted to be saved");
   checker();
+}
+
+/** The record of the shared libraries this sandbox has loaded, to relink on restore (JSON; empty: none). */
+export function imageLibraries() {
+  return libraries();
 }

@@ -203,6 +203,8 @@ impl CallState {
 pub(crate) struct ImageParts {
     pub memory: Option<Vec<u8>>,
     pub files: Vec<(String, Vec<u8>)>,
+    /// The record of the shared libraries to relink (JSON, see `dylink.js`).
+    pub dylibs: Option<String>,
     pub refused: Option<String>,
 }
 
