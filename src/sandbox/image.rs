@@ -20,11 +20,14 @@ pub struct SessionImage {
     pub files: Vec<(String, Vec<u8>)>,
     /// The record of the shared libraries to relink (JSON, see `ops/dylink.js`), if it loaded any.
     pub dylibs: Option<String>,
+    /// The snapshot `memory` holds the differences from (`flavor:digest`, see
+    /// `engine/session_base.rs`); `None`: `memory` is whole.
+    pub base: Option<String>,
 }
 
 impl SessionImage {
-    /// The payload: magic, the memory, each file (path and bytes), then the library record (empty:
-    /// none), lengths as u64 LE.
+    /// The payload: magic, the memory, each file (path and bytes), the library record and the base
+    /// snapshot's name (each empty: none), lengths as u64 LE.
     pub fn encode(&self) -> Vec<u8> {
         let size = self.memory.len()
             + self
@@ -41,6 +44,7 @@ impl SessionImage {
             put(&mut out, data);
         }
         put(&mut out, self.dylibs.as_deref().unwrap_or("").as_bytes());
+        put(&mut out, self.base.as_deref().unwrap_or("").as_bytes());
         out
     }
 
@@ -59,13 +63,16 @@ impl SessionImage {
         }
         let dylibs = String::from_utf8(take(&mut rest)?.to_vec())
             .map_err(|_| "the library record is not UTF-8")?;
+        let base = String::from_utf8(take(&mut rest)?.to_vec())
+            .map_err(|_| "the base snapshot's name is not UTF-8")?;
         if !rest.is_empty() {
-            return Err("trailing bytes after the library record".into());
+            return Err("trailing bytes after the base snapshot's name".into());
         }
         Ok(Self {
             memory,
             files,
             dylibs: (!dylibs.is_empty()).then_some(dylibs),
+            base: (!base.is_empty()).then_some(base),
         })
     }
 }
@@ -107,6 +114,7 @@ mod tests {
                 ("dir/b.bin".into(), vec![0; 3]),
             ],
             dylibs: Some("{\"loads\":[]}".into()),
+            base: Some("plain:00ff".into()),
         };
         let payload = image.encode();
         assert_eq!(SessionImage::decode(&payload).unwrap(), image);

@@ -32,6 +32,11 @@ pub const LEASE_TTL: Duration = Duration::from_secs(30);
 /// A spill that failed in the store is not tried again for this long (the reaper would otherwise
 /// copy the session's memory four times a second).
 pub(super) const SPILL_RETRY: Duration = Duration::from_secs(30);
+/// How long a call waits for a session another replica holds to be handed over (saved there once
+/// idle, see the reaper) before it answers `SessionElsewhere`.
+const HANDOFF_WAIT: Duration = Duration::from_secs(10);
+/// How long a call for a session waits, while the server drains, for the session to be saved.
+pub(super) const DRAIN_WAIT: Duration = Duration::from_secs(25);
 /// Saves running at once (each holds a copy of a sandbox's memory).
 const CONCURRENT_SAVES: usize = 2;
 /// How often each replica sweeps the store of images nobody resumed.
@@ -53,6 +58,8 @@ pub struct Durability {
     max_image_bytes: u64,
     saves: tokio::sync::Semaphore,
     pub(super) last_sweep: Mutex<Option<Instant>>,
+    /// How long a call waits for another replica to hand a session over.
+    handoff_wait: Duration,
 }
 
 impl Durability {
@@ -67,6 +74,15 @@ impl Durability {
             max_image_bytes,
             saves: tokio::sync::Semaphore::new(CONCURRENT_SAVES),
             last_sweep: Mutex::new(None),
+            handoff_wait: HANDOFF_WAIT,
+        }
+    }
+
+    /// The same, waiting at most `wait` for another replica to hand a session over.
+    pub fn with_handoff_wait(self, wait: Duration) -> Self {
+        Self {
+            handoff_wait: wait,
+            ..self
         }
     }
 
@@ -295,23 +311,42 @@ impl<B: Backend> Sessions<B> {
         true
     }
 
-    /// Takes session `id`'s lease for this process.
+    /// Takes session `id`'s lease for this process. When another replica holds it, asks for it
+    /// (a marker in the store its reaper looks for: it saves the session as soon as it is idle and
+    /// releases the lease) and waits up to `HANDOFF_WAIT`.
     async fn lease(&self, durability: &Durability, id: &str) -> Result<(), SessionError> {
-        match durability
-            .store
-            .take_lease(id, &durability.holder, LEASE_TTL)
-            .await
-        {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(held)) => {
-                telemetry::session_resumed(ResumeOutcome::Held, Duration::ZERO);
-                Err(SessionError::Elsewhere {
-                    id: short(id).to_string(),
-                    expires_in_s: held.expires_in.as_secs().max(1),
-                })
+        let started = Instant::now();
+        let mut asked = false;
+        let outcome = loop {
+            match durability
+                .store
+                .take_lease(id, &durability.holder, LEASE_TTL)
+                .await
+            {
+                Ok(Ok(_)) => break Ok(()),
+                Ok(Err(held)) if started.elapsed() >= durability.handoff_wait => {
+                    telemetry::session_resumed(ResumeOutcome::Held, Duration::ZERO);
+                    break Err(SessionError::Elsewhere {
+                        id: short(id).to_string(),
+                        expires_in_s: held.expires_in.as_secs().max(1),
+                    });
+                }
+                Ok(Err(_)) => {
+                    if !asked {
+                        asked = true;
+                        if let Err(e) = durability.store.want(id).await {
+                            break Err(self.store_failed(id, e));
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => break Err(self.store_failed(id, e)),
             }
-            Err(e) => Err(self.store_failed(id, e)),
+        };
+        if asked {
+            let _ = durability.store.unwant(id).await;
         }
+        outcome
     }
 
     fn store_failed(&self, id: &str, e: StoreError) -> SessionError {

@@ -31,7 +31,9 @@ fn manager(
         settings,
         replica,
         clock,
-        Some(Durability::new(store, replica, 1 << 20)),
+        Some(
+            Durability::new(store, replica, 1 << 20).with_handoff_wait(Duration::from_millis(300)),
+        ),
     )
 }
 

@@ -9,21 +9,43 @@ use std::time::Instant;
 
 use super::Backend;
 use crate::sandbox::{
-    Engine, ExecRequest, ExecResult, FileListing, FileRead, Sandbox, SandboxEnd, SessionImage,
+    Engine, ExecRequest, ExecResult, FileListing, FileRead, Flavor, Sandbox, SandboxEnd,
+    SessionImage,
 };
 use crate::telemetry;
 
-impl Backend for Engine {
-    type Sandbox = Sandbox;
+/// A session's sandbox and the snapshot its memory started from (its image is saved as the
+/// differences from that snapshot).
+pub struct SessionSandbox {
+    sandbox: Sandbox,
+    base: Flavor,
+}
 
-    fn boot(&self, first_code: &str) -> Result<Sandbox, String> {
-        self.boot_session_flavor(self.flavor_for(first_code))
-            .map_err(|e| e.to_string())
+impl std::ops::Deref for SessionSandbox {
+    type Target = Sandbox;
+    fn deref(&self) -> &Sandbox {
+        &self.sandbox
+    }
+}
+
+impl std::ops::DerefMut for SessionSandbox {
+    fn deref_mut(&mut self) -> &mut Sandbox {
+        &mut self.sandbox
+    }
+}
+
+impl Backend for Engine {
+    type Sandbox = SessionSandbox;
+
+    fn boot(&self, first_code: &str) -> Result<SessionSandbox, String> {
+        let base = self.flavor_for(first_code);
+        let sandbox = self.boot_session_flavor(base).map_err(|e| e.to_string())?;
+        Ok(SessionSandbox { sandbox, base })
     }
 
     fn run(
         &self,
-        sandbox: &mut Sandbox,
+        sandbox: &mut SessionSandbox,
         request: ExecRequest,
         cancel: Arc<AtomicBool>,
     ) -> ExecResult {
@@ -33,33 +55,46 @@ impl Backend for Engine {
         result
     }
 
-    fn list(&self, sandbox: &mut Sandbox) -> Result<FileListing, String> {
+    fn list(&self, sandbox: &mut SessionSandbox) -> Result<FileListing, String> {
         sandbox.list_files()
     }
 
-    fn read(&self, sandbox: &mut Sandbox, path: &str, limit: u64) -> Result<FileRead, String> {
+    fn read(
+        &self,
+        sandbox: &mut SessionSandbox,
+        path: &str,
+        limit: u64,
+    ) -> Result<FileRead, String> {
         sandbox.read_file(path, limit)
     }
 
-    fn store(&self, sandbox: &mut Sandbox, path: &str, data: Vec<u8>) -> Result<(), String> {
+    fn store(&self, sandbox: &mut SessionSandbox, path: &str, data: Vec<u8>) -> Result<(), String> {
         sandbox.store_file(path, data)
     }
 
-    fn ended(&self, sandbox: &Sandbox) -> Option<SandboxEnd> {
+    fn ended(&self, sandbox: &SessionSandbox) -> Option<SandboxEnd> {
         sandbox.ended()
     }
 
-    fn unsaveable(&self, sandbox: &mut Sandbox) -> Option<String> {
+    fn unsaveable(&self, sandbox: &mut SessionSandbox) -> Option<String> {
         sandbox.check_image()
     }
 
-    fn save(&self, sandbox: &mut Sandbox) -> Result<Vec<u8>, String> {
-        sandbox.save_image().map(|image| image.encode())
+    fn save(&self, sandbox: &mut SessionSandbox) -> Result<Vec<u8>, String> {
+        let mut image = sandbox.save_image()?;
+        self.thin_image(sandbox.base, &mut image)
+            .map_err(|e| e.to_string())?;
+        Ok(image.encode())
     }
 
-    fn restore(&self, payload: Vec<u8>) -> Result<Sandbox, String> {
+    fn restore(&self, payload: Vec<u8>) -> Result<SessionSandbox, String> {
         let image = SessionImage::decode(&payload)?;
         drop(payload);
-        self.restore_session(image).map_err(|e| e.to_string())
+        let base = match image.base.as_deref() {
+            Some(name) if name.starts_with("preimported:") => Flavor::Preimported,
+            _ => Flavor::Plain,
+        };
+        let sandbox = self.restore_session(image).map_err(|e| e.to_string())?;
+        Ok(SessionSandbox { sandbox, base })
     }
 }

@@ -45,6 +45,19 @@ impl<B: Backend> Sessions<B> {
                 self.spill(s).await;
             }
         }
+        // Sessions another replica is waiting for are handed over as soon as they are idle.
+        let wanted = if resident.is_empty() {
+            Vec::new()
+        } else {
+            durability.store.wanted().await.unwrap_or_default()
+        };
+        if !wanted.is_empty() {
+            for s in &resident {
+                if wanted.contains(&crate::store::seal::name(&s.id)) && s.spillable(now) {
+                    self.spill(s).await;
+                }
+            }
+        }
         for s in &keep {
             let renew = s.resident.load(Ordering::SeqCst)
                 && lock(&s.leased).is_some_and(|at| now.duration_since(at) >= LEASE_TTL / 3);
@@ -79,6 +92,26 @@ impl<B: Backend> Sessions<B> {
                 Ok(n) => tracing::info!(images = n, "idle session images swept from the store"),
                 Err(e) => tracing::warn!(error = %e, "the session store was not swept"),
             }
+        }
+    }
+
+    /// Whether the manager is shutting down (it takes no more session calls).
+    pub fn draining(&self) -> bool {
+        self.inner.closed.load(Ordering::SeqCst)
+    }
+
+    /// While draining: waits until session `id` is no longer in memory here (saved to the store for
+    /// another replica to resume, or ended), or the drain is over.
+    pub async fn handed_over(&self, id: &str) {
+        let started = Instant::now();
+        while started.elapsed() < super::durable::DRAIN_WAIT {
+            let here = lock(&self.inner.sessions)
+                .get(id)
+                .is_some_and(|s| s.resident.load(Ordering::SeqCst));
+            if !here {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 

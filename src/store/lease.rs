@@ -273,3 +273,43 @@ impl Store {
         Ok(deleted)
     }
 }
+
+/// The marker of a session another process is waiting for.
+fn want_path(name: &str) -> ObjectPath {
+    ObjectPath::from(format!("wants/{name}"))
+}
+
+impl Store {
+    /// Asks the holder of session `id`'s lease to hand the session over (its process saves it as
+    /// soon as it is idle, see [`wanted`](Self::wanted)).
+    pub async fn want(&self, id: &str) -> Result<(), StoreError> {
+        self.objects
+            .put(
+                &want_path(&seal::name(id)),
+                PutPayload::from_static(b"wanted"),
+            )
+            .await
+            .map(drop)
+            .map_err(|e| self.backend(e))
+    }
+
+    /// Withdraws the request to hand session `id` over.
+    pub async fn unwant(&self, id: &str) -> Result<(), StoreError> {
+        match self.objects.delete(&want_path(&seal::name(id))).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.backend(e)),
+        }
+    }
+
+    /// The hashed names ([`seal::name`]) of the sessions other processes are waiting for.
+    pub async fn wanted(&self) -> Result<Vec<String>, StoreError> {
+        self.objects
+            .list(Some(&ObjectPath::from("wants")))
+            .try_filter_map(|meta| {
+                std::future::ready(Ok(meta.location.filename().map(str::to_string)))
+            })
+            .try_collect()
+            .await
+            .map_err(|e| self.backend(e))
+    }
+}

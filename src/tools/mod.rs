@@ -85,6 +85,11 @@ impl Drop for InFlight {
 }
 
 impl CodeInterpreter {
+    /// The session manager, when sessions are on.
+    pub fn sessions(&self) -> Option<&Sessions> {
+        self.sessions.as_ref()
+    }
+
     /// `catalog` is `None` when `[code_snippets] enabled = false`: the snippet tools are then absent;
     /// without sessions, the session tools and run_python_code's `session_id` are absent. The
     /// package policy goes into run_python_code's description: the preinstalled packages by name

@@ -214,6 +214,7 @@ pub fn router(
     .enforce_origin_validation();
 
     let mcp_sessions = Arc::new(ReplicaSessionManager::new(&settings.replica_id));
+    let sessions = interpreter.sessions().cloned();
     let mcp = StreamableHttpService::new(
         move || Ok(interpreter.clone()),
         mcp_sessions.clone(),
@@ -223,7 +224,12 @@ pub fn router(
         .nest_service("/mcp", mcp)
         .layer(axum::middleware::from_fn(session_delete_status))
         .layer(axum::middleware::from_fn_with_state(
-            requests::Checks::new(body_limit as u64, limits.max_total_file_kb, mcp_sessions),
+            requests::Checks::new(
+                body_limit as u64,
+                limits.max_total_file_kb,
+                mcp_sessions,
+                sessions,
+            ),
             requests::check_request,
         ));
     // Outermost: an unauthenticated request is refused before anything reads its body.

@@ -41,6 +41,8 @@ pub struct Checks {
     /// Room for bodies being read, in KiB.
     pub reading: Arc<Semaphore>,
     pub mcp_sessions: Arc<ReplicaSessionManager>,
+    /// The session manager, to hand sessions over while the server drains.
+    pub sessions: Option<crate::sessions::Sessions>,
 }
 
 impl Checks {
@@ -48,6 +50,7 @@ impl Checks {
         body_limit: u64,
         max_total_file_kb: u64,
         mcp_sessions: Arc<ReplicaSessionManager>,
+        sessions: Option<crate::sessions::Sessions>,
     ) -> Self {
         let room = kib(body_limit.saturating_mul(BODY_BYTES_IN_FLIGHT));
         Self {
@@ -59,6 +62,7 @@ impl Checks {
                     .min(Semaphore::MAX_PERMITS),
             )),
             mcp_sessions,
+            sessions,
         }
     }
 }
@@ -80,6 +84,9 @@ fn plain(status: StatusCode, message: String) -> Response {
 pub async fn check_request(State(checks): State<Checks>, request: Request, next: Next) -> Response {
     if request.method() != Method::POST {
         return next.run(request).await;
+    }
+    if let Some(response) = hand_over(&checks, request.headers()).await {
+        return response;
     }
     let declared = request
         .headers()
@@ -145,6 +152,34 @@ pub async fn check_request(State(checks): State<Checks>, request: Request, next:
     }
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
+}
+
+/// While the server drains, a call for a session (named by `Mcp-Param-Session-Id`) waits until the
+/// session is saved to the store here (or ended), then gets 503 with `Retry-After`: a proxy sends it
+/// to another replica (deploy/nginx does), which resumes the session from the store.
+async fn hand_over(checks: &Checks, headers: &HeaderMap) -> Option<Response> {
+    let sessions = checks.sessions.as_ref()?;
+    if !sessions.draining() {
+        return None;
+    }
+    let id = headers
+        .get("mcp-param-session-id")
+        .and_then(|v| v.to_str().ok())?;
+    if id.is_empty() || id == "new" {
+        return None;
+    }
+    sessions.handed_over(id).await;
+    Some(
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [
+                (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+                (header::RETRY_AFTER, "1"),
+            ],
+            "this replica is shutting down: the session was saved to the session store; retry (another replica resumes it)\n",
+        )
+            .into_response(),
+    )
 }
 
 fn ceiling_message(checks: &Checks, what: &str) -> String {

@@ -471,6 +471,12 @@ fn the_dashboard_and_alerts_use_only_exported_series() {
         "tasks",
         "tasks_ended_total",
         "task_duration_seconds_bucket",
+        "sessions_resident",
+        "sessions_saved",
+        "session_saves_total",
+        "session_resumes_total",
+        "session_save_duration_seconds_bucket",
+        "session_resume_duration_seconds_bucket",
     ];
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let dashboard =
@@ -495,6 +501,7 @@ fn the_dashboard_and_alerts_use_only_exported_series() {
         "WorkerLost",
         "SlowCalls",
         "SessionsNearLimit",
+        "SessionSavesFailing",
     ] {
         assert!(alerts.contains(alert), "{alert}");
     }

@@ -33,6 +33,8 @@ pub(crate) struct SharedSnapshot {
     /// The record of the shared libraries to relink after restoring (a snapshot with pre-imported
     /// modules).
     dylibs: Option<DylibRecord>,
+    /// The digest of the bytes, once asked for (a session image names its base by it).
+    digest: std::sync::OnceLock<String>,
 }
 
 /// The record of a snapshot's shared libraries, as `ops/dylink.js` makes it and relinks from it
@@ -119,6 +121,7 @@ impl SharedSnapshot {
             memory_offset,
             runs,
             dylibs: None,
+            digest: std::sync::OnceLock::new(),
         }
     }
 
@@ -127,7 +130,13 @@ impl SharedSnapshot {
         v8::ArrayBuffer::with_backing_store(scope, &self.store)
     }
 
-    fn bytes(&self) -> &[u8] {
+    /// A short digest of the snapshot's bytes (computed once).
+    pub fn digest(&self) -> &str {
+        self.digest
+            .get_or_init(|| super::session_base::digest(self.bytes()))
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
         match self.store.data() {
             // SAFETY: the backing store owns `byte_length` bytes at `data` for as long as `store`
             // lives, and nothing writes to them (see the Send/Sync note).

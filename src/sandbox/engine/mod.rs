@@ -9,6 +9,7 @@
 pub mod layer;
 pub(crate) mod memory_snapshot;
 pub(crate) mod modules;
+pub(crate) mod session_base;
 pub(crate) mod shared;
 pub(crate) mod snapshots;
 pub(crate) mod startup;
@@ -459,9 +460,45 @@ check({modules})"
         Ok(sandbox)
     }
 
+    /// `image` (saved from a session that started from the `flavor` snapshot) with its memory as
+    /// the pages that differ from that snapshot; unchanged without one (full boot).
+    pub fn thin_image(&self, flavor: Flavor, image: &mut SessionImage) -> Result<(), EngineError> {
+        let Some(base) = self.shared.snapshots.get(flavor) else {
+            return Ok(());
+        };
+        image.memory =
+            session_base::diff(base.bytes(), &image.memory).map_err(EngineError::Boot)?;
+        image.base = Some(format!("{}:{}", flavor_name(flavor), base.digest()));
+        Ok(())
+    }
+
     /// A session's sandbox restored from `image`: its interpreter as it was saved, its files back
     /// under /workspace, saveable again.
-    pub fn restore_session(&self, image: SessionImage) -> Result<Sandbox, EngineError> {
+    pub fn restore_session(&self, mut image: SessionImage) -> Result<Sandbox, EngineError> {
+        if let Some(named) = image.base.take() {
+            let (flavor, digest) = named
+                .split_once(':')
+                .and_then(|(f, d)| Some((flavor_named(f)?, d)))
+                .ok_or_else(|| {
+                    EngineError::Boot("the image names an unknown base snapshot".into())
+                })?;
+            let base = self
+                .shared
+                .snapshots
+                .get(flavor)
+                .filter(|base| base.digest() == digest)
+                .ok_or_else(|| {
+                    EngineError::Boot(
+                        "the image was saved against a memory snapshot this server does not have (another build or package set)".into(),
+                    )
+                })?;
+            let max = usize::try_from(
+                (self.shared.config.wasm_memory_limit_mb + 64).saturating_mul(1 << 20),
+            )
+            .unwrap_or(usize::MAX);
+            image.memory =
+                session_base::patch(base.bytes(), &image.memory, max).map_err(EngineError::Boot)?;
+        }
         let memory = Arc::new(match image.dylibs {
             Some(json) => SharedSnapshot::with_dylibs(
                 image.memory,
@@ -545,5 +582,20 @@ impl SnapshotMaker {
             "Pyodide memory snapshot taken"
         );
         Ok(taken)
+    }
+}
+
+fn flavor_name(flavor: Flavor) -> &'static str {
+    match flavor {
+        Flavor::Plain => "plain",
+        Flavor::Preimported => "preimported",
+    }
+}
+
+fn flavor_named(name: &str) -> Option<Flavor> {
+    match name {
+        "plain" => Some(Flavor::Plain),
+        "preimported" => Some(Flavor::Preimported),
+        _ => None,
     }
 }

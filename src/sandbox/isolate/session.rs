@@ -61,6 +61,7 @@ impl Sandbox {
             memory: parts.memory.ok_or("the sandbox produced no memory image")?,
             files: parts.files,
             dylibs: parts.dylibs,
+            base: None,
         })
     }
 
