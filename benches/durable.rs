@@ -29,7 +29,11 @@ fn start(store: &std::path::Path, max_resident: &str, preinstall: &str) -> fixtu
         .env("CODE_INTERPRETER_MCP_SESSIONS_STORE_URL", store)
         .env("CODE_INTERPRETER_MCP_PREINSTALL_PACKAGES", preinstall)
         .env("CODE_INTERPRETER_MCP_LOG_FORMAT", "json")
-        .env("RUST_LOG", "warn,code_interpreter_mcp::sessions=info");
+        .env(
+            "RUST_LOG",
+            std::env::var("DURABLE_LOG")
+                .unwrap_or_else(|_| "warn,code_interpreter_mcp::sessions=info".into()),
+        );
     let server = fixture::Server::spawn(&mut command, true);
     server.wait_ready();
     server
@@ -166,6 +170,15 @@ fn main() {
     );
 
     let server = start(&store, "1", "pandas");
+    if let Ok(path) = std::env::var("DURABLE_LOG_FILE") {
+        let log = server.log.clone();
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+                let _ = std::fs::write(&path, log.lock().unwrap().join("\n"));
+            }
+        });
+    }
     alternate(&http, &server, "session holding x = 1", "x = 1", "x", calls);
     alternate(
         &http,
@@ -176,6 +189,10 @@ fn main() {
         calls,
     );
     drop(server);
+    if sessions == 0 {
+        let _ = std::fs::remove_dir_all(&store);
+        return;
+    }
 
     let server = start(&store, "8", "");
     let started = Instant::now();

@@ -270,6 +270,7 @@ impl<B: Backend> Sessions<B> {
             }
             Err(_) => return false,
         };
+        let imaged = started.elapsed();
         let idle_for = self.now().saturating_duration_since(session.last_used());
         let record = Record {
             created_ms: session.created_ms,
@@ -306,6 +307,7 @@ impl<B: Backend> Sessions<B> {
             session = short(&session.id),
             bytes,
             ms = started.elapsed().as_millis() as u64,
+            image_ms = imaged.as_millis() as u64,
             "session saved and spilled"
         );
         true
@@ -490,15 +492,22 @@ impl<B: Backend> Sessions<B> {
         let Some(durability) = &self.inner.durability else {
             return Err(self.not_found(&session.id));
         };
-        let started = Instant::now();
         let room = self.make_room(Some(&session.id)).await?;
+        let started = Instant::now();
         let image = match std::mem::replace(place, Place::Spilled { leased: None }) {
             Place::Spilled {
                 leased: Some(image),
             } => image,
             _ => {
                 self.lease(durability, &session.id).await?;
-                self.load(durability, &session.id).await?.1
+                let leased = started.elapsed();
+                let image = self.load(durability, &session.id).await?.1;
+                tracing::debug!(
+                    lease_ms = leased.as_secs_f64() * 1e3,
+                    load_ms = (started.elapsed() - leased).as_secs_f64() * 1e3,
+                    "session image loaded"
+                );
+                image
             }
         };
         *lock(&session.leased) = Some(self.now());

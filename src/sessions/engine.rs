@@ -81,20 +81,40 @@ impl Backend for Engine {
     }
 
     fn save(&self, sandbox: &mut SessionSandbox) -> Result<Vec<u8>, String> {
+        let started = Instant::now();
         let mut image = sandbox.save_image()?;
+        let made = started.elapsed();
         self.thin_image(sandbox.base, &mut image)
             .map_err(|e| e.to_string())?;
-        Ok(image.encode())
+        let thinned = started.elapsed();
+        let payload = image.encode();
+        tracing::debug!(
+            made_ms = made.as_secs_f64() * 1e3,
+            thinned_ms = (thinned - made).as_secs_f64() * 1e3,
+            encoded_ms = (started.elapsed() - thinned).as_secs_f64() * 1e3,
+            bytes = payload.len(),
+            "session image made"
+        );
+        Ok(payload)
     }
 
     fn restore(&self, payload: Vec<u8>) -> Result<SessionSandbox, String> {
+        let started = Instant::now();
         let image = SessionImage::decode(&payload)?;
         drop(payload);
+        tracing::debug!(
+            decoded_ms = started.elapsed().as_secs_f64() * 1e3,
+            "session image decoded"
+        );
         let base = match image.base.as_deref() {
             Some(name) if name.starts_with("preimported:") => Flavor::Preimported,
             _ => Flavor::Plain,
         };
         let sandbox = self.restore_session(image).map_err(|e| e.to_string())?;
+        tracing::debug!(
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "session sandbox restored"
+        );
         Ok(SessionSandbox { sandbox, base })
     }
 }

@@ -35,6 +35,7 @@ mod durable_tests;
 mod engine;
 mod id;
 mod reaper;
+mod state;
 #[cfg(test)]
 mod tests;
 mod thread;
@@ -50,7 +51,7 @@ pub use types::{
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
@@ -58,64 +59,8 @@ use tokio::sync::oneshot;
 use crate::config::SessionSettings;
 use crate::sandbox::{ExecRequest, FileRead, SandboxEnd};
 use crate::telemetry::{self, SessionEnd};
+use state::{Place, ResidentSlot, Session, Starting, StopGuard, lock};
 use thread::{Job, Pending, Start};
-
-/// Where a session is.
-enum Place {
-    /// In memory: the channel to its thread.
-    Resident(mpsc::Sender<Job>),
-    /// In the store. `leased`: this process already holds the lease and has the image (a session
-    /// found in the store by its first call here).
-    Spilled { leased: Option<Vec<u8>> },
-}
-
-/// A session and what the manager tracks about it.
-struct Session {
-    id: String,
-    caller: Caller,
-    created: Instant,
-    /// When it was created, milliseconds since the Unix epoch (carried in its image).
-    created_ms: u64,
-    last_used: Mutex<Instant>,
-    /// Jobs queued or running (each job holds one count until its thread is done with it, whether
-    /// its caller waits or not; a call waiting for the session's resume counts too).
-    pending: Arc<AtomicUsize>,
-    /// The stop flags of its calls that still have a caller (set when the session ends).
-    stops: Mutex<Vec<Arc<AtomicBool>>>,
-    /// The session has ended: it takes no more calls (its thread drops what is queued).
-    dead: Arc<AtomicBool>,
-    /// Where it is; held while it moves (a spill, a resume) and while a job is handed over.
-    place: tokio::sync::Mutex<Place>,
-    /// It counts against `max_resident` (mirrors `place`, readable without its lock).
-    resident: AtomicBool,
-    /// Why it cannot be saved, as of its last call (`None`: it can).
-    unsaveable: Mutex<Option<String>>,
-    /// This process holds its lease in the store (it was resumed from there), renewed at.
-    leased: Mutex<Option<Instant>>,
-    /// When its last spill failed in the store (it is not retried for `SPILL_RETRY`).
-    spill_failed: Mutex<Option<Instant>>,
-}
-
-impl Session {
-    fn touch(&self, now: Instant) {
-        *lock(&self.last_used) = now;
-    }
-
-    fn last_used(&self) -> Instant {
-        *lock(&self.last_used)
-    }
-
-    /// Whether a spill may be tried now: it can be saved, and no spill failed in the store lately.
-    fn spillable(&self, now: Instant) -> bool {
-        lock(&self.unsaveable).is_none()
-            && lock(&self.spill_failed)
-                .is_none_or(|at| now.saturating_duration_since(at) >= durable::SPILL_RETRY)
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// How many recently ended sessions are remembered, to say why they ended.
 const REMEMBERED_ENDS: usize = 256;
@@ -150,50 +95,6 @@ impl<B: Backend> Clone for Sessions<B> {
         Self {
             inner: self.inner.clone(),
         }
-    }
-}
-
-/// Releases a creation's slot when dropped.
-struct Starting<'a>(&'a AtomicUsize);
-
-impl Drop for Starting<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// A place in memory (`max_resident`) for a sandbox being booted: given back when dropped, unless
-/// [`kept`](Self::kept) for the session it became.
-struct ResidentSlot<'a>(Option<&'a Mutex<usize>>);
-
-impl ResidentSlot<'_> {
-    fn kept(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for ResidentSlot<'_> {
-    fn drop(&mut self) {
-        if let Some(count) = self.0 {
-            *lock(count) -= 1;
-        }
-    }
-}
-
-/// A call's stop flag, registered with its session: set when the call's future is dropped before
-/// its reply came (the caller went away), removed from the session either way.
-struct StopGuard {
-    session: Arc<Session>,
-    flag: Arc<AtomicBool>,
-    done: bool,
-}
-
-impl Drop for StopGuard {
-    fn drop(&mut self) {
-        if !self.done {
-            self.flag.store(true, Ordering::SeqCst);
-        }
-        lock(&self.session.stops).retain(|c| !Arc::ptr_eq(c, &self.flag));
     }
 }
 

@@ -160,7 +160,8 @@ export function saveImage(_path, checkOnly) {
     op_sandbox_image_part(2, text, new Uint8Array(0));
     return;
   }
-  op_sandbox_image_part(0, "", memory);
+  op_sandbox_image_part(0, "", memory.header);
+  op_sandbox_image_part(4, "", memory.heap);
   walkWorkspace(fs, (path) => {
     op_sandbox_image_part(1, path, fs.readFile(`${WORKSPACE}/${path}`));
     return true;

@@ -128,7 +128,8 @@ const MAX_DYLIB_RECORD: usize = 4 << 20;
 
 /// One part of a session's image (see `saveImage` in call.js): `kind` 0 the memory snapshot, 1 a
 /// file under /workspace at `name` (its bytes), 2 why the session cannot be saved (`name`), 3 the
-/// record of the shared libraries it loaded (`name`, JSON; empty: none).
+/// record of the shared libraries it loaded (`name`, JSON; empty: none), 4 the heap that follows the
+/// memory snapshot's header (part 0).
 #[op2(fast)]
 pub(super) fn op_sandbox_image_part(
     op_state: &mut OpState,
@@ -150,6 +151,16 @@ pub(super) fn op_sandbox_image_part(
             image.refused = Some("its record of shared libraries is too large".into())
         }
         3 => image.dylibs = (!name.is_empty()).then(|| name.to_string()),
+        // The heap after the header (one copy, straight from the WebAssembly memory).
+        4 => match &mut image.memory {
+            Some(memory) => {
+                memory.try_reserve_exact(data.len()).map_err(|_| {
+                    JsErrorBox::generic("no memory to copy the session's heap into")
+                })?;
+                memory.extend_from_slice(data);
+            }
+            None => return Err(JsErrorBox::type_error("the heap came before the header")),
+        },
         _ => return Err(JsErrorBox::type_error("unknown image part")),
     }
     Ok(())

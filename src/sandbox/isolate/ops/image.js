@@ -106,12 +106,20 @@ _sandbox_pending_tasks
     // (Walks the JavaScript objects Python holds, naming each, without copying memory.)
     api.serializeHiwireState(named);
   };
+  // The heap is not copied here: Pyodide's makeSnapshot makes only its header (the held objects'
+  // record) while the module's heap view is swapped for an empty one, and Rust copies the heap
+  // once, straight from the WebAssembly memory.
+  const module = pyodide._module;
   maker = () => {
     check();
+    const heap = module.HEAP8;
     config._makeSnapshot = true;
+    module.HEAP8 = new Int8Array(0);
     try {
-      return makeSnapshot.call(api, named);
+      const header = makeSnapshot.call(api, named);
+      return { header, heap: new Uint8Array(heap.buffer, heap.byteOffset, heap.length) };
     } finally {
+      module.HEAP8 = heap;
       config._makeSnapshot = false;
     }
   };
@@ -128,8 +136,9 @@ function describe(obj) {
 }
 
 /**
- * Pyodide's memory snapshot of this sandbox's interpreter, for a session image; throws, saying why,
- * when the session holds something an image does not carry.
+ * Pyodide's memory snapshot of this sandbox's interpreter, for a session image, as its header and
+ * (a view of) the heap it is followed by; throws, saying why, when the session holds something an
+ * image does not carry.
  */
 export function makeImage() {
   if (maker === null) throw new Error("this sandbox was not booted to be saved");
