@@ -89,7 +89,9 @@ pub fn seal(id: &str, engine: &str, created_ms: u64, payload: &[u8]) -> Result<V
     sealed.extend_from_slice(&header);
     let aad_len = sealed.len();
     sealed.extend_from_slice(&Sha256::digest(payload));
-    zstd::stream::copy_encode(payload, &mut sealed, LEVEL).map_err(|e| e.to_string())?;
+    let compressed = zstd::bulk::compress(payload, LEVEL).map_err(|e| e.to_string())?;
+    sealed.extend_from_slice(&compressed);
+    drop(compressed);
     let mut body = sealed.split_off(aad_len);
     key(id)
         .seal_in_place_append_tag(
@@ -139,15 +141,11 @@ pub fn open(id: &str, engine: &str, sealed: &[u8], max_plain: u64) -> Result<Vec
     let (digest, compressed) = plain
         .split_first_chunk::<32>()
         .ok_or_else(|| OpenError::Damaged("no digest".into()))?;
-    // Decompressed into at most the length the header states (plus one byte to notice more).
-    let mut payload = Vec::with_capacity(header.plain_len as usize);
-    let decoder = zstd::stream::read::Decoder::new(compressed)
+    // Decompressed into at most the length the header states (more is an error).
+    let capacity = usize::try_from(header.plain_len).map_err(|_| OpenError::Format)?;
+    let payload = zstd::bulk::Decompressor::new()
+        .and_then(|mut d| d.decompress(compressed, capacity))
         .map_err(|e| OpenError::Damaged(e.to_string()))?;
-    std::io::copy(
-        &mut std::io::Read::take(decoder, header.plain_len + 1),
-        &mut payload,
-    )
-    .map_err(|e| OpenError::Damaged(e.to_string()))?;
     if payload.len() as u64 != header.plain_len {
         return Err(OpenError::Damaged(format!(
             "{} bytes where the header says {}",

@@ -96,6 +96,23 @@ fn a_session_is_spilled_resumed_forked_and_kept_through_a_restart() {
     let reason = r["session"]["reason"].as_str().unwrap();
     assert!(reason.contains("JavaScript object"), "{reason}");
     let pinned = r["session_id"].as_str().unwrap().to_string();
+    // So does one with an asyncio task still pending (its timer is JavaScript's), until it is done.
+    let r = in_session(
+        &server,
+        "new",
+        "import asyncio\ntask = asyncio.ensure_future(asyncio.sleep(3600))",
+    );
+    assert_eq!(r["session"]["durable"], false, "{r}");
+    let reason = r["session"]["reason"].as_str().unwrap();
+    assert!(reason.contains("asyncio"), "{reason}");
+    let waiting = r["session_id"].as_str().unwrap().to_string();
+    let r = in_session(
+        &server,
+        &waiting,
+        "task.cancel()\nawait asyncio.sleep(0)\ntask.cancelled()",
+    );
+    assert_eq!(r["result"], "True", "{r}");
+    assert_eq!(r["session"]["durable"], true, "{r}");
     let refused = call_tool_stateless(&server, "fork_session", json!({"session_id": pinned}));
     let refused = &refused["result"]["structuredContent"];
     assert_eq!(refused["error"]["type"], "SessionNotDurable", "{refused}");

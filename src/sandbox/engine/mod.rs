@@ -468,7 +468,11 @@ check({modules})"
         };
         image.memory =
             session_base::diff(base.bytes(), &image.memory).map_err(EngineError::Boot)?;
-        image.base = Some(format!("{}:{}", flavor_name(flavor), base.digest()));
+        image.base = Some(format!(
+            "{}:{}",
+            session_base::flavor_name(flavor),
+            base.digest()
+        ));
         Ok(())
     }
 
@@ -478,7 +482,7 @@ check({modules})"
         if let Some(named) = image.base.take() {
             let (flavor, digest) = named
                 .split_once(':')
-                .and_then(|(f, d)| Some((flavor_named(f)?, d)))
+                .and_then(|(f, d)| Some((session_base::flavor_named(f)?, d)))
                 .ok_or_else(|| {
                     EngineError::Boot("the image names an unknown base snapshot".into())
                 })?;
@@ -582,20 +586,5 @@ impl SnapshotMaker {
             "Pyodide memory snapshot taken"
         );
         Ok(taken)
-    }
-}
-
-fn flavor_name(flavor: Flavor) -> &'static str {
-    match flavor {
-        Flavor::Plain => "plain",
-        Flavor::Preimported => "preimported",
-    }
-}
-
-fn flavor_named(name: &str) -> Option<Flavor> {
-    match name {
-        "plain" => Some(Flavor::Plain),
-        "preimported" => Some(Flavor::Preimported),
-        _ => None,
     }
 }

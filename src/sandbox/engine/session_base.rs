@@ -6,6 +6,8 @@
 
 use sha2::{Digest, Sha256};
 
+use super::snapshots::Flavor;
+
 /// The granularity of the comparison (one OS page).
 const PAGE: usize = 4096;
 /// The first bytes of a memory delta.
@@ -111,6 +113,23 @@ pub fn patch(base: &[u8], delta: &[u8], max_len: usize) -> Result<Vec<u8>, Strin
         return Err(cut());
     }
     Ok(out)
+}
+
+/// How an image names the snapshot kind it is based on.
+pub fn flavor_name(flavor: Flavor) -> &'static str {
+    match flavor {
+        Flavor::Plain => "plain",
+        Flavor::Preimported => "preimported",
+    }
+}
+
+/// The snapshot kind an image names.
+pub fn flavor_named(name: &str) -> Option<Flavor> {
+    match name {
+        "plain" => Some(Flavor::Plain),
+        "preimported" => Some(Flavor::Preimported),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
