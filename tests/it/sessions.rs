@@ -437,6 +437,7 @@ fn tools_carry_titles_annotations_and_session_schemas() {
         names,
         [
             "clear_session",
+            "fork_session",
             "get_code_snippet",
             "list_code_snippets",
             "list_session_files",
@@ -465,6 +466,11 @@ fn tools_carry_titles_annotations_and_session_schemas() {
         tool("clear_session")["annotations"]["destructiveHint"],
         true
     );
+    let fork = tool("fork_session");
+    assert_eq!(fork["annotations"]["destructiveHint"], false);
+    assert_eq!(fork["annotations"]["readOnlyHint"], false);
+    assert!(fork["outputSchema"]["properties"]["session_id"].is_object());
+    assert!(run["outputSchema"]["properties"]["session"].is_object());
     assert!(tool("list_session_files")["outputSchema"]["properties"]["files"].is_object());
 
     // Disabled: no session tools, no session_id; no network: not open-world.
@@ -513,10 +519,23 @@ fn sigterm_lets_a_running_session_call_finish_then_ends_the_sessions_and_exits()
         .unwrap();
     assert!(status.success());
     thread::sleep(Duration::from_millis(200));
-    // While draining: a call to a session gets the structured session error at once.
-    let refused = in_session(&server, &idle, "other");
-    assert_eq!(refused["error"]["kind"], "session", "{refused}");
-    assert_eq!(refused["error"]["type"], "ServerShuttingDown", "{refused}");
+    // While draining: a call to a session waits until the session is saved to the store, then gets
+    // 503 with Retry-After (a proxy sends it to another replica, which resumes the session).
+    let body = crate::fixture::tool_call_body(
+        "run_python_code",
+        json!({"code": "other", "session_id": idle}),
+        None,
+    );
+    let response = crate::fixture::send_stateless(
+        &crate::fixture::client(),
+        &server.url,
+        "tools/call",
+        Some("run_python_code"),
+        &body,
+    )
+    .unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()["retry-after"], "1");
     let finished = running.join().unwrap();
     assert_eq!(
         finished["result"], "kept",
@@ -538,4 +557,8 @@ fn sigterm_lets_a_running_session_call_finish_then_ends_the_sessions_and_exits()
         "sessions do not hold the exit back: {:?}",
         signalled.elapsed()
     );
+    // Both sessions were saved: a new process on the same store resumes them.
+    let server = Server::start(&[]);
+    assert_eq!(in_session(&server, &id, "state")["result"], "kept");
+    assert_eq!(in_session(&server, &idle, "other")["result"], "1");
 }

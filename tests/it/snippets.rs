@@ -259,6 +259,7 @@ fn snippet_tools_over_mcp() {
         names,
         [
             "clear_session",
+            "fork_session",
             "get_code_snippet",
             "list_code_snippets",
             "list_session_files",
@@ -315,6 +316,11 @@ fn disabled_snippet_tools_are_absent() {
         .collect();
     assert_eq!(
         names,
-        ["clear_session", "list_session_files", "run_python_code"]
+        [
+            "clear_session",
+            "fork_session",
+            "list_session_files",
+            "run_python_code"
+        ]
     );
 }
