@@ -69,7 +69,8 @@ pub fn engine(settings: &EngineSettings) -> Result<Engine, EngineError> {
 }
 
 /// The session store `store_url` names (`off`: none), for images of the engine `image_key`; an
-/// error (a start-up error, exit status 2) when it names no usable store.
+/// error (a start-up error, exit status 2) when it names no usable store. The default directory
+/// that cannot be used (a read-only package cache) means none, with a warning.
 pub fn session_store(
     settings: &Settings,
     store_url: &str,
@@ -80,11 +81,18 @@ pub fn session_store(
         return Ok(None);
     }
     let engine = &settings.engine;
-    let store = Store::open(
-        store_url,
-        &engine.package_cache_dir.join("sessions"),
-        image_key,
-    )?;
+    // (The package cache may be configured relative to the working directory.)
+    let default_dir = std::path::absolute(engine.package_cache_dir.join("sessions"))?;
+    let store = match Store::open(store_url, &default_dir, image_key) {
+        Ok(store) => store,
+        // The default directory may be read-only (a container's baked package cache): sessions
+        // then live in memory only, as with `off`; a store the operator named must work.
+        Err(e) if store_url.is_empty() => {
+            tracing::warn!(error = %e, "no session store: the default directory cannot be used; sessions live in memory only (set sessions.store_url)");
+            return Ok(None);
+        }
+        Err(e) => return Err(e.into()),
+    };
     tracing::info!(store = store.location(), "session store");
     // An image holds the interpreter's memory and the session's files (in the sandbox's memory).
     let max_image_bytes = (engine.wasm_memory_limit_mb + engine.sandbox_memory_limit_mb + 16) << 20;

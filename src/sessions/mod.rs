@@ -271,7 +271,7 @@ impl<B: Backend> Sessions<B> {
     /// Why sessions cannot be saved at all here (no store), if so.
     fn store_off(&self) -> Option<String> {
         self.inner.durability.is_none().then(|| {
-            "sessions.store_url = off: this server keeps sessions in memory only, and they end with it"
+            "this server has no session store (sessions.store_url = off, or its default directory cannot be written): sessions live in memory only and end with it"
                 .to_string()
         })
     }
