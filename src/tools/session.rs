@@ -307,6 +307,17 @@ fn record_session_tool(tool: &'static str, success: bool, started: std::time::In
     super::record(tool, outcome, started, super::Details::default());
 }
 
+impl CodeInterpreter {
+    /// The session manager (the session tools exist only with sessions) and who calls.
+    fn session_caller(&self, context: &RequestContext<RoleServer>) -> (&Sessions, Caller) {
+        let sessions = self
+            .sessions
+            .as_ref()
+            .expect("the session tools exist with sessions");
+        (sessions, caller(Some(context)))
+    }
+}
+
 #[tool_router(router = session_router, vis = "pub(super)")]
 impl CodeInterpreter {
     #[tool(
@@ -329,11 +340,7 @@ and the session:// URI to read each one as an MCP resource.",
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
         let started = std::time::Instant::now();
-        let sessions = self
-            .sessions
-            .as_ref()
-            .expect("the session tools exist with sessions");
-        let caller = caller(Some(&context));
+        let (sessions, caller) = self.session_caller(&context);
         let result = list_files(sessions, &caller, args.session_id).await;
         record_session_tool("list_session_files", result.success, started);
         structured(&result, result.success)
@@ -359,11 +366,7 @@ and the session:// URI to read each one as an MCP resource.",
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
         let started = std::time::Instant::now();
-        let sessions = self
-            .sessions
-            .as_ref()
-            .expect("the session tools exist with sessions");
-        let caller = caller(Some(&context));
+        let (sessions, caller) = self.session_caller(&context);
         let result = clear(sessions, &caller, &args.session_id).await;
         record_session_tool("clear_session", result.success, started);
         structured(&result, result.success)
@@ -388,11 +391,7 @@ and the session:// URI to read each one as an MCP resource.",
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
         let started = std::time::Instant::now();
-        let sessions = self
-            .sessions
-            .as_ref()
-            .expect("the session tools exist with sessions");
-        let caller = caller(Some(&context));
+        let (sessions, caller) = self.session_caller(&context);
         let result = fork(sessions, &caller, &args.session_id).await;
         record_session_tool("fork_session", result.success, started);
         structured(&result, result.success)

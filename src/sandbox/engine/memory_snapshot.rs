@@ -133,7 +133,7 @@ impl SharedSnapshot {
     /// A short digest of the snapshot's bytes (computed once).
     pub fn digest(&self) -> &str {
         self.digest
-            .get_or_init(|| super::session_base::digest(self.bytes()))
+            .get_or_init(|| hex::encode(&Sha256::digest(self.bytes())[..16]))
     }
 
     pub(crate) fn bytes(&self) -> &[u8] {

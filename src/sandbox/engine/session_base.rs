@@ -4,9 +4,7 @@
 //! snapshot this process already has. The snapshot is named by its digest: an image made against
 //! other snapshot bytes is refused rather than patched wrongly.
 
-use sha2::{Digest, Sha256};
-
-use super::snapshots::Flavor;
+use super::memory_snapshot::Flavor;
 
 /// The granularity of the comparison (one OS page).
 const PAGE: usize = 4096;
@@ -23,11 +21,6 @@ fn memory_offset(snapshot: &[u8]) -> Result<usize, String> {
         return Err("the memory snapshot's memory offset is past its end".into());
     }
     Ok(offset)
-}
-
-/// A short digest naming snapshot bytes.
-pub fn digest(bytes: &[u8]) -> String {
-    hex::encode(&Sha256::digest(bytes)[..16])
 }
 
 /// `image` (a Pyodide memory snapshot) as its header and the pages of its linear memory that differ
