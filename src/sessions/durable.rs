@@ -15,7 +15,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
@@ -24,7 +24,7 @@ use super::{
     Backend, Caller, Inner, Place, Principal, ResidentSlot, Session, SessionError, Sessions, id,
     lock, short,
 };
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, unix_ms};
 use crate::telemetry::{self, ResumeOutcome, SaveOutcome, SessionEnd};
 
 /// How long a lease lasts unless renewed (a holder that died frees its sessions after this).
@@ -41,13 +41,6 @@ pub(super) const DRAIN_WAIT: Duration = Duration::from_secs(25);
 const CONCURRENT_SAVES: usize = 2;
 /// How often each replica sweeps the store of images nobody resumed.
 pub(super) const SWEEP_EVERY: Duration = Duration::from_secs(60);
-
-/// Milliseconds since the Unix epoch.
-pub fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 /// The session store and what the manager needs to use it.
 pub struct Durability {
@@ -84,11 +77,6 @@ impl Durability {
             handoff_wait: wait,
             ..self
         }
-    }
-
-    /// The store.
-    pub fn store(&self) -> &Store {
-        &self.store
     }
 }
 

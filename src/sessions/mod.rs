@@ -222,7 +222,7 @@ impl<B: Backend> Sessions<B> {
             id: id.clone(),
             caller,
             created: now,
-            created_ms: durable::unix_ms(),
+            created_ms: crate::store::unix_ms(),
             last_used: Mutex::new(now),
             pending: Arc::default(),
             stops: Mutex::new(Vec::new()),

@@ -45,17 +45,22 @@ impl<B: Backend> Sessions<B> {
                 self.spill(s).await;
             }
         }
-        // Sessions another replica is waiting for are handed over as soon as they are idle.
-        let wanted = if resident.is_empty() {
+        // Sessions another replica is waiting for are handed over as soon as they are idle. Only
+        // a session this process holds the lease of (it came from the store) can be waited for, so
+        // the store is asked only when there is one.
+        let leased: Vec<&Arc<Session>> = resident
+            .iter()
+            .copied()
+            .filter(|s| s.resident.load(Ordering::SeqCst) && lock(&s.leased).is_some())
+            .collect();
+        let wanted = if leased.is_empty() {
             Vec::new()
         } else {
             durability.store.wanted().await.unwrap_or_default()
         };
-        if !wanted.is_empty() {
-            for s in &resident {
-                if wanted.contains(&crate::store::seal::name(&s.id)) && s.spillable(now) {
-                    self.spill(s).await;
-                }
+        for s in &leased {
+            if wanted.contains(&crate::store::seal::name(&s.id)) && s.spillable(now) {
+                self.spill(s).await;
             }
         }
         for s in &keep {

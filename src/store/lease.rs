@@ -6,14 +6,14 @@
 //! died) is taken over; the holder renews and releases its own the same way. Only create, list and
 //! delete are used, which every backend offers.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use futures::TryStreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
 
-use super::{Store, StoreError, seal};
+use super::{Store, StoreError, seal, unix_ms};
 
 /// Generations kept behind the current one (older ones are deleted by the writer of a new one).
 const KEEP: usize = 2;
@@ -41,12 +41,6 @@ pub struct Held {
     pub holder: String,
     /// How long until it expires (unless renewed).
     pub expires_in: Duration,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn dir(id: &str) -> ObjectPath {
@@ -144,7 +138,7 @@ impl Store {
         for _ in 0..2 {
             let generations = self.generations(id).await?;
             let current = generations.last().copied();
-            let now = now_ms();
+            let now = unix_ms();
             if let Some(generation) = current
                 && let Some(record) = self.read(id, generation).await?
                 && !record.holder.is_empty()
@@ -172,7 +166,7 @@ impl Store {
         }
         // Lost twice: someone else is busy taking it.
         let generation = self.generations(id).await?.last().copied().unwrap_or(0);
-        let now = now_ms();
+        let now = unix_ms();
         let (holder, expires_ms) = self
             .read(id, generation)
             .await?
@@ -237,7 +231,7 @@ impl Store {
             .try_collect()
             .await
             .map_err(|e| self.backend(e))?;
-        let now = now_ms();
+        let now = unix_ms();
         let mut deleted = 0;
         for name in old {
             let leases: Vec<_> = self

@@ -23,6 +23,13 @@ use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, Retry
 pub use lease::{Held, Lease};
 pub use seal::OpenError;
 
+/// Milliseconds since the Unix epoch (image and lease times; a session's record).
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// The suffix of every image's object name.
 const SUFFIX: &str = ".img";
 
@@ -184,9 +191,7 @@ impl Store {
     /// Seals `payload` as session `id`'s image and stores it (replacing an older one); the bytes
     /// stored.
     pub async fn save(&self, id: &str, payload: Vec<u8>) -> Result<u64, StoreError> {
-        let created_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let created_ms = unix_ms();
         let (id_owned, engine) = (id.to_string(), self.engine.clone());
         let sealed = tokio::task::spawn_blocking(move || {
             seal::seal(&id_owned, &engine, created_ms, &payload)
