@@ -8,6 +8,8 @@
 //! the session (their libraries are not the layer's), JavaScript objects held from Python, pending
 //! asyncio tasks.
 
+use bytes::Bytes;
+
 /// The first bytes of an image payload (its format's version).
 const MAGIC: &[u8; 8] = b"CIMSES\0\x02";
 
@@ -15,7 +17,7 @@ const MAGIC: &[u8; 8] = b"CIMSES\0\x02";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionImage {
     /// Pyodide's memory snapshot of the session's interpreter.
-    pub memory: Vec<u8>,
+    pub memory: Bytes,
     /// The files under /workspace (paths relative to it) and their bytes.
     pub files: Vec<(String, Vec<u8>)>,
     /// The record of the shared libraries to relink (JSON, see `ops/dylink.js`), if it loaded any.
@@ -27,33 +29,34 @@ pub struct SessionImage {
 
 impl SessionImage {
     /// The payload: magic, the memory, each file (path and bytes), the library record and the base
-    /// snapshot's name (each empty: none), lengths as u64 LE.
-    pub fn encode(&self) -> Vec<u8> {
-        let size = self.memory.len()
-            + self
-                .files
-                .iter()
-                .map(|(p, d)| p.len() + d.len() + 16)
-                .sum::<usize>();
-        let mut out = Vec::with_capacity(size + 32);
-        out.extend_from_slice(MAGIC);
-        put(&mut out, &self.memory);
-        out.extend_from_slice(&(self.files.len() as u64).to_le_bytes());
-        for (path, data) in &self.files {
-            put(&mut out, path.as_bytes());
-            put(&mut out, data);
+    /// snapshot's name (each empty: none), lengths as u64 LE; in parts, so that the memory and the
+    /// files are not copied.
+    pub fn encode(self) -> Vec<Bytes> {
+        let mut parts = Vec::with_capacity(4 + 2 * self.files.len());
+        let mut head = Vec::with_capacity(16);
+        head.extend_from_slice(MAGIC);
+        head.extend_from_slice(&(self.memory.len() as u64).to_le_bytes());
+        parts.push(head.into());
+        parts.push(self.memory);
+        let mut small = (self.files.len() as u64).to_le_bytes().to_vec();
+        for (path, data) in self.files {
+            put(&mut small, path.as_bytes());
+            small.extend_from_slice(&(data.len() as u64).to_le_bytes());
+            parts.push(std::mem::take(&mut small).into());
+            parts.push(data.into());
         }
-        put(&mut out, self.dylibs.as_deref().unwrap_or("").as_bytes());
-        put(&mut out, self.base.as_deref().unwrap_or("").as_bytes());
-        out
+        put(&mut small, self.dylibs.as_deref().unwrap_or("").as_bytes());
+        put(&mut small, self.base.as_deref().unwrap_or("").as_bytes());
+        parts.push(small.into());
+        parts
     }
 
-    /// The image in `payload`, if it is one of this format.
-    pub fn decode(payload: &[u8]) -> Result<Self, String> {
-        let mut rest = payload
+    /// The image in `payload`, if it is one of this format (the memory is not copied out of it).
+    pub fn decode(payload: Bytes) -> Result<Self, String> {
+        let mut rest: &[u8] = payload
             .strip_prefix(MAGIC)
             .ok_or("not a session image of this format")?;
-        let memory = take(&mut rest)?.to_vec();
+        let memory = payload.slice_ref(take(&mut rest)?);
         let count = u64::from_le_bytes(take_n(&mut rest)?);
         let mut files = Vec::new();
         for _ in 0..count {
@@ -75,6 +78,15 @@ impl SessionImage {
             base: (!base.is_empty()).then_some(base),
         })
     }
+}
+
+/// `parts` (a payload in parts) as one buffer.
+pub fn join(parts: &[Bytes]) -> Bytes {
+    let mut out = Vec::with_capacity(parts.iter().map(Bytes::len).sum());
+    for part in parts {
+        out.extend_from_slice(part);
+    }
+    out.into()
 }
 
 fn put(out: &mut Vec<u8>, bytes: &[u8]) {
@@ -103,12 +115,13 @@ fn take<'a>(rest: &mut &'a [u8]) -> Result<&'a [u8], String> {
 
 #[cfg(test)]
 mod tests {
-    use super::SessionImage;
+    use super::{SessionImage, join};
+    use bytes::Bytes;
 
     #[test]
     fn an_image_round_trips_and_a_cut_one_is_refused() {
         let image = SessionImage {
-            memory: vec![7; 1000],
+            memory: vec![7; 1000].into(),
             files: vec![
                 ("a.txt".into(), b"hello".to_vec()),
                 ("dir/b.bin".into(), vec![0; 3]),
@@ -116,13 +129,13 @@ mod tests {
             dylibs: Some("{\"loads\":[]}".into()),
             base: Some("plain:00ff".into()),
         };
-        let payload = image.encode();
-        assert_eq!(SessionImage::decode(&payload).unwrap(), image);
+        let payload = join(&image.clone().encode());
+        assert_eq!(SessionImage::decode(payload.clone()).unwrap(), image);
         for cut in [0, 8, 20, payload.len() - 1] {
-            assert!(SessionImage::decode(&payload[..cut]).is_err(), "{cut}");
+            assert!(SessionImage::decode(payload.slice(..cut)).is_err(), "{cut}");
         }
-        let mut longer = payload.clone();
+        let mut longer = payload.to_vec();
         longer.push(0);
-        assert!(SessionImage::decode(&longer).is_err());
+        assert!(SessionImage::decode(Bytes::from(longer)).is_err());
     }
 }

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
+use bytes::Bytes;
+
 use crate::sandbox::{ExecRequest, ExecResult, FileListing, FileRead, SandboxEnd};
 
 /// What the session manager needs of sandboxes. A sandbox is booted and used on its session's
@@ -41,11 +43,11 @@ pub trait Backend: Send + Sync + 'static {
     /// so it must be cheap).
     fn unsaveable(&self, sandbox: &mut Self::Sandbox) -> Option<String>;
 
-    /// The sandbox's state as an image payload (between calls), or why it cannot be saved.
-    fn save(&self, sandbox: &mut Self::Sandbox) -> Result<Vec<u8>, String>;
+    /// The sandbox's state as an image payload in parts (between calls), or why it cannot be saved.
+    fn save(&self, sandbox: &mut Self::Sandbox) -> Result<Vec<Bytes>, String>;
 
     /// A sandbox restored from a payload `save` made (in this process or another of this build).
-    fn restore(&self, payload: Vec<u8>) -> Result<Self::Sandbox, String>;
+    fn restore(&self, payload: Bytes) -> Result<Self::Sandbox, String>;
 }
 
 /// Where the manager reads the time (injected by tests).

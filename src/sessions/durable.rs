@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use super::thread::{Job, Start};
@@ -93,21 +94,21 @@ const RECORD_MAGIC: &[u8; 8] = b"CIMREC\0\x01";
 const ENDED_MAGIC: &[u8; 8] = b"CIMEND\0\x01";
 
 /// The stored payload of a session that ended unsaved (its next call hears why).
-pub(super) fn tombstone(reason: &str) -> Vec<u8> {
+pub(super) fn tombstone(reason: &str) -> Vec<Bytes> {
     let mut out = ENDED_MAGIC.to_vec();
     out.extend_from_slice(reason.as_bytes());
-    out
+    vec![out.into()]
 }
 
 /// What the store held for a session.
 pub(super) enum Saved {
-    Session(Record, Vec<u8>),
+    Session(Record, Bytes),
     /// It ended unsaved, for this reason.
     Ended(String),
 }
 
 /// Reads a stored payload.
-pub(super) fn decode_saved(bytes: Vec<u8>) -> Result<Saved, String> {
+pub(super) fn decode_saved(bytes: Bytes) -> Result<Saved, String> {
     if bytes.starts_with(ENDED_MAGIC) {
         return Ok(Saved::Ended(
             String::from_utf8_lossy(&bytes[ENDED_MAGIC.len()..]).into_owned(),
@@ -117,9 +118,9 @@ pub(super) fn decode_saved(bytes: Vec<u8>) -> Result<Saved, String> {
 }
 
 impl Record {
-    /// The record followed by the image payload.
-    pub fn encode(&self, image: &[u8]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(image.len() + 64);
+    /// The record, to be followed by the image payload's parts.
+    pub fn encode(&self) -> Bytes {
+        let mut out = Vec::with_capacity(64);
         out.extend_from_slice(RECORD_MAGIC);
         out.extend_from_slice(&self.created_ms.to_le_bytes());
         out.extend_from_slice(&self.last_used_ms.to_le_bytes());
@@ -130,12 +131,11 @@ impl Record {
             }
             None => out.push(0),
         }
-        out.extend_from_slice(image);
-        out
+        out.into()
     }
 
     /// The record and the image payload after it.
-    pub fn decode(mut bytes: Vec<u8>) -> Result<(Self, Vec<u8>), String> {
+    pub fn decode(bytes: Bytes) -> Result<(Self, Bytes), String> {
         let bad = || "the saved session's record is malformed".to_string();
         if bytes.len() < 25 || &bytes[..8] != RECORD_MAGIC {
             return Err(bad());
@@ -152,14 +152,13 @@ impl Record {
             }
             _ => return Err(bad()),
         };
-        bytes.drain(..start);
         Ok((
             Self {
                 created_ms,
                 last_used_ms,
                 principal,
             },
-            bytes,
+            bytes.slice(start..),
         ))
     }
 }
@@ -265,8 +264,8 @@ impl<B: Backend> Sessions<B> {
             last_used_ms: unix_ms().saturating_sub(idle_for.as_millis() as u64),
             principal: session.caller.principal,
         };
-        let payload = record.encode(&image);
-        drop(image);
+        let mut payload = vec![record.encode()];
+        payload.extend(image);
         let bytes = match durability.store.save(&session.id, payload).await {
             Ok(bytes) => bytes,
             Err(e) => {
@@ -364,7 +363,7 @@ impl<B: Backend> Sessions<B> {
         &self,
         durability: &Durability,
         id: &str,
-    ) -> Result<(Record, Vec<u8>), SessionError> {
+    ) -> Result<(Record, Bytes), SessionError> {
         let release = || async {
             let _ = durability.store.release_lease(id, &durability.holder).await;
         };

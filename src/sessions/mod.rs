@@ -188,7 +188,11 @@ impl<B: Backend> Sessions<B> {
             }
             Err(_) => return Err(self.not_found(id)),
         };
-        self.start(caller.clone(), Start::Restore(payload)).await
+        self.start(
+            caller.clone(),
+            Start::Restore(crate::sandbox::join(&payload)),
+        )
+        .await
     }
 
     /// Starts a session's thread from `start`, counted against both limits while it boots.

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use super::thread::Job;
 use super::{Caller, durable};
+use bytes::Bytes;
 
 /// Where a session is.
 pub(super) enum Place {
@@ -15,7 +16,7 @@ pub(super) enum Place {
     Resident(mpsc::Sender<Job>),
     /// In the store. `leased`: this process already holds the lease and has the image (a session
     /// found in the store by its first call here).
-    Spilled { leased: Option<Vec<u8>> },
+    Spilled { leased: Option<Bytes> },
 }
 
 /// A session and what the manager tracks about it.

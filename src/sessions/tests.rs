@@ -7,6 +7,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::{Backend, Caller, Clock, Principal, SessionError, Sessions};
@@ -190,15 +191,19 @@ impl Backend for Fake {
             .then(|| "it holds a JavaScript object".to_string())
     }
 
-    fn save(&self, sandbox: &mut FakeSandbox) -> Result<Vec<u8>, String> {
+    fn save(&self, sandbox: &mut FakeSandbox) -> Result<Vec<Bytes>, String> {
         match self.unsaveable(sandbox) {
             Some(reason) => Err(reason),
-            None => Ok(format!("fake:{}", sandbox.state.join(",")).into_bytes()),
+            // (In two parts, as the engine's payloads are.)
+            None => Ok(vec![
+                Bytes::from_static(b"fake:"),
+                sandbox.state.join(",").into_bytes().into(),
+            ]),
         }
     }
 
-    fn restore(&self, payload: Vec<u8>) -> Result<FakeSandbox, String> {
-        let text = String::from_utf8(payload).map_err(|e| e.to_string())?;
+    fn restore(&self, payload: Bytes) -> Result<FakeSandbox, String> {
+        let text = String::from_utf8(payload.to_vec()).map_err(|e| e.to_string())?;
         let state = text.strip_prefix("fake:").ok_or("not a fake image")?;
         Ok(FakeSandbox {
             ended: None,

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Weak};
 
+use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use super::{Backend, Inner, KeepOutputs, SessionRun, short};
@@ -42,7 +43,7 @@ pub(super) enum Start {
     /// Booted for the session's first code.
     Boot(String),
     /// Restored from an image payload.
-    Restore(Vec<u8>),
+    Restore(Bytes),
 }
 
 /// What a session's thread is asked to do.
@@ -50,7 +51,7 @@ pub(super) enum Job {
     /// The session's image payload, or why it cannot be saved (a spill holds no place in the
     /// queue: the manager only spills an idle session, holding its place lock).
     Save {
-        reply: oneshot::Sender<Result<Vec<u8>, String>>,
+        reply: oneshot::Sender<Result<Vec<Bytes>, String>>,
         pending: Option<Pending>,
     },
     Run {

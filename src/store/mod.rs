@@ -13,6 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
 use object_store::local::LocalFileSystem;
@@ -190,11 +191,17 @@ impl Store {
 
     /// Seals `payload` as session `id`'s image and stores it (replacing an older one); the bytes
     /// stored.
-    pub async fn save(&self, id: &str, payload: Vec<u8>) -> Result<u64, StoreError> {
+    pub async fn save(&self, id: &str, payload: Vec<Bytes>) -> Result<u64, StoreError> {
         let created_ms = unix_ms();
         let (id_owned, engine) = (id.to_string(), self.engine.clone());
         let sealed = tokio::task::spawn_blocking(move || {
-            seal::seal(&id_owned, &engine, created_ms, &payload)
+            let started = std::time::Instant::now();
+            let sealed = seal::seal(&id_owned, &engine, created_ms, &payload);
+            tracing::debug!(
+                ms = started.elapsed().as_secs_f64() * 1e3,
+                "session image sealed"
+            );
+            sealed
         })
         .await
         .map_err(|e| StoreError::Seal(e.to_string()))?
@@ -209,7 +216,7 @@ impl Store {
 
     /// Session `id`'s image, if the store has one: opened (made by this engine for this id,
     /// intact, at most `max_plain` bytes).
-    pub async fn load(&self, id: &str, max_plain: u64) -> Result<Option<Vec<u8>>, StoreError> {
+    pub async fn load(&self, id: &str, max_plain: u64) -> Result<Option<Bytes>, StoreError> {
         let got = match self.objects.get(&Self::path(id)).await {
             Ok(got) => got,
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
@@ -224,10 +231,17 @@ impl Store {
         }
         let sealed = got.bytes().await.map_err(|e| self.backend(e))?;
         let (id, engine) = (id.to_string(), self.engine.clone());
-        let payload =
-            tokio::task::spawn_blocking(move || seal::open(&id, &engine, &sealed, max_plain))
-                .await
-                .map_err(|e| StoreError::Seal(e.to_string()))??;
+        let payload = tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
+            let payload = seal::open(&id, &engine, sealed, max_plain);
+            tracing::debug!(
+                ms = started.elapsed().as_secs_f64() * 1e3,
+                "session image opened"
+            );
+            payload
+        })
+        .await
+        .map_err(|e| StoreError::Seal(e.to_string()))??;
         Ok(Some(payload))
     }
 

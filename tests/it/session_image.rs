@@ -59,7 +59,7 @@ fn a_session_is_saved_sealed_and_restored_into_a_fresh_sandbox() {
     let id = "pod-1.c2Vzc2lvbi1pbWFnZS10ZXN0";
     let stored = rt.block_on(store.save(id, image.encode())).unwrap();
     let payload = rt.block_on(store.load(id, 1 << 30)).unwrap().unwrap();
-    let image = SessionImage::decode(&payload).unwrap();
+    let image = SessionImage::decode(payload.clone()).unwrap();
 
     let started = Instant::now();
     let mut restored = engine.restore_session(image).unwrap();

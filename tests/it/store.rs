@@ -20,12 +20,12 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// A payload shaped like a memory image: mostly zero pages, some data.
-fn payload(seed: u8) -> Vec<u8> {
+fn payload(seed: u8) -> bytes::Bytes {
     let mut bytes = vec![0u8; 4 << 20];
     for (i, b) in bytes.iter_mut().enumerate().step_by(4096).take(300) {
         *b = seed ^ (i / 4096) as u8;
     }
-    bytes
+    bytes.into()
 }
 
 /// What every store must do, whatever its backend.
@@ -37,11 +37,11 @@ fn exercise(a: &Store, b: &Store, other_engine: &Store) {
             None,
             "nothing stored yet"
         );
-        let stored = a.save(ID, payload(1)).await.unwrap();
+        let stored = a.save(ID, vec![payload(1)]).await.unwrap();
         assert!(stored < 256 * 1024, "compressed to {stored} bytes");
         // Another process on the same store reads it; a newer image replaces the older one.
         assert_eq!(b.load(ID, 1 << 30).await.unwrap(), Some(payload(1)));
-        b.save(ID, payload(2)).await.unwrap();
+        b.save(ID, vec![payload(2)]).await.unwrap();
         assert_eq!(a.load(ID, 1 << 30).await.unwrap(), Some(payload(2)));
         assert_eq!(a.count().await.unwrap(), 1);
         // Another engine refuses it; so does a smaller budget.
@@ -164,7 +164,7 @@ fn a_directory_store_survives_a_restart_and_names_reveal_no_session() {
     exercise(&a, &b, &other);
     exercise_leases(&a, &b);
 
-    runtime().block_on(a.save(ID, payload(3))).unwrap();
+    runtime().block_on(a.save(ID, vec![payload(3)])).unwrap();
     let mut files = Vec::new();
     files_under(&dir, &mut files);
     assert_eq!(files.len(), 1, "{files:?}");
@@ -300,7 +300,7 @@ fn an_s3_store_is_shared_by_replicas() {
     exercise_leases(&a, &b);
 
     // Under the prefix, one object named by the hash.
-    runtime().block_on(a.save(ID, payload(4))).unwrap();
+    runtime().block_on(a.save(ID, vec![payload(4)])).unwrap();
     let listing = reqwest::blocking::get(format!("{}/sessions-bucket?list-type=2", moto.endpoint))
         .unwrap()
         .text()

@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 
 use crate::assets::Assets;
 use crate::sandbox::engine::modules::Modules;
+use crate::sandbox::engine::session_base::Delta;
 
 /// The kind of snapshot a sandbox starts from (the kind of sandbox a call runs in).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
@@ -35,6 +36,15 @@ pub(crate) struct SharedSnapshot {
     dylibs: Option<DylibRecord>,
     /// The digest of the bytes, once asked for (a session image names its base by it).
     digest: std::sync::OnceLock<String>,
+    /// For a session image: the snapshot it is a delta against, and the delta (the shared bytes
+    /// are then the image's header followed by zeros never read).
+    overlay: Option<Overlay>,
+}
+
+/// A session image's memory: `base`'s, with the pages of `delta` over it.
+struct Overlay {
+    base: std::sync::Arc<SharedSnapshot>,
+    delta: Delta,
 }
 
 /// The record of a snapshot's shared libraries, as `ops/dylink.js` makes it and relinks from it
@@ -122,7 +132,41 @@ impl SharedSnapshot {
             runs,
             dylibs: None,
             digest: std::sync::OnceLock::new(),
+            overlay: None,
         }
+    }
+
+    /// A session image's memory: `base`'s with the pages of `delta` over it, never built as one
+    /// buffer. The shared bytes are the image's header followed by zeros that the kernel supplies
+    /// only if read: Pyodide reads the header and the memory's length, and `restore_into` writes
+    /// the memory from `base` and `delta`.
+    pub fn overlaid(
+        base: std::sync::Arc<SharedSnapshot>,
+        delta: Delta,
+        dylibs: Option<DylibRecord>,
+    ) -> Result<Self, String> {
+        let header = delta.header();
+        let memory_offset = header
+            .get(4..8)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
+        if memory_offset != Some(header.len()) {
+            return Err("the image's memory header is malformed".into());
+        }
+        if base.overlay.is_some() {
+            return Err("an image cannot be based on another image".into());
+        }
+        // (A zeroed allocation this large is fresh pages: only the header's are touched.)
+        let mut bytes = vec![0u8; header.len() + delta.heap_len()];
+        bytes[..header.len()].copy_from_slice(header);
+        let store = v8::ArrayBuffer::new_backing_store_from_bytes(bytes.into_boxed_slice());
+        Ok(Self {
+            store: store.make_shared(),
+            memory_offset: header.len(),
+            runs: Vec::new(),
+            dylibs,
+            digest: std::sync::OnceLock::new(),
+            overlay: Some(Overlay { base, delta }),
+        })
     }
 
     /// A new ArrayBuffer of the calling isolate over the shared bytes.
@@ -162,33 +206,68 @@ impl SharedSnapshot {
                 self.memory_offset
             ));
         }
-        let memory = &snapshot[self.memory_offset..];
-        if heap.len() < memory.len() {
+        let len = snapshot.len() - self.memory_offset;
+        if heap.len() < len {
             return Err(format!(
-                "WebAssembly memory of {} bytes is smaller than the snapshot's {}",
+                "WebAssembly memory of {} bytes is smaller than the snapshot's {len}",
                 heap.len(),
-                memory.len()
             ));
         }
-        let (h, s) = (heap.as_ptr_range(), snapshot.as_ptr_range());
-        if h.start < s.end && s.start < h.end {
+        let heap = &mut heap[..len];
+        let overlaps = |bytes: &[u8]| {
+            let (h, s) = (heap.as_ptr_range(), bytes.as_ptr_range());
+            h.start < s.end && s.start < h.end
+        };
+        if overlaps(snapshot)
+            || self
+                .overlay
+                .as_ref()
+                .is_some_and(|o| overlaps(o.base.bytes()))
+        {
             return Err("the snapshot cannot be restored over itself".into());
         }
-        let touched = touched_pages(&heap[..memory.len()]);
+        let touched = touched_pages(heap);
+        let touched = touched.as_deref();
+        let Some(overlay) = &self.overlay else {
+            self.write_runs(heap, touched);
+            return Ok(());
+        };
+        // A session image: its base's memory (as far as the image's goes), zeros past it, then the
+        // pages the session changed.
+        let base_len = overlay.base.bytes().len() - overlay.base.memory_offset;
+        overlay.base.write_runs(heap, touched);
+        if len > base_len {
+            clear_pages(&mut heap[base_len..], base_len / PAGE, touched);
+        }
+        overlay.delta.apply(heap)
+    }
+
+    /// Writes this snapshot's linear memory over `heap` as far as `heap` goes (see `restore_into`):
+    /// the pages holding data copied, zero pages cleared where `touched` says they may not be.
+    fn write_runs(&self, heap: &mut [u8], touched: Option<&[bool]>) {
+        let memory = &self.bytes()[self.memory_offset..];
         for run in &self.runs {
-            let target = &mut heap[run.start..run.end];
+            let end = run.end.min(heap.len());
+            if run.start >= end {
+                break;
+            }
+            let target = &mut heap[run.start..end];
             if run.zero {
-                for (i, page) in target.chunks_mut(PAGE).enumerate() {
-                    // A page never touched is zeros: only touched ones are read.
-                    if touched.as_ref().is_none_or(|t| t[run.start / PAGE + i]) && !is_zero(page) {
-                        page.fill(0);
-                    }
-                }
+                clear_pages(target, run.start / PAGE, touched);
             } else {
-                target.copy_from_slice(&memory[run.start..run.end]);
+                target.copy_from_slice(&memory[run.start..end]);
             }
         }
-        Ok(())
+    }
+}
+
+/// Clears the pages of `target` (page `first` of the memory onwards) that are not zeros; a page
+/// `touched` says was never touched is zeros and is not read.
+fn clear_pages(target: &mut [u8], first: usize, touched: Option<&[bool]>) {
+    for (i, page) in target.chunks_mut(PAGE).enumerate() {
+        if touched.is_none_or(|t| t.get(first + i).copied().unwrap_or(true)) && !is_zero(page) {
+            page.fill(0);
+        }
     }
 }
 
@@ -244,7 +323,8 @@ fn zero_runs(memory: &[u8]) -> Vec<Run> {
     runs
 }
 
-fn is_zero(bytes: &[u8]) -> bool {
+/// Whether `bytes` are all zeros.
+pub(crate) fn is_zero(bytes: &[u8]) -> bool {
     // SAFETY: u64 has no invalid bit patterns; align_to only reinterprets the aligned middle.
     let (head, words, tail) = unsafe { bytes.align_to::<u64>() };
     head.iter().all(|&b| b == 0) && words.iter().all(|&w| w == 0) && tail.iter().all(|&b| b == 0)

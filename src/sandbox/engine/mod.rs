@@ -452,68 +452,85 @@ check({modules})"
         Sandbox::boot(self.shared.clone(), snapshots.get(Flavor::Plain).cloned())
     }
 
-    /// Boots a session's sandbox of `flavor`, saveable as an image (see `Sandbox::save_image`).
+    /// Boots a session's sandbox of `flavor`, saveable as an image (see `Sandbox::save_image`) made
+    /// of the pages that differ from the snapshot it started from.
     pub fn boot_session_flavor(&self, flavor: Flavor) -> Result<Sandbox, EngineError> {
         let snapshot = self.shared.snapshots.get(flavor).cloned();
         let mut sandbox = Sandbox::boot_saveable(self.shared.clone(), snapshot)?;
         sandbox.keep_for_session();
+        if let Some((base, name)) = self.image_base(flavor) {
+            sandbox.save_against(base, name);
+        }
         Ok(sandbox)
     }
 
-    /// `image` (saved from a session that started from the `flavor` snapshot) with its memory as
-    /// the pages that differ from that snapshot; unchanged without one (full boot).
-    pub fn thin_image(&self, flavor: Flavor, image: &mut SessionImage) -> Result<(), EngineError> {
-        let Some(base) = self.shared.snapshots.get(flavor) else {
-            return Ok(());
-        };
-        image.memory =
-            session_base::diff(base.bytes(), &image.memory).map_err(EngineError::Boot)?;
-        image.base = Some(format!(
-            "{}:{}",
-            session_base::flavor_name(flavor),
-            base.digest()
-        ));
-        Ok(())
+    /// The `flavor` snapshot and the name a session image based on it gives it (`flavor:digest`).
+    fn image_base(&self, flavor: Flavor) -> Option<(Arc<SharedSnapshot>, String)> {
+        let base = self.shared.snapshots.get(flavor)?;
+        let name = format!("{}:{}", session_base::flavor_name(flavor), base.digest());
+        Some((base.clone(), name))
     }
 
     /// A session's sandbox restored from `image`: its interpreter as it was saved, its files back
-    /// under /workspace, saveable again.
-    pub fn restore_session(&self, mut image: SessionImage) -> Result<Sandbox, EngineError> {
-        if let Some(named) = image.base.take() {
-            let (flavor, digest) = named
-                .split_once(':')
-                .and_then(|(f, d)| Some((session_base::flavor_named(f)?, d)))
-                .ok_or_else(|| {
-                    EngineError::Boot("the image names an unknown base snapshot".into())
-                })?;
-            let base = self
-                .shared
-                .snapshots
-                .get(flavor)
-                .filter(|base| base.digest() == digest)
-                .ok_or_else(|| {
-                    EngineError::Boot(
-                        "the image was saved against a memory snapshot this server does not have (another build or package set)".into(),
-                    )
-                })?;
-            let max = usize::try_from(
-                (self.shared.config.wasm_memory_limit_mb + 64).saturating_mul(1 << 20),
-            )
-            .unwrap_or(usize::MAX);
-            image.memory =
-                session_base::patch(base.bytes(), &image.memory, max).map_err(EngineError::Boot)?;
-        }
-        let memory = Arc::new(match image.dylibs {
-            Some(json) => SharedSnapshot::with_dylibs(
-                image.memory,
-                DylibRecord::parse(json).ok_or_else(|| {
-                    EngineError::Boot("the image's record of shared libraries is malformed".into())
-                })?,
-            ),
-            None => SharedSnapshot::new(image.memory),
-        });
-        let mut sandbox = Sandbox::boot_saveable(self.shared.clone(), Some(memory))?;
+    /// under /workspace, saveable again. An image based on a snapshot is restored without building
+    /// its memory in one piece: the base's pages and the changed ones are written straight into
+    /// the new sandbox's memory.
+    pub fn restore_session(&self, image: SessionImage) -> Result<Sandbox, EngineError> {
+        let dylibs = match image.dylibs {
+            Some(json) => Some(DylibRecord::parse(json).ok_or_else(|| {
+                EngineError::Boot("the image's record of shared libraries is malformed".into())
+            })?),
+            None => None,
+        };
+        let mut based = None;
+        let memory = match image.base {
+            Some(named) => {
+                let flavor = named
+                    .split_once(':')
+                    .and_then(|(f, _)| session_base::flavor_named(f))
+                    .ok_or_else(|| {
+                        EngineError::Boot("the image names an unknown base snapshot".into())
+                    })?;
+                let (base, name) = self
+                    .image_base(flavor)
+                    .filter(|(_, name)| *name == named)
+                    .ok_or_else(|| {
+                        EngineError::Boot(
+                            "the image was saved against a memory snapshot this server does not have (another build or package set)".into(),
+                        )
+                    })?;
+                if !self.shared.modules.sparse_restore() {
+                    return Err(EngineError::Boot(
+                        "this Pyodide does not restore memory as expected, which restoring an image needs".into(),
+                    ));
+                }
+                let max = usize::try_from(
+                    (self.shared.config.wasm_memory_limit_mb + 64).saturating_mul(1 << 20),
+                )
+                .unwrap_or(usize::MAX);
+                let delta =
+                    session_base::Delta::parse(image.memory, max).map_err(EngineError::Boot)?;
+                based = Some((base.clone(), name));
+                SharedSnapshot::overlaid(base, delta, dylibs).map_err(EngineError::Boot)?
+            }
+            None => {
+                let memory = image.memory.to_vec();
+                match dylibs {
+                    Some(dylibs) => SharedSnapshot::with_dylibs(memory, dylibs),
+                    None => SharedSnapshot::new(memory),
+                }
+            }
+        };
+        let prepared = Instant::now();
+        let mut sandbox = Sandbox::boot_saveable(self.shared.clone(), Some(Arc::new(memory)))?;
+        tracing::debug!(
+            boot_ms = prepared.elapsed().as_secs_f64() * 1e3,
+            "session sandbox booted from its image"
+        );
         sandbox.keep_for_session();
+        if let Some((base, name)) = based {
+            sandbox.save_against(base, name);
+        }
         for (path, data) in image.files {
             sandbox.store_file(&path, data).map_err(EngineError::Boot)?;
         }

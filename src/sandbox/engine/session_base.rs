@@ -4,7 +4,11 @@
 //! snapshot this process already has. The snapshot is named by its digest: an image made against
 //! other snapshot bytes is refused rather than patched wrongly.
 
-use super::memory_snapshot::Flavor;
+use std::ops::Range;
+
+use bytes::Bytes;
+
+use super::memory_snapshot::{Flavor, is_zero};
 
 /// The granularity of the comparison (one OS page).
 const PAGE: usize = 4096;
@@ -23,89 +27,137 @@ fn memory_offset(snapshot: &[u8]) -> Result<usize, String> {
     Ok(offset)
 }
 
-/// `image` (a Pyodide memory snapshot) as its header and the pages of its linear memory that differ
-/// from `base`'s (pages past the end of `base`'s that are zeros are left out too).
-pub fn diff(base: &[u8], image: &[u8]) -> Result<Vec<u8>, String> {
-    let (base_at, image_at) = (memory_offset(base)?, memory_offset(image)?);
-    let (base_heap, heap) = (&base[base_at..], &image[image_at..]);
+/// A memory image given as its header (Pyodide's, ending where the linear memory starts) and
+/// `heap` (the linear memory), as a delta against `base` (a Pyodide memory snapshot): the header,
+/// and the pages of `heap` that differ from `base`'s (pages past the end of `base`'s that are zeros
+/// are left out too). Reads `heap` in place (the WebAssembly memory itself, when saving).
+pub fn diff(base: &[u8], header: &[u8], heap: &[u8]) -> Result<Vec<u8>, String> {
+    let base_heap = &base[memory_offset(base)?..];
     let mut indices: Vec<u32> = Vec::new();
-    let mut pages: Vec<u8> = Vec::new();
     for (i, page) in heap.chunks(PAGE).enumerate() {
         let start = i * PAGE;
         let same = match base_heap.get(start..start + page.len()) {
             Some(b) => b == page,
-            None => page.iter().all(|&b| b == 0),
+            None => is_zero(page),
         };
         if !same {
             indices.push(u32::try_from(i).map_err(|_| "the memory is too large")?);
-            pages.extend_from_slice(page);
         }
     }
-    let mut out = Vec::with_capacity(image_at + pages.len() + indices.len() * 4 + 40);
+    let page_bytes: usize = indices
+        .iter()
+        .map(|&i| PAGE.min(heap.len() - i as usize * PAGE))
+        .sum();
+    let mut out = Vec::new();
+    out.try_reserve_exact(header.len() + page_bytes + indices.len() * 4 + 40)
+        .map_err(|_| "no memory for the session image")?;
     out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&(image_at as u64).to_le_bytes());
-    out.extend_from_slice(&image[..image_at]);
+    out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+    out.extend_from_slice(header);
     out.extend_from_slice(&(heap.len() as u64).to_le_bytes());
     out.extend_from_slice(&(indices.len() as u64).to_le_bytes());
     for index in &indices {
         out.extend_from_slice(&index.to_le_bytes());
     }
-    out.extend_from_slice(&pages);
+    for &index in &indices {
+        let start = index as usize * PAGE;
+        out.extend_from_slice(&heap[start..heap.len().min(start + PAGE)]);
+    }
     Ok(out)
 }
 
-/// The memory snapshot `diff(base, image)` was made from, given `base`; an error for anything that
-/// is not such a delta (never a panic: the delta comes from the store).
-pub fn patch(base: &[u8], delta: &[u8], max_len: usize) -> Result<Vec<u8>, String> {
-    let cut = || "the image's memory is cut short or malformed".to_string();
-    let mut rest = delta.strip_prefix(MAGIC).ok_or_else(cut)?;
-    let mut take = |n: usize| -> Result<&[u8], String> {
-        if rest.len() < n {
+/// A delta made by [`diff`], checked: its framing, page order and lengths (it comes from the
+/// store, so anything malformed is an error, never a panic). Applying it writes only the changed
+/// pages; the base's pages are written by the base snapshot itself.
+#[derive(Debug, Clone)]
+pub struct Delta {
+    bytes: Bytes,
+    header: Range<usize>,
+    heap_len: usize,
+    /// The changed pages' indices, strictly increasing, each below `heap_len`'s page count.
+    indices: Vec<u32>,
+    /// Where the changed pages' bytes start in `bytes` (they run to its end).
+    pages_at: usize,
+}
+
+impl Delta {
+    /// `bytes` as a delta whose memory (header and heap) is at most `max_len` bytes.
+    pub fn parse(bytes: Bytes, max_len: usize) -> Result<Self, String> {
+        let cut = || "the image's memory is cut short or malformed".to_string();
+        let mut at = MAGIC.len();
+        if bytes.get(..at) != Some(&MAGIC[..]) {
             return Err(cut());
         }
-        let (head, tail) = rest.split_at(n);
-        rest = tail;
-        Ok(head)
-    };
-    let number = |bytes: &[u8]| -> usize {
-        usize::try_from(u64::from_le_bytes(bytes.try_into().unwrap_or_default()))
-            .unwrap_or(usize::MAX)
-    };
-    let header_len = number(take(8)?);
-    let header = take(header_len)?;
-    let heap_len = number(take(8)?);
-    let count = number(take(8)?);
-    if header_len.saturating_add(heap_len) > max_len || count > heap_len.div_ceil(PAGE) {
-        return Err("the image's memory is larger than a sandbox's".into());
-    }
-    let indices = take(count.checked_mul(4).ok_or_else(cut)?)?.to_vec();
-    let pages = rest;
-    let base_heap = &base[memory_offset(base)?..];
-    let mut out = Vec::with_capacity(header_len + heap_len);
-    out.extend_from_slice(header);
-    out.extend_from_slice(&base_heap[..base_heap.len().min(heap_len)]);
-    out.resize(header_len + heap_len, 0);
-    let mut offset = 0usize;
-    let mut last: Option<usize> = None;
-    for index in indices.chunks_exact(4) {
-        let index = u32::from_le_bytes([index[0], index[1], index[2], index[3]]) as usize;
-        if last.is_some_and(|l| index <= l) {
+        let number = |at: &mut usize| -> Result<usize, String> {
+            let field = bytes.get(*at..*at + 8).ok_or_else(cut)?;
+            *at += 8;
+            usize::try_from(u64::from_le_bytes(field.try_into().map_err(|_| cut())?))
+                .map_err(|_| cut())
+        };
+        let header_len = number(&mut at)?;
+        let header = at..at.checked_add(header_len).ok_or_else(cut)?;
+        if header.end > bytes.len() {
             return Err(cut());
         }
-        last = Some(index);
-        let start = index
-            .checked_mul(PAGE)
-            .filter(|&s| s < heap_len)
-            .ok_or_else(cut)?;
-        let len = PAGE.min(heap_len - start);
-        let page = pages.get(offset..offset + len).ok_or_else(cut)?;
-        out[header_len + start..header_len + start + len].copy_from_slice(page);
-        offset += len;
+        at = header.end;
+        let heap_len = number(&mut at)?;
+        let count = number(&mut at)?;
+        if header_len.saturating_add(heap_len) > max_len || count > heap_len.div_ceil(PAGE) {
+            return Err("the image's memory is larger than a sandbox's".into());
+        }
+        let index_bytes = bytes.get(at..at + count * 4).ok_or_else(cut)?;
+        let indices: Vec<u32> = index_bytes
+            .chunks_exact(4)
+            .map(|i| u32::from_le_bytes([i[0], i[1], i[2], i[3]]))
+            .collect();
+        let pages_at = at + count * 4;
+        let mut expected = 0usize;
+        for (n, &index) in indices.iter().enumerate() {
+            if n > 0 && index <= indices[n - 1] {
+                return Err(cut());
+            }
+            let start = (index as usize)
+                .checked_mul(PAGE)
+                .filter(|&s| s < heap_len)
+                .ok_or_else(cut)?;
+            expected += PAGE.min(heap_len - start);
+        }
+        if bytes.len() - pages_at != expected {
+            return Err(cut());
+        }
+        Ok(Self {
+            bytes,
+            header,
+            heap_len,
+            indices,
+            pages_at,
+        })
     }
-    if offset != pages.len() {
-        return Err(cut());
+
+    /// Pyodide's header of the memory image.
+    pub fn header(&self) -> &[u8] {
+        &self.bytes[self.header.clone()]
     }
-    Ok(out)
+
+    /// The length of the image's linear memory.
+    pub fn heap_len(&self) -> usize {
+        self.heap_len
+    }
+
+    /// Writes the changed pages over `heap` (at least [`heap_len`](Self::heap_len) bytes).
+    pub fn apply(&self, heap: &mut [u8]) -> Result<(), String> {
+        if heap.len() < self.heap_len {
+            return Err("the memory is smaller than the image's".into());
+        }
+        let mut offset = self.pages_at;
+        for &index in &self.indices {
+            let start = index as usize * PAGE;
+            let len = PAGE.min(self.heap_len - start);
+            heap[start..start + len].copy_from_slice(&self.bytes[offset..offset + len]);
+            offset += len;
+        }
+        Ok(())
+    }
 }
 
 /// How an image names the snapshot kind it is based on.
@@ -127,7 +179,7 @@ pub fn flavor_named(name: &str) -> Option<Flavor> {
 
 #[cfg(test)]
 mod tests {
-    use super::{diff, patch};
+    use super::{Delta, diff};
 
     fn snapshot(header: &[u8], heap: &[u8]) -> Vec<u8> {
         let offset = 8 + header.len();
@@ -136,6 +188,15 @@ mod tests {
         out.extend_from_slice(header);
         out.extend_from_slice(heap);
         out
+    }
+
+    /// `delta` applied over `base_heap` as a restore does (the base first, zeros past it).
+    fn patched(base_heap: &[u8], delta: &Delta) -> Vec<u8> {
+        let mut heap = vec![0u8; delta.heap_len()];
+        let n = base_heap.len().min(heap.len());
+        heap[..n].copy_from_slice(&base_heap[..n]);
+        delta.apply(&mut heap).unwrap();
+        heap
     }
 
     #[test]
@@ -147,20 +208,41 @@ mod tests {
         heap[20_000..20_100].fill(0);
         heap.extend_from_slice(&[0u8; 8192]);
         heap.extend_from_slice(&[9u8; 100]);
-        let image = snapshot(b"a longer header than the base's", &heap);
-        let delta = diff(&base, &image).unwrap();
-        assert!(delta.len() < 5 * 4096 + 200, "{}", delta.len());
-        assert_eq!(patch(&base, &delta, 1 << 20).unwrap(), image);
+        let header = b"a longer header than the base's";
+        let bytes = diff(&base, header, &heap).unwrap();
+        assert!(bytes.len() < 5 * 4096 + 200, "{}", bytes.len());
+        let delta = Delta::parse(bytes.clone().into(), 1 << 20).unwrap();
+        assert_eq!(delta.header(), header);
+        assert_eq!(patched(&base_heap, &delta), heap);
         // Shorter than the base, too.
-        let short = snapshot(b"h", &base_heap[..10_000]);
-        assert_eq!(
-            patch(&base, &diff(&base, &short).unwrap(), 1 << 20).unwrap(),
-            short
-        );
+        let short = &base_heap[..10_000];
+        let delta = Delta::parse(diff(&base, b"h", short).unwrap().into(), 1 << 20).unwrap();
+        assert_eq!(patched(&base_heap, &delta), short);
         // Anything cut or changed in its framing is an error, never a panic.
-        for cut in [0, 7, 8, 20, delta.len() - 1] {
-            assert!(patch(&base, &delta[..cut], 1 << 20).is_err(), "{cut}");
+        for cut in [0, 7, 8, 20, bytes.len() - 1] {
+            assert!(
+                Delta::parse(bytes[..cut].to_vec().into(), 1 << 20).is_err(),
+                "{cut}"
+            );
         }
-        assert!(patch(&base, &delta, 100).is_err(), "over the size bound");
+        assert!(
+            Delta::parse(bytes.clone().into(), 100).is_err(),
+            "over the size bound"
+        );
+        // Pages out of order or past the memory's end.
+        let count_at = 8 + 8 + header.len() + 8 + 8;
+        let mut swapped = bytes.clone();
+        let (a, b) = (count_at, count_at + 4);
+        let first: Vec<u8> = swapped[a..b].to_vec();
+        let second: Vec<u8> = swapped[b..b + 4].to_vec();
+        swapped[a..b].copy_from_slice(&second);
+        swapped[b..b + 4].copy_from_slice(&first);
+        assert!(Delta::parse(swapped.into(), 1 << 20).is_err());
+        let mut past = bytes.clone();
+        past[count_at..count_at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(Delta::parse(past.into(), 1 << 20).is_err());
+        // A memory smaller than the image's is refused, not written past.
+        let delta = Delta::parse(bytes.into(), 1 << 20).unwrap();
+        assert!(delta.apply(&mut [0u8; 4096]).is_err());
     }
 }

@@ -221,7 +221,14 @@ impl Sandbox {
         };
         self::callbacks::after_boot(sandbox.runtime.v8_isolate());
         // From here on, the start-up ops refuse (their JavaScript callers stay reachable).
-        sandbox.with::<BootState, _>(|b| b.phase = OpPhase::Booted);
+        // The snapshot it restored is not needed any more: for a session resumed from its image
+        // that is the image's own memory (tens of MB), which the sandbox must not keep alive.
+        sandbox.with::<BootState, _>(|b| {
+            b.phase = OpPhase::Booted;
+            if let Role::Sandbox { snapshot, .. } = &mut b.role {
+                *snapshot = None;
+            }
+        });
         if !sandbox.with_state(|s| s.shared.config.runtime_package_installation) {
             sandbox.with::<WebState, _>(|w| w.downloads_enabled = false);
         }
@@ -255,6 +262,12 @@ impl Sandbox {
             s.persistent = true;
             s.interrupt = Some(Arc::new(std::sync::atomic::AtomicI32::new(0)));
         });
+    }
+
+    /// Saves this session's image as the differences from `base` (the snapshot it started from),
+    /// named `name` in the image.
+    pub(crate) fn save_against(&mut self, base: Arc<SharedSnapshot>, name: String) {
+        self.with::<SessionState, _>(|s| s.image_base = Some((base, name)));
     }
 
     /// Why this sandbox can run nothing more (a session's, after a hard stop), if so.

@@ -58,10 +58,13 @@ impl Sandbox {
             return Err(reason);
         }
         Ok(SessionImage {
-            memory: parts.memory.ok_or("the sandbox produced no memory image")?,
+            memory: parts
+                .memory
+                .ok_or("the sandbox produced no memory image")?
+                .into(),
             files: parts.files,
             dylibs: parts.dylibs,
-            base: None,
+            base: parts.base,
         })
     }
 

@@ -389,6 +389,14 @@ impl Modules {
             .contains(DYLINK_HOOK_SITES[0].1)
     }
 
+    /// Whether Pyodide's snapshot restore hands the memory to the sandbox (`sandboxRestoreMemory`)
+    /// instead of copying the snapshot's bytes itself, which a session image's restore needs (its
+    /// snapshot's bytes are only the header).
+    pub fn sparse_restore(&self) -> bool {
+        self.source("pyodide.asm.mjs")
+            .contains(SPARSE_RESTORE_CALL_SITE.1)
+    }
+
     /// A fingerprint of every module source served.
     pub fn fingerprint(&self) -> u64 {
         let mut hashes: Vec<(&str, u64)> = self

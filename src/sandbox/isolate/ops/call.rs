@@ -9,6 +9,8 @@ use deno_core::{OpState, op2, v8};
 use deno_error::JsErrorBox;
 
 use super::{call_mut, call_state, state_mut};
+use crate::sandbox::engine::memory_snapshot::SharedSnapshot;
+use crate::sandbox::engine::session_base;
 use crate::sandbox::isolate::output::Report;
 use crate::sandbox::isolate::watchdog::Phase;
 
@@ -32,6 +34,9 @@ pub(crate) struct SessionState {
     pub interrupt: Option<Arc<AtomicI32>>,
     /// Whether Pyodide has been given the interrupt buffer.
     pub interrupt_installed: bool,
+    /// The snapshot a session's image is saved as the differences from, and its name (see
+    /// `engine/session_base.rs`); `None`: the image holds the whole memory.
+    pub image_base: Option<(Arc<SharedSnapshot>, String)>,
 }
 
 /// How this call runs: `persistent` (a session's: the namespace is kept, changed files return too)
@@ -129,7 +134,8 @@ const MAX_DYLIB_RECORD: usize = 4 << 20;
 /// One part of a session's image (see `saveImage` in call.js): `kind` 0 the memory snapshot, 1 a
 /// file under /workspace at `name` (its bytes), 2 why the session cannot be saved (`name`), 3 the
 /// record of the shared libraries it loaded (`name`, JSON; empty: none), 4 the heap that follows the
-/// memory snapshot's header (part 0).
+/// memory snapshot's header (part 0): read in place, straight from the WebAssembly memory, and kept
+/// as the pages that differ from the session's base snapshot when it has one.
 #[op2(fast)]
 pub(super) fn op_sandbox_image_part(
     op_state: &mut OpState,
@@ -137,6 +143,10 @@ pub(super) fn op_sandbox_image_part(
     #[string] name: &str,
     #[buffer] data: &[u8],
 ) -> Result<(), JsErrorBox> {
+    let base = match kind {
+        4 => op_state.borrow::<SessionState>().image_base.clone(),
+        _ => None,
+    };
     let image = &mut call_mut(op_state).image;
     match kind {
         0 => image.memory = Some(data.to_vec()),
@@ -151,16 +161,25 @@ pub(super) fn op_sandbox_image_part(
             image.refused = Some("its record of shared libraries is too large".into())
         }
         3 => image.dylibs = (!name.is_empty()).then(|| name.to_string()),
-        // The heap after the header (one copy, straight from the WebAssembly memory).
-        4 => match &mut image.memory {
-            Some(memory) => {
-                memory.try_reserve_exact(data.len()).map_err(|_| {
-                    JsErrorBox::generic("no memory to copy the session's heap into")
-                })?;
-                memory.extend_from_slice(data);
+        4 => {
+            let Some(mut memory) = image.memory.take() else {
+                return Err(JsErrorBox::type_error("the heap came before the header"));
+            };
+            match base {
+                Some((base, name)) => {
+                    memory = session_base::diff(base.bytes(), &memory, data)
+                        .map_err(JsErrorBox::generic)?;
+                    image.base = Some(name);
+                }
+                None => {
+                    memory.try_reserve_exact(data.len()).map_err(|_| {
+                        JsErrorBox::generic("no memory to copy the session's heap into")
+                    })?;
+                    memory.extend_from_slice(data);
+                }
             }
-            None => return Err(JsErrorBox::type_error("the heap came before the header")),
-        },
+            image.memory = Some(memory);
+        }
         _ => return Err(JsErrorBox::type_error("unknown image part")),
     }
     Ok(())

@@ -205,6 +205,8 @@ pub(crate) struct ImageParts {
     pub files: Vec<(String, Vec<u8>)>,
     /// The record of the shared libraries to relink (JSON, see `dylink.js`).
     pub dylibs: Option<String>,
+    /// The name of the snapshot `memory` holds the differences from (`None`: it is whole).
+    pub base: Option<String>,
     pub refused: Option<String>,
 }
 

@@ -162,9 +162,15 @@ pub(super) fn op_sandbox_restore_memory(
     let snapshot = b
         .restore_from()
         .ok_or_else(|| JsErrorBox::generic("no memory snapshot"))?;
+    let started = std::time::Instant::now();
     snapshot
         .restore_into(heap, memory_offset as usize)
-        .map_err(JsErrorBox::generic)
+        .map_err(JsErrorBox::generic)?;
+    tracing::trace!(
+        ms = started.elapsed().as_secs_f64() * 1e3,
+        "snapshot memory restored"
+    );
+    Ok(())
 }
 
 /// Snapshot maker only: the snapshot taken, and the record of its shared libraries (empty: none).
