@@ -86,10 +86,14 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
     let mut boots = Vec::with_capacity(iterations);
     let mut runs = Vec::with_capacity(iterations);
     let mut teardowns = Vec::with_capacity(iterations);
+    let mut private_ready = Vec::with_capacity(iterations);
+    let mut private_used = Vec::with_capacity(iterations);
     for _ in 0..iterations {
+        let before = private_kib();
         let started = Instant::now();
         let sandbox = engine.boot_flavor(flavor).expect("boot");
         boots.push(started.elapsed());
+        private_ready.push(private_kib().saturating_sub(before));
         let mut sandbox = sandbox;
         if let Some(idle) = idle {
             // As a prewarmed worker does with a sandbox it holds.
@@ -99,6 +103,7 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
         let started = Instant::now();
         let result = sandbox.run(request(), None);
         runs.push(started.elapsed());
+        private_used.push(private_kib().saturating_sub(before));
         let started = Instant::now();
         drop(sandbox);
         teardowns.push(started.elapsed());
@@ -116,6 +121,8 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
     report("create ready sandbox", &mut boots);
     report("execute print(1)", &mut runs);
     report("discard used sandbox", &mut teardowns);
+    report_kib("dirty memory, ready", &mut private_ready);
+    report_kib("dirty memory, after run", &mut private_used);
     boots[boots.len() / 2]
 }
 
@@ -132,6 +139,30 @@ fn request() -> ExecRequest {
         timeout: Duration::from_secs(30),
         ..Default::default()
     }
+}
+
+/// The process's written private memory (Private_Dirty of /proc/self/smaps_rollup: pages copied or
+/// written for it alone; a page mapped from a shared file and only read is not counted), KiB; 0
+/// where the system cannot say.
+fn private_kib() -> u64 {
+    let Ok(text) = std::fs::read_to_string("/proc/self/smaps_rollup") else {
+        return 0;
+    };
+    text.lines()
+        .filter(|l| l.starts_with("Private_Dirty:"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum()
+}
+
+/// A sandbox's private memory (what the process grew by while it lived), MiB.
+fn report_kib(name: &str, samples: &mut [u64]) {
+    samples.sort();
+    let pick = |q: f64| samples[((samples.len() as f64 - 1.0) * q).round() as usize];
+    println!(
+        "{name:<24} median {:>6.1} MiB  p90 {:>6.1} MiB",
+        pick(0.5) as f64 / 1024.0,
+        pick(0.9) as f64 / 1024.0,
+    );
 }
 
 fn report(name: &str, samples: &mut [Duration]) {

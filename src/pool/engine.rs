@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use super::Backend;
+use super::{Backend, WorkerSettings};
 use crate::sandbox::{Engine, ExecRequest, ExecResult, Flavor, Sandbox};
 use crate::telemetry;
 
@@ -21,6 +21,17 @@ impl Backend for Engine {
 
     fn boot(&self, flavor: Flavor) -> Result<Sandbox, String> {
         self.boot_flavor(flavor).map_err(|e| e.to_string())
+    }
+
+    /// Sandboxes with pre-imported modules hold about three times a plain one's memory: a worker
+    /// keeps `ready_preimported_sandboxes` of them (docs/performance.md).
+    fn stock_size(&self, flavor: Flavor, settings: &WorkerSettings) -> usize {
+        match flavor {
+            Flavor::Plain => settings.ready_sandboxes,
+            Flavor::Preimported => settings
+                .ready_preimported_sandboxes
+                .min(settings.ready_sandboxes),
+        }
     }
 
     /// Finishes the garbage collection that booting started (see `Sandbox::collect_garbage`).

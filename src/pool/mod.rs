@@ -43,6 +43,12 @@ pub trait Backend: Send + Sync + 'static {
     /// Settles a sandbox booted ahead of its call (skipped when a job is already waiting for it).
     fn settle(&self, _sandbox: &mut Self::Sandbox) {}
 
+    /// How many sandboxes of `flavor` a prewarmed worker keeps ready, given `settings` (a kind that
+    /// holds more memory may be kept fewer of).
+    fn stock_size(&self, _flavor: Self::Flavor, settings: &WorkerSettings) -> usize {
+        settings.ready_sandboxes
+    }
+
     /// Runs `job`; `cancelled` is set when its caller goes away meanwhile (the run may stop early).
     /// The pool drops the used sandbox after the reply has been sent.
     fn run(
@@ -205,13 +211,7 @@ impl<B: Backend> Pool<B> {
         for index in 0..config.max_workers.max(1) {
             let prewarmed = index < config.prewarmed_workers;
             let (ack_tx, ack_rx) = std::sync::mpsc::channel::<Result<(), String>>();
-            let worker = Worker::new(
-                index,
-                prewarmed,
-                config.ready_sandboxes.max(1),
-                backend.clone(),
-                shared.clone(),
-            );
+            let worker = Worker::new(index, prewarmed, config, backend.clone(), shared.clone());
             health.started_workers.fetch_add(1, Ordering::SeqCst);
             health.live_workers.fetch_add(1, Ordering::SeqCst);
             let spawned = std::thread::Builder::new()

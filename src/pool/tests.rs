@@ -117,6 +117,15 @@ impl Backend for Fake {
         self.settled.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// Flavor 2 stands for a kind that holds more memory: one is kept ready.
+    fn stock_size(&self, flavor: u8, settings: &WorkerSettings) -> usize {
+        if flavor == 2 {
+            1
+        } else {
+            settings.ready_sandboxes
+        }
+    }
+
     fn run(
         &self,
         sandbox: &mut FakeSandbox,
@@ -156,6 +165,7 @@ fn stocked_pool(
             queue_capacity: queue,
             prewarmed_workers: prewarmed,
             ready_sandboxes,
+            ready_preimported_sandboxes: ready_sandboxes,
         },
     )
     .expect("pool starts")
@@ -353,6 +363,7 @@ fn boot_failures_fail_the_job_or_the_start() {
             queue_capacity: 8,
             prewarmed_workers: 1,
             ready_sandboxes: 1,
+            ready_preimported_sandboxes: 1,
         },
     )
     .err()
@@ -467,6 +478,32 @@ fn sandboxes_are_dropped_newest_first_whatever_the_flavors() {
     assert_eq!(fake.out_of_order.load(Ordering::SeqCst), 0);
     assert!(fake.alive.lock().unwrap().is_empty());
 }
+
+#[test]
+fn a_kind_the_backend_keeps_fewer_of_gets_a_smaller_stock() {
+    let fake = Arc::new(Fake::default());
+    let pool = stocked_pool(&fake, 1, 8, 1, 3);
+    let boots = || fake.boots.load(Ordering::SeqCst);
+    wait_until("a full stock", || boots() == 3 && ready_idle(&pool));
+    // A call of the heavier kind boots on demand (4); the stock becomes one of its kind (5).
+    let mut t = pool.submit(FakeJob::of_flavor("heavy", 2)).unwrap();
+    assert_eq!(block_on(t.wait()).result.unwrap(), ("heavy", 4));
+    wait_until("the stock replaced", || boots() == 5 && ready_idle(&pool));
+    // Well past the refill pause, nothing more is booted for it.
+    std::thread::sleep(REFILL_WAIT);
+    assert_eq!(boots(), 5);
+    assert_eq!(*fake.flavors.lock().unwrap(), [0, 0, 0, 2, 2]);
+    // Back to the plain kind: its full stock again.
+    let mut t = pool.submit(FakeJob::of_flavor("plain", 0)).unwrap();
+    assert_eq!(block_on(t.wait()).result.unwrap(), ("plain", 6));
+    wait_until("a full plain stock", || boots() == 9 && ready_idle(&pool));
+    pool.shutdown();
+    wait_until("the worker to exit", || pool.workers_exited());
+    assert_eq!(fake.out_of_order.load(Ordering::SeqCst), 0);
+}
+
+/// Longer than the worker's refill pause (25 ms), with room for a slow machine.
+const REFILL_WAIT: Duration = Duration::from_millis(300);
 
 #[test]
 fn the_whole_stock_follows_the_flavor_of_the_last_call() {

@@ -20,8 +20,8 @@ const REFILL_PAUSE: Duration = Duration::from_millis(25);
 pub(super) struct Worker<B: Backend> {
     index: usize,
     prewarmed: bool,
-    /// Sandboxes a prewarmed worker keeps ready.
-    stock_size: usize,
+    /// How many sandboxes a prewarmed worker keeps ready (of each kind: see `Backend::stock_size`).
+    settings: super::WorkerSettings,
     /// Whether this worker is counted in the queue's `ready_idle`.
     announced: Cell<bool>,
     backend: Arc<B>,
@@ -124,14 +124,14 @@ impl<B: Backend> Worker<B> {
     pub(super) fn new(
         index: usize,
         prewarmed: bool,
-        stock_size: usize,
+        settings: super::WorkerSettings,
         backend: Arc<B>,
         shared: Arc<Shared<B::Job, B::Output>>,
     ) -> Self {
         Self {
             index,
             prewarmed,
-            stock_size,
+            settings,
             announced: Cell::new(false),
             backend,
             shared,
@@ -172,7 +172,8 @@ impl<B: Backend> Worker<B> {
                         // Nothing to serve the next call with: boot at once.
                         Some(Duration::ZERO)
                     } else {
-                        (stock.len() < self.stock_size).then_some(REFILL_PAUSE)
+                        let size = self.backend.stock_size(wanted, &self.settings).max(1);
+                        (stock.len() < size).then_some(REFILL_PAUSE)
                     }
                 })
                 .flatten();

@@ -85,6 +85,8 @@ pub struct WorkerSettings {
     pub prewarmed_workers: usize,
     /// Sandboxes each prewarmed worker keeps ready (at least 1).
     pub ready_sandboxes: usize,
+    /// Of those, when they are of the kind with pre-imported modules (at least 1).
+    pub ready_preimported_sandboxes: usize,
 }
 
 /// Stateful sessions.

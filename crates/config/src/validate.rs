@@ -74,6 +74,12 @@ const RANGES: &[Range] = &[
         unit: "",
     },
     Range {
+        key: "workers.ready_preimported_sandboxes",
+        value: |c| c.workers.ready_preimported_sandboxes,
+        allowed: 1..=64,
+        unit: "",
+    },
+    Range {
         key: "workers.queue_capacity",
         value: |c| c.workers.queue_capacity,
         allowed: 0..=1_000_000,
@@ -478,6 +484,7 @@ fn settings(
             queue_capacity: w.queue_capacity as usize,
             prewarmed_workers: w.prewarmed() as usize,
             ready_sandboxes: w.ready_sandboxes as usize,
+            ready_preimported_sandboxes: w.ready_preimported_sandboxes as usize,
         },
         sessions: s.enabled.then(|| SessionSettings {
             max_sessions: s.max_sessions as usize,
