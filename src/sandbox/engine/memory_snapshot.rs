@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 
 use crate::assets::Assets;
 use crate::sandbox::engine::modules::Modules;
-use crate::sandbox::engine::session_base::Delta;
+use crate::sandbox::engine::session_base::{Delta, is_zero};
 
 /// The kind of snapshot a sandbox starts from (the kind of sandbox a call runs in).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
@@ -22,6 +22,25 @@ pub enum Flavor {
     Plain,
     /// Restored from the snapshot with the pre-imported modules.
     Preimported,
+}
+
+impl Flavor {
+    /// How a session image names the snapshot kind it is based on.
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavor::Plain => "plain",
+            Flavor::Preimported => "preimported",
+        }
+    }
+
+    /// The snapshot kind an image names.
+    pub fn named(name: &str) -> Option<Flavor> {
+        match name {
+            "plain" => Some(Flavor::Plain),
+            "preimported" => Some(Flavor::Preimported),
+            _ => None,
+        }
+    }
 }
 
 /// The snapshot bytes in a V8 backing store shared by every isolate, and a map of its linear memory.
@@ -321,13 +340,6 @@ fn zero_runs(memory: &[u8]) -> Vec<Run> {
         }
     }
     runs
-}
-
-/// Whether `bytes` are all zeros.
-pub(crate) fn is_zero(bytes: &[u8]) -> bool {
-    // SAFETY: u64 has no invalid bit patterns; align_to only reinterprets the aligned middle.
-    let (head, words, tail) = unsafe { bytes.align_to::<u64>() };
-    head.iter().all(|&b| b == 0) && words.iter().all(|&w| w == 0) && tail.iter().all(|&b| b == 0)
 }
 
 /// The digest naming the snapshot file: this build's glue and the exact Pyodide files in use, with

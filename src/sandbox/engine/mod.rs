@@ -467,7 +467,7 @@ check({modules})"
     /// The `flavor` snapshot and the name a session image based on it gives it (`flavor:digest`).
     fn image_base(&self, flavor: Flavor) -> Option<(Arc<SharedSnapshot>, String)> {
         let base = self.shared.snapshots.get(flavor)?;
-        let name = format!("{}:{}", session_base::flavor_name(flavor), base.digest());
+        let name = format!("{}:{}", flavor.name(), base.digest());
         Some((base.clone(), name))
     }
 
@@ -487,7 +487,7 @@ check({modules})"
             Some(named) => {
                 let flavor = named
                     .split_once(':')
-                    .and_then(|(f, _)| session_base::flavor_named(f))
+                    .and_then(|(f, _)| Flavor::named(f))
                     .ok_or_else(|| {
                         EngineError::Boot("the image names an unknown base snapshot".into())
                     })?;

@@ -1,14 +1,13 @@
 //! A session image's memory as the pages that differ from the snapshot the session started from (the
 //! plain one, or the one with pre-imported modules): a session holding `x = 1` changes a few hundred
-//! pages of Pyodide's ~31 MB, so its image holds those, and a restore copies the rest from the
-//! snapshot this process already has. The snapshot is named by its digest: an image made against
-//! other snapshot bytes is refused rather than patched wrongly.
+//! pages of Pyodide's ~31 MB, so its image holds those ([`diff`], reading the WebAssembly memory in
+//! place), and a restore writes the snapshot's pages and then those straight into the new sandbox's
+//! memory ([`Delta`], through `SharedSnapshot::overlaid`). The snapshot is named by its digest: an
+//! image made against other snapshot bytes is refused rather than patched wrongly.
 
 use std::ops::Range;
 
 use bytes::Bytes;
-
-use super::memory_snapshot::{Flavor, is_zero};
 
 /// The granularity of the comparison (one OS page).
 const PAGE: usize = 4096;
@@ -160,21 +159,11 @@ impl Delta {
     }
 }
 
-/// How an image names the snapshot kind it is based on.
-pub fn flavor_name(flavor: Flavor) -> &'static str {
-    match flavor {
-        Flavor::Plain => "plain",
-        Flavor::Preimported => "preimported",
-    }
-}
-
-/// The snapshot kind an image names.
-pub fn flavor_named(name: &str) -> Option<Flavor> {
-    match name {
-        "plain" => Some(Flavor::Plain),
-        "preimported" => Some(Flavor::Preimported),
-        _ => None,
-    }
+/// Whether `bytes` are all zeros.
+pub(crate) fn is_zero(bytes: &[u8]) -> bool {
+    // SAFETY: u64 has no invalid bit patterns; align_to only reinterprets the aligned middle.
+    let (head, words, tail) = unsafe { bytes.align_to::<u64>() };
+    head.iter().all(|&b| b == 0) && words.iter().all(|&w| w == 0) && tail.iter().all(|&b| b == 0)
 }
 
 #[cfg(test)]
