@@ -1,16 +1,19 @@
 //! The engine's wing: what is prepared once per process and only read by sandboxes. The engine
 //! makes what every sandbox of the process shares (`shared.rs`) once — the V8 startup snapshot
 //! (`startup.rs`, with V8's process flags and each isolate's creation), the package layer
-//! (`layer.rs`), the Pyodide memory snapshots (`memory_snapshot.rs` on disk, `snapshots.rs` by kind:
-//! taken now, or read back from `package_cache_dir` and trusted once a sandbox boots from it),
-//! Pyodide's JavaScript as served (`modules/`), WebAssembly compiled once (`wasm.rs`) — and then
-//! sandboxes: [`Engine::boot`] makes a ready [`Sandbox`].
+//! (`layer.rs`), the Pyodide memory snapshots (`memory_snapshot.rs` in memory, `snapshot_files.rs`
+//! on disk, `snapshots.rs` by kind: taken now, or read back from `package_cache_dir` and trusted
+//! once a sandbox boots from it), Pyodide's JavaScript as served (`modules/`), WebAssembly compiled
+//! once (`wasm.rs`) — and then sandboxes: [`Engine::boot`] makes a ready [`Sandbox`]; a session's
+//! are saved and restored as images (`session_images.rs`, `session_base.rs`).
 
 pub mod layer;
 pub(crate) mod memory_snapshot;
 pub(crate) mod modules;
 pub(crate) mod session_base;
+mod session_images;
 pub(crate) mod shared;
+pub(crate) mod snapshot_files;
 pub(crate) mod snapshots;
 pub(crate) mod startup;
 pub(crate) mod wasm;
@@ -22,7 +25,6 @@ use self::memory_snapshot::{DylibRecord, SharedSnapshot, SnapshotOrigin};
 use self::shared::{BootMode, EngineConfig, EngineError, EngineShared};
 use self::snapshots::{Flavor, PreimportedSet};
 use crate::assets::Assets;
-use crate::sandbox::image::SessionImage;
 use crate::sandbox::isolate::Sandbox;
 use crate::sandbox::isolate::ops::{Role, TakenSnapshot};
 use crate::sandbox::types::{ErrorKind, ErrorType, ExecError, ExecRequest, ExecResult};
@@ -78,12 +80,12 @@ impl Engine {
     /// sandbox has booted from it; one that does not boot is discarded and a fresh one taken.
     fn prepare_memory_snapshot(&self) -> Result<String, EngineError> {
         let cache_dir = &self.shared.config.package_cache_dir;
-        let key = memory_snapshot::key(
+        let key = snapshot_files::key(
             &self.shared.assets,
             &self.shared.modules,
             &crate::sandbox::isolate::ops::glue(),
         );
-        let stored = memory_snapshot::load(cache_dir, Flavor::Plain, &key);
+        let stored = snapshot_files::load(cache_dir, Flavor::Plain, &key);
         let maker = match stored {
             Some(_) => None,
             None => Some(self.spawn_snapshot_maker(Vec::new())?),
@@ -94,7 +96,7 @@ impl Engine {
         let (snapshot, origin) = match (stored, taken) {
             (_, Some(taken)) => {
                 let bytes = taken?.bytes;
-                let on_disk = memory_snapshot::store(cache_dir, Flavor::Plain, &key, &bytes);
+                let on_disk = snapshot_files::store(cache_dir, Flavor::Plain, &key, &bytes);
                 (
                     Arc::new(SharedSnapshot::new(bytes)),
                     SnapshotOrigin::Taken { on_disk },
@@ -113,10 +115,9 @@ impl Engine {
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "the stored Pyodide snapshot does not boot; taking a new one");
-                        memory_snapshot::discard(cache_dir, Flavor::Plain, &key);
+                        snapshot_files::discard(cache_dir, Flavor::Plain, &key);
                         let bytes = self.spawn_snapshot_maker(Vec::new())?.join()?.bytes;
-                        let on_disk =
-                            memory_snapshot::store(cache_dir, Flavor::Plain, &key, &bytes);
+                        let on_disk = snapshot_files::store(cache_dir, Flavor::Plain, &key, &bytes);
                         (
                             Arc::new(SharedSnapshot::new(bytes)),
                             SnapshotOrigin::Taken { on_disk },
@@ -181,9 +182,9 @@ impl Engine {
         };
         let started = Instant::now();
         let cache_dir = &self.shared.config.package_cache_dir;
-        let key = memory_snapshot::preimported_key(plain_key, &layer.digest(), modules);
-        let stored = memory_snapshot::load(cache_dir, Flavor::Preimported, &key)
-            .and_then(memory_snapshot::decode_preimported);
+        let key = snapshot_files::preimported_key(plain_key, &layer.digest(), modules);
+        let stored = snapshot_files::load(cache_dir, Flavor::Preimported, &key)
+            .and_then(snapshot_files::decode_preimported);
         let reused = stored.is_some();
         let taken = match stored {
             Some(found) => Ok(found),
@@ -205,11 +206,11 @@ impl Engine {
             }
         };
         if !reused {
-            let _ = memory_snapshot::store(
+            let _ = snapshot_files::store(
                 cache_dir,
                 Flavor::Preimported,
                 &key,
-                &memory_snapshot::encode_preimported(&bytes, &dylibs),
+                &snapshot_files::encode_preimported(&bytes, &dylibs),
             );
         }
         let packages = PreimportedSet::new(dylibs.modules().iter().cloned());
@@ -226,7 +227,7 @@ impl Engine {
                 self.shared.snapshots.set_preimported(candidate, packages);
             }
             Err(e) => {
-                memory_snapshot::discard(cache_dir, Flavor::Preimported, &key);
+                snapshot_files::discard(cache_dir, Flavor::Preimported, &key);
                 tracing::warn!(error = %e, modules = ?modules, "the snapshot with pre-imported modules does not work; sandboxes import them when asked");
             }
         }
@@ -450,111 +451,6 @@ check({modules})"
             }
         }
         Sandbox::boot(self.shared.clone(), snapshots.get(Flavor::Plain).cloned())
-    }
-
-    /// Boots a session's sandbox of `flavor`, saveable as an image (see `Sandbox::save_image`) made
-    /// of the pages that differ from the snapshot it started from.
-    pub fn boot_session_flavor(&self, flavor: Flavor) -> Result<Sandbox, EngineError> {
-        let snapshot = self.shared.snapshots.get(flavor).cloned();
-        let mut sandbox = Sandbox::boot_saveable(self.shared.clone(), snapshot)?;
-        sandbox.keep_for_session();
-        if let Some((base, name)) = self.image_base(flavor) {
-            sandbox.save_against(base, name);
-        }
-        Ok(sandbox)
-    }
-
-    /// The `flavor` snapshot and the name a session image based on it gives it (`flavor:digest`).
-    fn image_base(&self, flavor: Flavor) -> Option<(Arc<SharedSnapshot>, String)> {
-        let base = self.shared.snapshots.get(flavor)?;
-        let name = format!("{}:{}", flavor.name(), base.digest());
-        Some((base.clone(), name))
-    }
-
-    /// A session's sandbox restored from `image`: its interpreter as it was saved, its files back
-    /// under /workspace, saveable again. An image based on a snapshot is restored without building
-    /// its memory in one piece: the base's pages and the changed ones are written straight into
-    /// the new sandbox's memory.
-    pub fn restore_session(&self, image: SessionImage) -> Result<Sandbox, EngineError> {
-        let dylibs = match image.dylibs {
-            Some(json) => Some(DylibRecord::parse(json).ok_or_else(|| {
-                EngineError::Boot("the image's record of shared libraries is malformed".into())
-            })?),
-            None => None,
-        };
-        let mut based = None;
-        let memory = match image.base {
-            Some(named) => {
-                let flavor = named
-                    .split_once(':')
-                    .and_then(|(f, _)| Flavor::named(f))
-                    .ok_or_else(|| {
-                        EngineError::Boot("the image names an unknown base snapshot".into())
-                    })?;
-                let (base, name) = self
-                    .image_base(flavor)
-                    .filter(|(_, name)| *name == named)
-                    .ok_or_else(|| {
-                        EngineError::Boot(
-                            "the image was saved against a memory snapshot this server does not have (another build or package set)".into(),
-                        )
-                    })?;
-                if !self.shared.modules.sparse_restore() {
-                    return Err(EngineError::Boot(
-                        "this Pyodide does not restore memory as expected, which restoring an image needs".into(),
-                    ));
-                }
-                let max = usize::try_from(
-                    (self.shared.config.wasm_memory_limit_mb + 64).saturating_mul(1 << 20),
-                )
-                .unwrap_or(usize::MAX);
-                let delta =
-                    session_base::Delta::parse(image.memory, max).map_err(EngineError::Boot)?;
-                based = Some((base.clone(), name));
-                SharedSnapshot::overlaid(base, delta, dylibs).map_err(EngineError::Boot)?
-            }
-            None => {
-                let memory = image.memory.to_vec();
-                match dylibs {
-                    Some(dylibs) => SharedSnapshot::with_dylibs(memory, dylibs),
-                    None => SharedSnapshot::new(memory),
-                }
-            }
-        };
-        let prepared = Instant::now();
-        let mut sandbox = Sandbox::boot_saveable(self.shared.clone(), Some(Arc::new(memory)))?;
-        tracing::debug!(
-            boot_ms = prepared.elapsed().as_secs_f64() * 1e3,
-            "session sandbox booted from its image"
-        );
-        sandbox.keep_for_session();
-        if let Some((base, name)) = based {
-            sandbox.save_against(base, name);
-        }
-        for (path, data) in image.files {
-            sandbox.store_file(&path, data).map_err(EngineError::Boot)?;
-        }
-        Ok(sandbox)
-    }
-
-    /// The key a session image is made and accepted by: this build's glue, the exact Pyodide files
-    /// and the package layer (a process that differs in any of them refuses the image rather than
-    /// restoring it wrongly).
-    pub fn image_key(&self) -> &str {
-        self.shared.image_key.get_or_init(|| {
-            let plain = memory_snapshot::key(
-                &self.shared.assets,
-                &self.shared.modules,
-                &crate::sandbox::isolate::ops::glue(),
-            );
-            let layer = self
-                .shared
-                .layer
-                .get()
-                .map(|l| l.digest())
-                .unwrap_or_default();
-            memory_snapshot::preimported_key(&plain, &layer, &[])
-        })
     }
 
     /// Whether sandboxes start with pre-imported modules (`preimport_modules`, `preimport_preinstalled`).

@@ -1,0 +1,120 @@
+//! The engine's side of session images: a session's sandbox booted saveable against the snapshot
+//! it starts from, restored from an image (its memory written as that snapshot's pages and the
+//! changed ones), and the key an image is made and accepted by.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::memory_snapshot::{DylibRecord, SharedSnapshot};
+use super::shared::EngineError;
+use super::snapshots::Flavor;
+use super::{Engine, session_base, snapshot_files};
+use crate::sandbox::image::SessionImage;
+use crate::sandbox::isolate::Sandbox;
+
+impl Engine {
+    /// Boots a session's sandbox of `flavor`, saveable as an image (see `Sandbox::save_image`) made
+    /// of the pages that differ from the snapshot it started from.
+    pub fn boot_session_flavor(&self, flavor: Flavor) -> Result<Sandbox, EngineError> {
+        let snapshot = self.shared.snapshots.get(flavor).cloned();
+        let mut sandbox = Sandbox::boot_saveable(self.shared.clone(), snapshot)?;
+        sandbox.keep_for_session();
+        if let Some((base, name)) = self.image_base(flavor) {
+            sandbox.save_against(base, name);
+        }
+        Ok(sandbox)
+    }
+
+    /// The `flavor` snapshot and the name a session image based on it gives it (`flavor:digest`).
+    pub(super) fn image_base(&self, flavor: Flavor) -> Option<(Arc<SharedSnapshot>, String)> {
+        let base = self.shared.snapshots.get(flavor)?;
+        let name = format!("{}:{}", flavor.name(), base.digest());
+        Some((base.clone(), name))
+    }
+
+    /// A session's sandbox restored from `image`: its interpreter as it was saved, its files back
+    /// under /workspace, saveable again. An image based on a snapshot is restored without building
+    /// its memory in one piece: the base's pages and the changed ones are written straight into
+    /// the new sandbox's memory.
+    pub fn restore_session(&self, image: SessionImage) -> Result<Sandbox, EngineError> {
+        let dylibs = match image.dylibs {
+            Some(json) => Some(DylibRecord::parse(json).ok_or_else(|| {
+                EngineError::Boot("the image's record of shared libraries is malformed".into())
+            })?),
+            None => None,
+        };
+        let mut based = None;
+        let memory = match image.base {
+            Some(named) => {
+                let flavor = named
+                    .split_once(':')
+                    .and_then(|(f, _)| Flavor::named(f))
+                    .ok_or_else(|| {
+                        EngineError::Boot("the image names an unknown base snapshot".into())
+                    })?;
+                let (base, name) = self
+                    .image_base(flavor)
+                    .filter(|(_, name)| *name == named)
+                    .ok_or_else(|| {
+                        EngineError::Boot(
+                            "the image was saved against a memory snapshot this server does not have (another build or package set)".into(),
+                        )
+                    })?;
+                if !self.shared.modules.sparse_restore() {
+                    return Err(EngineError::Boot(
+                        "this Pyodide does not restore memory as expected, which restoring an image needs".into(),
+                    ));
+                }
+                let max = usize::try_from(
+                    (self.shared.config.wasm_memory_limit_mb + 64).saturating_mul(1 << 20),
+                )
+                .unwrap_or(usize::MAX);
+                let delta =
+                    session_base::Delta::parse(image.memory, max).map_err(EngineError::Boot)?;
+                based = Some((base.clone(), name));
+                SharedSnapshot::overlaid(base, delta, dylibs).map_err(EngineError::Boot)?
+            }
+            None => {
+                let memory = image.memory.to_vec();
+                match dylibs {
+                    Some(dylibs) => SharedSnapshot::with_dylibs(memory, dylibs),
+                    None => SharedSnapshot::new(memory),
+                }
+            }
+        };
+        let prepared = Instant::now();
+        let mut sandbox = Sandbox::boot_saveable(self.shared.clone(), Some(Arc::new(memory)))?;
+        tracing::debug!(
+            boot_ms = prepared.elapsed().as_secs_f64() * 1e3,
+            "session sandbox booted from its image"
+        );
+        sandbox.keep_for_session();
+        if let Some((base, name)) = based {
+            sandbox.save_against(base, name);
+        }
+        for (path, data) in image.files {
+            sandbox.store_file(&path, data).map_err(EngineError::Boot)?;
+        }
+        Ok(sandbox)
+    }
+
+    /// The key a session image is made and accepted by: this build's glue, the exact Pyodide files
+    /// and the package layer (a process that differs in any of them refuses the image rather than
+    /// restoring it wrongly).
+    pub fn image_key(&self) -> &str {
+        self.shared.image_key.get_or_init(|| {
+            let plain = snapshot_files::key(
+                &self.shared.assets,
+                &self.shared.modules,
+                &crate::sandbox::isolate::ops::glue(),
+            );
+            let layer = self
+                .shared
+                .layer
+                .get()
+                .map(|l| l.digest())
+                .unwrap_or_default();
+            snapshot_files::preimported_key(&plain, &layer, &[])
+        })
+    }
+}
