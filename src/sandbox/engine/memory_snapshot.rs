@@ -6,7 +6,7 @@
 use deno_core::v8;
 use sha2::{Digest, Sha256};
 
-use crate::sandbox::engine::session_base::{Delta, is_zero};
+use crate::sandbox::engine::session_base::{Delta, is_zero, memory_offset};
 
 /// The kind of snapshot a sandbox starts from (the kind of sandbox a call runs in).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
@@ -132,16 +132,12 @@ impl SharedSnapshot {
 
     pub fn new(bytes: Vec<u8>) -> Self {
         // Pyodide's format: u32 magic, u32 offset of the linear memory, then the header.
-        let memory_offset = bytes
-            .get(4..8)
-            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
-            .filter(|&offset| offset <= bytes.len())
-            .unwrap_or(bytes.len());
-        let runs = zero_runs(&bytes[memory_offset..]);
+        let offset = memory_offset(&bytes).unwrap_or(bytes.len());
+        let runs = zero_runs(&bytes[offset..]);
         let store = v8::ArrayBuffer::new_backing_store_from_bytes(bytes.into_boxed_slice());
         Self {
             store: store.make_shared(),
-            memory_offset,
+            memory_offset: offset,
             runs,
             dylibs: None,
             digest: std::sync::OnceLock::new(),
@@ -158,13 +154,8 @@ impl SharedSnapshot {
         delta: Delta,
         dylibs: Option<DylibRecord>,
     ) -> Result<Self, String> {
+        // (`Delta::parse` checked that the header ends where its memory starts.)
         let header = delta.header();
-        let memory_offset = header
-            .get(4..8)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
-        if memory_offset != Some(header.len()) {
-            return Err("the image's memory header is malformed".into());
-        }
         if base.overlay.is_some() {
             return Err("an image cannot be based on another image".into());
         }

@@ -15,7 +15,7 @@ const PAGE: usize = 4096;
 const MAGIC: &[u8; 8] = b"CIMDLT\0\x01";
 
 /// Where the linear memory starts in a Pyodide memory snapshot (its second u32).
-fn memory_offset(snapshot: &[u8]) -> Result<usize, String> {
+pub(crate) fn memory_offset(snapshot: &[u8]) -> Result<usize, String> {
     let offset = snapshot
         .get(4..8)
         .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
@@ -97,6 +97,10 @@ impl Delta {
         let header = at..at.checked_add(header_len).ok_or_else(cut)?;
         if header.end > bytes.len() {
             return Err(cut());
+        }
+        // Pyodide's header says where the memory starts: right after it.
+        if memory_offset(&bytes[header.clone()]) != Ok(header_len) {
+            return Err("the image's memory header is malformed".into());
         }
         at = header.end;
         let heap_len = number(&mut at)?;
@@ -197,7 +201,7 @@ mod tests {
         heap[20_000..20_100].fill(0);
         heap.extend_from_slice(&[0u8; 8192]);
         heap.extend_from_slice(&[9u8; 100]);
-        let header = b"a longer header than the base's";
+        let header = &snapshot(b"a longer header than the base's", &[])[..];
         let bytes = diff(&base, header, &heap).unwrap();
         assert!(bytes.len() < 5 * 4096 + 200, "{}", bytes.len());
         let delta = Delta::parse(bytes.clone().into(), 1 << 20).unwrap();
@@ -205,7 +209,11 @@ mod tests {
         assert_eq!(patched(&base_heap, &delta), heap);
         // Shorter than the base, too.
         let short = &base_heap[..10_000];
-        let delta = Delta::parse(diff(&base, b"h", short).unwrap().into(), 1 << 20).unwrap();
+        let delta = Delta::parse(
+            diff(&base, &snapshot(b"h", &[]), short).unwrap().into(),
+            1 << 20,
+        )
+        .unwrap();
         assert_eq!(patched(&base_heap, &delta), short);
         // Anything cut or changed in its framing is an error, never a panic.
         for cut in [0, 7, 8, 20, bytes.len() - 1] {
@@ -218,6 +226,9 @@ mod tests {
             Delta::parse(bytes.clone().into(), 100).is_err(),
             "over the size bound"
         );
+        // A header that does not end where its memory starts is not Pyodide's.
+        let foreign = diff(&base, b"not a Pyodide header", short).unwrap();
+        assert!(Delta::parse(foreign.into(), 1 << 20).is_err());
         // Pages out of order or past the memory's end.
         let count_at = 8 + 8 + header.len() + 8 + 8;
         let mut swapped = bytes.clone();

@@ -16,10 +16,21 @@ impl Engine {
     /// Boots a session's sandbox of `flavor`, saveable as an image (see `Sandbox::save_image`) made
     /// of the pages that differ from the snapshot it started from.
     pub fn boot_session_flavor(&self, flavor: Flavor) -> Result<Sandbox, EngineError> {
-        let snapshot = self.shared.snapshots.get(flavor).cloned();
+        let based = self.image_base(flavor);
+        let snapshot = based.as_ref().map(|(base, _)| base.clone());
+        self.boot_session(snapshot, based)
+    }
+
+    /// A session's sandbox restored from `snapshot`, saveable, its image saved against `based`
+    /// (the snapshot it started from, and that snapshot's name) when it has one.
+    fn boot_session(
+        &self,
+        snapshot: Option<Arc<SharedSnapshot>>,
+        based: Option<(Arc<SharedSnapshot>, String)>,
+    ) -> Result<Sandbox, EngineError> {
         let mut sandbox = Sandbox::boot_saveable(self.shared.clone(), snapshot)?;
         sandbox.keep_for_session();
-        if let Some((base, name)) = self.image_base(flavor) {
+        if let Some((base, name)) = based {
             sandbox.save_against(base, name);
         }
         Ok(sandbox)
@@ -83,15 +94,11 @@ impl Engine {
             }
         };
         let prepared = Instant::now();
-        let mut sandbox = Sandbox::boot_saveable(self.shared.clone(), Some(Arc::new(memory)))?;
+        let mut sandbox = self.boot_session(Some(Arc::new(memory)), based)?;
         tracing::debug!(
             boot_ms = prepared.elapsed().as_secs_f64() * 1e3,
             "session sandbox booted from its image"
         );
-        sandbox.keep_for_session();
-        if let Some((base, name)) = based {
-            sandbox.save_against(base, name);
-        }
         for (path, data) in image.files {
             sandbox.store_file(&path, data).map_err(EngineError::Boot)?;
         }
