@@ -13,10 +13,17 @@ use crate::sandbox::{ExecRequest, ExecResult, FileListing, FileRead, SandboxEnd}
 /// thread only (it need not be `Send`).
 pub trait Backend: Send + Sync + 'static {
     type Sandbox;
+    /// A sandbox started as far as it goes before it knows what it will be (see `park`).
+    type Parked;
 
-    /// Boots a sandbox kept for a session, of the kind that serves `first_code` (the code of the
-    /// session's first call); the error is the reason.
-    fn boot(&self, first_code: &str) -> Result<Self::Sandbox, String>;
+    /// Starts a sandbox ahead of the session it will serve, on the thread that will use it, as far
+    /// as it goes before it knows its first code or image; `None` when this backend cannot.
+    fn park(&self) -> Option<Self::Parked>;
+
+    /// Boots a sandbox kept for a session (finishing `parked` when given), of the kind that serves
+    /// `first_code` (the code of the session's first call); the error is the reason.
+    fn boot(&self, parked: Option<Self::Parked>, first_code: &str)
+    -> Result<Self::Sandbox, String>;
 
     /// Runs one call; setting `cancel` stops it (interrupting the code first).
     fn run(
@@ -46,8 +53,13 @@ pub trait Backend: Send + Sync + 'static {
     /// The sandbox's state as an image payload in parts (between calls), or why it cannot be saved.
     fn save(&self, sandbox: &mut Self::Sandbox) -> Result<Vec<Bytes>, String>;
 
-    /// A sandbox restored from a payload `save` made (in this process or another of this build).
-    fn restore(&self, payload: Bytes) -> Result<Self::Sandbox, String>;
+    /// A sandbox restored from a payload `save` made (in this process or another of this build),
+    /// finishing `parked` when given.
+    fn restore(
+        &self,
+        parked: Option<Self::Parked>,
+        payload: Bytes,
+    ) -> Result<Self::Sandbox, String>;
 }
 
 /// Where the manager reads the time (injected by tests).

@@ -1,7 +1,9 @@
 //! The real engine as the session manager's [`Backend`]: a session's sandbox is booted from the
 //! snapshot that serves its first call, saveable as an image made of the pages that differ from
 //! that snapshot, and kept for the session; saved and restored as a [`SessionImage`] payload;
-//! Python execution time is recorded here, where it is measured.
+//! Python execution time is recorded here, where it is measured. A session's sandbox is parked
+//! ahead of the session (`Engine::park_session`), so starting or resuming one waits only for its
+//! snapshot's restore.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -11,15 +13,21 @@ use bytes::Bytes;
 
 use super::Backend;
 use crate::sandbox::{
-    Engine, ExecRequest, ExecResult, FileListing, FileRead, Sandbox, SandboxEnd, SessionImage,
+    Engine, ExecRequest, ExecResult, FileListing, FileRead, ParkedSandbox, Sandbox, SandboxEnd,
+    SessionImage,
 };
 use crate::telemetry;
 
 impl Backend for Engine {
     type Sandbox = Sandbox;
+    type Parked = ParkedSandbox;
 
-    fn boot(&self, first_code: &str) -> Result<Sandbox, String> {
-        self.boot_session_flavor(self.flavor_for(first_code))
+    fn park(&self) -> Option<ParkedSandbox> {
+        self.park_session()
+    }
+
+    fn boot(&self, parked: Option<ParkedSandbox>, first_code: &str) -> Result<Sandbox, String> {
+        self.boot_session_flavor(parked, self.flavor_for(first_code))
             .map_err(|e| e.to_string())
     }
 
@@ -67,10 +75,12 @@ impl Backend for Engine {
         Ok(image.encode())
     }
 
-    fn restore(&self, payload: Bytes) -> Result<Sandbox, String> {
+    fn restore(&self, parked: Option<ParkedSandbox>, payload: Bytes) -> Result<Sandbox, String> {
         let started = Instant::now();
         let image = SessionImage::decode(payload)?;
-        let sandbox = self.restore_session(image).map_err(|e| e.to_string())?;
+        let sandbox = self
+            .restore_session(parked, image)
+            .map_err(|e| e.to_string())?;
         tracing::debug!(
             ms = started.elapsed().as_secs_f64() * 1e3,
             "session sandbox restored"

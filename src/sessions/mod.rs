@@ -83,6 +83,8 @@ struct Inner<B: Backend> {
     /// Where deletions in the store run (the runtime the manager was made in).
     runtime: Option<tokio::runtime::Handle>,
     closed: AtomicBool,
+    /// The thread the next session starts on, its sandbox parked (see `thread::Spare`).
+    spare: Mutex<Option<thread::Spare<B>>>,
 }
 
 /// The session manager; cheap to clone.
@@ -152,6 +154,7 @@ impl<B: Backend> Sessions<B> {
                 durability,
                 runtime: tokio::runtime::Handle::try_current().ok(),
                 closed: AtomicBool::new(false),
+                spare: Mutex::new(None),
             }),
         }
     }
@@ -265,11 +268,33 @@ impl<B: Backend> Sessions<B> {
             store_off: self.store_off(),
             dead,
         };
-        thread::spawn(thread, start, receiver, booted).map_err(|e| e.to_string())?;
-        booted_rx
+        let launch = thread::Launch {
+            thread,
+            start,
+            jobs: receiver,
+            booted,
+        };
+        let spare = lock(&self.inner.spare).take();
+        thread::spawn(launch, spare).map_err(|e| e.to_string())?;
+        let result = booted_rx
             .await
-            .unwrap_or_else(|_| Err("the session's thread stopped".into()))?;
+            .unwrap_or_else(|_| Err("the session's thread stopped".into()));
+        // The next session's thread, started once this one's sandbox is made (both on two cores
+        // would slow this one).
+        self.keep_spare();
+        result?;
         Ok(jobs)
+    }
+
+    /// Starts a spare session thread unless there is one (or the manager is closed).
+    fn keep_spare(&self) {
+        let inner = &self.inner;
+        let mut spare = lock(&inner.spare);
+        if spare.is_none() && !inner.closed.load(Ordering::SeqCst) {
+            *spare = thread::Spare::spawn(inner.backend.clone())
+                .inspect_err(|e| tracing::warn!(error = %e, "no spare session thread"))
+                .ok();
+        }
     }
 
     /// Why sessions cannot be saved at all here (no store), if so.

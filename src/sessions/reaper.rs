@@ -125,6 +125,8 @@ impl<B: Backend> Sessions<B> {
     /// Saved sessions resume on their next call, on any replica sharing the store.
     pub async fn shutdown(&self, deadline: Instant) {
         self.inner.closed.store(true, Ordering::SeqCst);
+        // The spare session thread ends with its parked sandbox.
+        drop(super::lock(&self.inner.spare).take());
         while self.busy() && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

@@ -45,8 +45,8 @@ impl Clock for ManualClock {
 /// sandbox can run nothing more), `say:TEXT` (raise an exception with that message), `push:X`
 /// (remember X: the session's state), `state` (what was remembered, as the result), `js` (hold
 /// something an image cannot carry); anything else succeeds with the code as its result. A first
-/// code of `slow-boot` waits to be released before the sandbox exists. The image of a sandbox is
-/// what it remembers.
+/// code of `slow-boot` waits to be released before the sandbox exists; `parked` says whether the
+/// sandbox was finished from a parked one. The image of a sandbox is what it remembers.
 pub(super) struct Fake {
     started: UnboundedSender<&'static str>,
     release: Mutex<mpsc::Receiver<()>>,
@@ -56,6 +56,8 @@ pub(super) struct FakeSandbox {
     ended: Option<SandboxEnd>,
     state: Vec<String>,
     holds_js: bool,
+    /// Finished from a parked sandbox (code `parked` says).
+    parked: bool,
 }
 
 impl Fake {
@@ -108,8 +110,13 @@ fn success(result: &str) -> ExecResult {
 
 impl Backend for Fake {
     type Sandbox = FakeSandbox;
+    type Parked = ();
 
-    fn boot(&self, first_code: &str) -> Result<FakeSandbox, String> {
+    fn park(&self) -> Option<()> {
+        Some(())
+    }
+
+    fn boot(&self, parked: Option<()>, first_code: &str) -> Result<FakeSandbox, String> {
         if first_code == "slow-boot" {
             let _ = self.started.send("boot");
             self.hold(None);
@@ -121,6 +128,7 @@ impl Backend for Fake {
             ended: None,
             state: Vec::new(),
             holds_js: false,
+            parked: parked.is_some(),
         })
     }
 
@@ -157,6 +165,7 @@ impl Backend for Fake {
                 traceback: None,
             }),
             "state" => success(&sandbox.state.join(",")),
+            "parked" => success(&sandbox.parked.to_string()),
             "js" => {
                 sandbox.holds_js = true;
                 success("js")
@@ -202,7 +211,7 @@ impl Backend for Fake {
         }
     }
 
-    fn restore(&self, payload: Bytes) -> Result<FakeSandbox, String> {
+    fn restore(&self, parked: Option<()>, payload: Bytes) -> Result<FakeSandbox, String> {
         let text = String::from_utf8(payload.to_vec()).map_err(|e| e.to_string())?;
         let state = text.strip_prefix("fake:").ok_or("not a fake image")?;
         Ok(FakeSandbox {
@@ -213,6 +222,7 @@ impl Backend for Fake {
                 .map(String::from)
                 .collect(),
             holds_js: false,
+            parked: parked.is_some(),
         })
     }
 }
@@ -482,4 +492,29 @@ async fn a_failed_boot_is_a_structured_error_and_frees_its_slot() {
         Err(SessionError::Boot(_))
     ));
     assert!(sessions.create(Caller::default(), "x").await.is_ok());
+}
+
+#[tokio::test]
+async fn every_session_after_the_first_starts_on_a_spare_thread_with_a_parked_sandbox() {
+    let (sessions, _clock, _started, _release) = manager(4, 4);
+    let caller = Caller::default();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let id = sessions.create(caller.clone(), "x").await.unwrap();
+        let run = sessions
+            .run(&id, &caller, request("parked"), None)
+            .await
+            .unwrap();
+        seen.push(run.result.result.unwrap());
+    }
+    // The first session's thread is made on demand; each start leaves a spare for the next.
+    assert_eq!(seen, ["false", "true", "true"]);
+    // A failed start uses up the spare too, and the next session still finds one.
+    assert!(sessions.create(caller.clone(), "fail-boot").await.is_err());
+    let id = sessions.create(caller.clone(), "x").await.unwrap();
+    let run = sessions
+        .run(&id, &caller, request("parked"), None)
+        .await
+        .unwrap();
+    assert_eq!(run.result.result.as_deref(), Some("true"));
 }

@@ -2,7 +2,8 @@
 //! jobs in order until the session ends or is spilled (its channel closes), or its sandbox can run
 //! nothing more, which it reports to the manager before it answers the call that found out, so the
 //! next call already hears the session has ended. After every call it checks whether the session
-//! can still be saved, and says so with the result.
+//! can still be saved, and says so with the result. A *spare* thread is started ahead of the next
+//! session with a sandbox parked on it (see `Backend::park`).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -85,39 +86,86 @@ pub(super) struct Thread<B: Backend> {
     pub dead: Arc<AtomicBool>,
 }
 
-/// Starts session `id`'s thread: it boots a sandbox from `start`, says so on `booted`, then
-/// serves `jobs` until the channel closes or `dead` is set.
-pub(super) fn spawn<B: Backend>(
-    thread: Thread<B>,
-    start: Start,
-    jobs: mpsc::Receiver<Job>,
-    booted: oneshot::Sender<Result<(), String>>,
-) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name(format!("session-{}", short(&thread.id)))
-        .stack_size(8 * 1024 * 1024)
-        .spawn(move || {
-            let made = match start {
-                Start::Boot(first_code) => thread.backend.boot(&first_code),
-                Start::Restore(payload) => thread.backend.restore(payload),
-            };
-            let mut sandbox = match made {
-                Ok(sandbox) => sandbox,
-                Err(e) => {
-                    let _ = booted.send(Err(e));
-                    return;
+/// What a session's thread starts from: the session, its start, its jobs and where to say it booted.
+pub(super) struct Launch<B: Backend> {
+    pub thread: Thread<B>,
+    pub start: Start,
+    pub jobs: mpsc::Receiver<Job>,
+    pub booted: oneshot::Sender<Result<(), String>>,
+}
+
+/// A thread started ahead of the next session: it has parked a sandbox (`Backend::park`) and waits
+/// for its session, which then waits only for the sandbox to be finished. Dropping it ends the
+/// thread.
+pub(super) struct Spare<B: Backend> {
+    handoff: mpsc::Sender<Launch<B>>,
+}
+
+impl<B: Backend> Spare<B> {
+    /// Starts a spare thread that parks a sandbox of `backend`.
+    pub fn spawn(backend: Arc<B>) -> std::io::Result<Self> {
+        let (handoff, launches) = mpsc::channel::<Launch<B>>();
+        std::thread::Builder::new()
+            .name("session-spare".into())
+            .stack_size(STACK)
+            .spawn(move || {
+                let parked = backend.park();
+                if let Ok(launch) = launches.recv() {
+                    run(launch, parked);
                 }
-            };
-            if booted.send(Ok(())).is_err() {
-                // The creating call went away: nobody knows this session.
-                return;
-            }
-            serve(&thread, &mut sandbox, jobs);
-            drop(sandbox);
-            give_back_freed_memory();
-            tracing::debug!(session = short(&thread.id), "session thread ended");
-        })
+            })?;
+        Ok(Self { handoff })
+    }
+}
+
+/// A session thread's stack: Pyodide's deep recursion needs more than Rust's default.
+const STACK: usize = 8 * 1024 * 1024;
+
+/// Starts session `id`'s thread, on `spare` when there is one: it boots a sandbox from `start`,
+/// says so on `booted`, then serves `jobs` until the channel closes or `dead` is set.
+pub(super) fn spawn<B: Backend>(launch: Launch<B>, spare: Option<Spare<B>>) -> std::io::Result<()> {
+    let launch = match spare {
+        Some(spare) => match spare.handoff.send(launch) {
+            Ok(()) => return Ok(()),
+            // The spare's thread is gone (it can only have panicked): a thread of its own.
+            Err(mpsc::SendError(launch)) => launch,
+        },
+        None => launch,
+    };
+    std::thread::Builder::new()
+        .name(format!("session-{}", short(&launch.thread.id)))
+        .stack_size(STACK)
+        .spawn(move || run(launch, None))
         .map(drop)
+}
+
+/// A session thread's life: its sandbox made (finishing `parked` when given), then its jobs.
+fn run<B: Backend>(launch: Launch<B>, parked: Option<B::Parked>) {
+    let Launch {
+        thread,
+        start,
+        jobs,
+        booted,
+    } = launch;
+    let made = match start {
+        Start::Boot(first_code) => thread.backend.boot(parked, &first_code),
+        Start::Restore(payload) => thread.backend.restore(parked, payload),
+    };
+    let mut sandbox = match made {
+        Ok(sandbox) => sandbox,
+        Err(e) => {
+            let _ = booted.send(Err(e));
+            return;
+        }
+    };
+    if booted.send(Ok(())).is_err() {
+        // The creating call went away: nobody knows this session.
+        return;
+    }
+    serve(&thread, &mut sandbox, jobs);
+    drop(sandbox);
+    give_back_freed_memory();
+    tracing::debug!(session = short(&thread.id), "session thread ended");
 }
 
 fn serve<B: Backend>(thread: &Thread<B>, sandbox: &mut B::Sandbox, jobs: mpsc::Receiver<Job>) {

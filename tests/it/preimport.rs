@@ -102,9 +102,12 @@ fn preimported_modules_work_in_every_fresh_sandbox_and_nothing_leaks_between_the
     eprintln!("first call with pandas pre-imported: {first:?}");
 
     // A session started from this snapshot holds relinked native modules: its image carries their
-    // record (the snapshot's, and what the session loaded after), and a restore relinks them.
+    // record (the snapshot's, and what the session loaded after), and a restore relinks them. (This
+    // one is finished from a parked sandbox, which relinks once its snapshot is chosen.)
+    let parked = engine.park_session();
+    assert!(parked.is_some());
     let mut session = engine
-        .boot_session_flavor(code_interpreter_mcp::sandbox::Flavor::Preimported)
+        .boot_session_flavor(parked, code_interpreter_mcp::sandbox::Flavor::Preimported)
         .unwrap();
     let kept = session.run(
         request("import pandas as pd\ndf = pd.DataFrame({'a': range(1000)})\nx = pd.Series([1, 2]).sum()\nint(x)"),
@@ -112,7 +115,7 @@ fn preimported_modules_work_in_every_fresh_sandbox_and_nothing_leaks_between_the
     );
     ok(&kept);
     let image = session.save_image().unwrap();
-    let mut restored = engine.restore_session(image).unwrap();
+    let mut restored = engine.restore_session(None, image).unwrap();
     let r = restored.run(
         request("(int(x) + 1, int(df['a'].sum()), str(df.describe().loc['mean', 'a']))"),
         None,
@@ -123,20 +126,22 @@ fn preimported_modules_work_in_every_fresh_sandbox_and_nothing_leaks_between_the
     // record starts empty and holds them; restored twice over, it goes on from the record it was
     // relinked from.
     let mut plain = engine
-        .boot_session_flavor(code_interpreter_mcp::sandbox::Flavor::Plain)
+        .boot_session_flavor(None, code_interpreter_mcp::sandbox::Flavor::Plain)
         .unwrap();
     ok(&plain.run(request("import numpy as np\na = np.arange(10)"), None));
     assert_eq!(plain.check_image(), None);
     let image = plain.save_image().unwrap();
     assert!(image.dylibs.is_some(), "the record of numpy's libraries");
-    let mut restored = engine.restore_session(image).unwrap();
+    let mut restored = engine
+        .restore_session(engine.park_session(), image)
+        .unwrap();
     let r = restored.run(
         request("b = np.fft.fft(np.ones(8))\n(int(a.sum()), float(np.linalg.norm(np.ones(4))))"),
         None,
     );
     assert_eq!(ok(&r).result.as_deref(), Some("(45, 2.0)"));
     let again = restored.save_image().unwrap();
-    let mut third = engine.restore_session(again).unwrap();
+    let mut third = engine.restore_session(None, again).unwrap();
     let r = third.run(request("(int(a.sum()), complex(b[0]))"), None);
     assert_eq!(ok(&r).result.as_deref(), Some("(45, (8+0j))"));
 }

@@ -23,7 +23,7 @@ fn run(sandbox: &mut Sandbox, code: &str) -> Option<String> {
 #[test]
 fn a_session_is_saved_sealed_and_restored_into_a_fresh_sandbox() {
     let engine = crate::common::engine();
-    let mut session = engine.boot_session_flavor(Flavor::Plain).unwrap();
+    let mut session = engine.boot_session_flavor(None, Flavor::Plain).unwrap();
     run(
         &mut session,
         "x = 41\ndef f(n):\n    return n + x\nopen('notes.txt', 'w').write('kept')",
@@ -62,7 +62,7 @@ fn a_session_is_saved_sealed_and_restored_into_a_fresh_sandbox() {
     let image = SessionImage::decode(payload.clone()).unwrap();
 
     let started = Instant::now();
-    let mut restored = engine.restore_session(image).unwrap();
+    let mut restored = engine.restore_session(None, image).unwrap();
     let resumed = started.elapsed();
     println!(
         "saved in {saved:?} ({} bytes raw, {stored} stored), restored in {resumed:?}",
@@ -89,8 +89,62 @@ fn a_session_is_saved_sealed_and_restored_into_a_fresh_sandbox() {
     run(&mut restored, "x = 99");
     let again = restored.save_image().unwrap();
     drop(restored);
-    let mut third = engine.restore_session(again).unwrap();
+    let mut third = engine.restore_session(None, again).unwrap();
     assert_eq!(run(&mut third, "f(1)").as_deref(), Some("100"));
+}
+
+#[test]
+fn a_parked_sandbox_is_finished_as_a_new_session_or_as_a_restored_one() {
+    let engine = crate::common::engine();
+    // Parked ahead of a session, then finished as a new one: its clock starts when it is finished.
+    let parked = engine.park_session().expect("a snapshot engine parks");
+    std::thread::sleep(Duration::from_millis(1200));
+    let mut session = engine
+        .boot_session_flavor(Some(parked), Flavor::Plain)
+        .unwrap();
+    let since_origin: f64 = run(
+        &mut session,
+        "from js import Date, performance\nDate.now() - performance.timeOrigin",
+    )
+    .unwrap()
+    .parse()
+    .unwrap();
+    assert!(since_origin < 1000.0, "time origin {since_origin} ms ago");
+    run(
+        &mut session,
+        "x = 41\nimport json\nopen('kept.txt', 'w').write('yes')",
+    );
+    let image = session.save_image().unwrap();
+    drop(session);
+
+    // Parked, then finished from that session's image.
+    let parked = engine.park_session().unwrap();
+    let mut restored = engine.restore_session(Some(parked), image).unwrap();
+    assert_eq!(run(&mut restored, "x + 1").as_deref(), Some("42"));
+    assert_eq!(
+        run(&mut restored, "open('kept.txt').read() + json.dumps(1)").as_deref(),
+        Some("yes1")
+    );
+    // Saveable again, and restorable without parking.
+    run(&mut restored, "x = 99");
+    let again = restored.save_image().unwrap();
+    drop(restored);
+    let mut third = engine.restore_session(None, again).unwrap();
+    assert_eq!(run(&mut third, "x").as_deref(), Some("99"));
+    drop(third);
+
+    // A parked sandbox given an image that does not restore is refused, not half-booted.
+    let parked = engine.park_session().unwrap();
+    let mut foreign = fresh_image(engine);
+    foreign.base = Some("plain:not-this-build".into());
+    assert!(engine.restore_session(Some(parked), foreign).is_err());
+}
+
+/// An image of a fresh session (for tests that change it).
+fn fresh_image(engine: &code_interpreter_mcp::sandbox::Engine) -> SessionImage {
+    let mut session = engine.boot_session_flavor(None, Flavor::Plain).unwrap();
+    run(&mut session, "y = 1");
+    session.save_image().unwrap()
 }
 
 #[test]
@@ -104,7 +158,7 @@ fn what_an_image_does_not_carry_is_refused_with_the_reason() {
     assert!(error.contains("not booted to be saved"), "{error}");
 
     // A JavaScript object held from Python.
-    let mut session = engine.boot_session_flavor(Flavor::Plain).unwrap();
+    let mut session = engine.boot_session_flavor(None, Flavor::Plain).unwrap();
     run(&mut session, "import js\nheld = js.Object.new()");
     let error = session.save_image().unwrap_err();
     assert!(error.contains("JavaScript object"), "{error}");
@@ -121,7 +175,7 @@ fn what_an_image_does_not_carry_is_refused_with_the_reason() {
 
     // A package loaded from the package index during the session (not preinstalled: not in the
     // package layer a restore relinks from) is not carried.
-    let mut numeric = engine.boot_session_flavor(Flavor::Plain).unwrap();
+    let mut numeric = engine.boot_session_flavor(None, Flavor::Plain).unwrap();
     run(&mut numeric, "import numpy as np\na = np.arange(10)");
     let error = numeric.save_image().unwrap_err();
     assert!(error.contains("preinstall_packages"), "{error}");

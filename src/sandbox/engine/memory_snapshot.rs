@@ -159,10 +159,21 @@ impl SharedSnapshot {
         if base.overlay.is_some() {
             return Err("an image cannot be based on another image".into());
         }
-        // (A zeroed allocation this large is fresh pages: only the header's are touched.)
-        let mut bytes = vec![0u8; header.len() + delta.heap_len()];
-        bytes[..header.len()].copy_from_slice(header);
-        let store = v8::ArrayBuffer::new_backing_store_from_bytes(bytes.into_boxed_slice());
+        // Pyodide sizes the memory by these bytes but never reads past the header (the restore
+        // writes the memory, see `restore_into`): a fresh zero mapping, of which only the header's
+        // pages are ever touched.
+        let store = zeroed_store(header.len() + delta.heap_len());
+        if let Some(data) = store.data() {
+            // SAFETY: the backing store owns `byte_length` writable bytes at `data`, which nothing
+            // else references yet; the header is shorter (it is part of that length).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    header.as_ptr(),
+                    data.as_ptr().cast::<u8>(),
+                    header.len(),
+                );
+            }
+        }
         Ok(Self {
             store: store.make_shared(),
             memory_offset: header.len(),
@@ -273,6 +284,45 @@ fn clear_pages(target: &mut [u8], first: usize, touched: Option<&[bool]>) {
             page.fill(0);
         }
     }
+}
+
+/// A backing store of `len` zero bytes whose pages the kernel supplies only when touched: an
+/// anonymous mapping on Linux. (A heap allocation of that size need not be fresh pages: glibc
+/// serves large blocks from its heap once earlier ones were freed, and then clears them, ~10 ms for
+/// the 30 MB of a session image.)
+fn zeroed_store(len: usize) -> v8::UniqueRef<v8::BackingStore> {
+    #[cfg(target_os = "linux")]
+    if len > 0 {
+        // SAFETY: a new private anonymous mapping at an address the kernel picks; checked.
+        let data = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if data != libc::MAP_FAILED {
+            unsafe extern "C" fn unmap(
+                data: *mut std::ffi::c_void,
+                len: usize,
+                _: *mut std::ffi::c_void,
+            ) {
+                // SAFETY: V8 calls this once, with the mapping made above.
+                unsafe {
+                    libc::munmap(data, len);
+                }
+            }
+            // SAFETY: `data` is `len` readable and writable bytes that belong to this backing
+            // store alone until V8 calls `unmap` with the same pointer and length.
+            return unsafe {
+                v8::ArrayBuffer::new_backing_store_from_ptr(data, len, unmap, std::ptr::null_mut())
+            };
+        }
+    }
+    v8::ArrayBuffer::new_backing_store_from_bytes(vec![0u8; len].into_boxed_slice())
 }
 
 /// For each page of `memory` (page-aligned), whether the process may ever have written to it: Linux's

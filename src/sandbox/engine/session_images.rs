@@ -10,25 +10,47 @@ use super::shared::EngineError;
 use super::snapshots::Flavor;
 use super::{Engine, session_base, snapshot_files};
 use crate::sandbox::image::SessionImage;
-use crate::sandbox::isolate::Sandbox;
+use crate::sandbox::isolate::{ParkedSandbox, Sandbox};
 
 impl Engine {
-    /// Boots a session's sandbox of `flavor`, saveable as an image (see `Sandbox::save_image`) made
-    /// of the pages that differ from the snapshot it started from.
-    pub fn boot_session_flavor(&self, flavor: Flavor) -> Result<Sandbox, EngineError> {
-        let based = self.image_base(flavor);
-        let snapshot = based.as_ref().map(|(base, _)| base.clone());
-        self.boot_session(snapshot, based)
+    /// A session's sandbox booted as far as it goes before its snapshot is chosen (see
+    /// `ParkedSandbox`), to be finished by `boot_session_flavor` or `restore_session` on this
+    /// thread; `None` when this engine cannot park one (full boots, or a Pyodide whose loader does
+    /// not instantiate first) or parking failed (logged).
+    pub fn park_session(&self) -> Option<ParkedSandbox> {
+        if self.shared.snapshots.get(Flavor::Plain).is_none() || !self.shared.modules.parking() {
+            return None;
+        }
+        ParkedSandbox::park(self.shared.clone())
+            .inspect_err(|e| tracing::warn!(error = %e, "a session sandbox could not be parked"))
+            .ok()
     }
 
-    /// A session's sandbox restored from `snapshot`, saveable, its image saved against `based`
-    /// (the snapshot it started from, and that snapshot's name) when it has one.
+    /// Boots a session's sandbox of `flavor` (finishing `parked` when given), saveable as an image
+    /// (see `Sandbox::save_image`) made of the pages that differ from the snapshot it started from.
+    pub fn boot_session_flavor(
+        &self,
+        parked: Option<ParkedSandbox>,
+        flavor: Flavor,
+    ) -> Result<Sandbox, EngineError> {
+        let based = self.image_base(flavor);
+        let snapshot = based.as_ref().map(|(base, _)| base.clone());
+        self.boot_session(parked, snapshot, based)
+    }
+
+    /// A session's sandbox restored from `snapshot` (finishing `parked` when given), saveable, its
+    /// image saved against `based` (the snapshot it started from, and that snapshot's name) when it
+    /// has one.
     fn boot_session(
         &self,
+        parked: Option<ParkedSandbox>,
         snapshot: Option<Arc<SharedSnapshot>>,
         based: Option<(Arc<SharedSnapshot>, String)>,
     ) -> Result<Sandbox, EngineError> {
-        let mut sandbox = Sandbox::boot_saveable(self.shared.clone(), snapshot)?;
+        let mut sandbox = match (parked, snapshot) {
+            (Some(parked), Some(snapshot)) => parked.unpark(snapshot)?,
+            (_, snapshot) => Sandbox::boot_saveable(self.shared.clone(), snapshot)?,
+        };
         sandbox.keep_for_session();
         if let Some((base, name)) = based {
             sandbox.save_against(base, name);
@@ -46,8 +68,12 @@ impl Engine {
     /// A session's sandbox restored from `image`: its interpreter as it was saved, its files back
     /// under /workspace, saveable again. An image based on a snapshot is restored without building
     /// its memory in one piece: the base's pages and the changed ones are written straight into
-    /// the new sandbox's memory.
-    pub fn restore_session(&self, image: SessionImage) -> Result<Sandbox, EngineError> {
+    /// the new sandbox's memory. `parked`, when given, is the sandbox finished from it.
+    pub fn restore_session(
+        &self,
+        parked: Option<ParkedSandbox>,
+        image: SessionImage,
+    ) -> Result<Sandbox, EngineError> {
         let dylibs = match image.dylibs {
             Some(json) => Some(DylibRecord::parse(json).ok_or_else(|| {
                 EngineError::Boot("the image's record of shared libraries is malformed".into())
@@ -94,7 +120,7 @@ impl Engine {
             }
         };
         let prepared = Instant::now();
-        let mut sandbox = self.boot_session(Some(Arc::new(memory)), based)?;
+        let mut sandbox = self.boot_session(parked, Some(Arc::new(memory)), based)?;
         tracing::debug!(
             boot_ms = prepared.elapsed().as_secs_f64() * 1e3,
             "session sandbox booted from its image"

@@ -2,14 +2,15 @@
 //! engine's V8 startup snapshot), Pyodide booted in it for a role (see `ops::Role`), one request run,
 //! and the outcome read back and classified by who caused it. A sandbox is not `Send`: boot and
 //! execute it on one dedicated thread, never on an async runtime.
-
 //!
-//! Beside it: `ops/` (the only doors from the isolate to Rust, each beside the JavaScript and Python
+//! Beside it: `boot.rs` (making the isolate and booting it, or parking a session's sandbox until
+//! its snapshot is chosen), `ops/` (the only doors from the isolate to Rust, each beside the JavaScript and Python
 //! it serves), `watchdog.rs` (deadlines, memory, cancellation), `memory.rs` (the memory budget and its
 //! ArrayBuffer allocator), `cow.rs` (copy-on-write mappings of shared bytes), `output.rs` (what comes
 //! back, capped in Rust), `outcome.rs` (how a call ended, by who caused it), `callbacks.rs` (V8
 //! callbacks that cannot panic), `session.rs` (a session's files and image, between calls).
 
+mod boot;
 pub(crate) mod callbacks;
 pub(crate) mod cow;
 pub(crate) mod memory;
@@ -19,30 +20,22 @@ pub(crate) mod output;
 mod session;
 pub(crate) mod watchdog;
 
+pub use self::boot::ParkedSandbox;
+use self::boot::Starting;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use deno_core::JsRuntime;
 
 use self::memory::MemoryBudget;
-use self::ops::{
-    BootState, CallState, Phase as OpPhase, Role, SandboxState, SessionState, WebState,
-};
+use self::ops::{BootState, CallState, Role, SandboxState, SessionState};
 use self::outcome::{Limits, Observed, Verdict};
 use self::output::Report;
 use self::watchdog::{Phase, Stop, Watchdog};
 use crate::sandbox::engine::memory_snapshot::SharedSnapshot;
 use crate::sandbox::engine::shared::{EngineError, EngineShared};
-use crate::sandbox::engine::startup;
-use crate::sandbox::engine::wasm::CodegenAllowed;
 use crate::sandbox::types::{ErrorKind, ErrorType, ExecError, ExecRequest, ExecResult, SandboxEnd};
-
-/// Makes `runtime.js` register its entry points with Rust (see `__sandboxEntry` there).
-const ENTRY: &str = "__sandboxEntry()";
-
-/// The longest a sandbox (or the snapshot maker) may take to start.
-const BOOT_DEADLINE: Duration = Duration::from_secs(120);
 
 /// 1 MB in the configuration's sense.
 const MB: u64 = 1024 * 1024;
@@ -136,109 +129,9 @@ impl Sandbox {
 
     pub(crate) fn boot_as(shared: Arc<EngineShared>, role: Role) -> Result<Self, EngineError> {
         let installer = matches!(role, Role::Installer { .. });
-        let tokio = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let budget_bytes =
-            usize::try_from(shared.config.sandbox_memory_limit_mb.saturating_mul(MB))
-                .unwrap_or(usize::MAX);
-        let budget = MemoryBudget::new(budget_bytes);
-        let mut runtime = startup::new_runtime(&shared, role, budget.clone(), &tokio)?;
-        // While Pyodide starts it compiles small WebAssembly modules of its own; afterwards only
-        // `op_sandbox_compile_wasm` may (see `wasm.rs`).
-        let codegen = CodegenAllowed::new();
-        // runtime.js hands over its entry points (it may have run long ago, for the startup snapshot).
-        runtime
-            .execute_script("<sandbox>", ENTRY)
-            .map_err(|e| EngineError::Boot(e.to_string()))?;
-
-        let heap_exhausted = Arc::new(AtomicBool::new(false));
-        {
-            let handle = runtime.v8_isolate().thread_safe_handle();
-            let flag = heap_exhausted.clone();
-            runtime.add_near_heap_limit_callback(move |current, _initial| {
-                flag.store(true, Ordering::SeqCst);
-                handle.terminate_execution();
-                // Room to unwind; the isolate is discarded afterwards.
-                current + current / 2
-            });
-        }
-
-        let boot = {
-            let state = runtime.op_state();
-            let state = state.borrow();
-            let entry = state.borrow::<SandboxState>().entry.as_ref();
-            entry
-                .map(|e| e.boot.clone())
-                .ok_or_else(|| EngineError::Boot("runtime.js did not register".into()))?
-        };
-        // A sandbox that has not started within BOOT_DEADLINE never will (e.g. a Pyodide that cannot
-        // read its standard library); the installer may take as long as its downloads need.
-        let watchdog = if installer {
-            None
-        } else {
-            let w = Watchdog::start(
-                runtime.v8_isolate().thread_safe_handle(),
-                Some(budget.clone()),
-                None,
-                None,
-            )?;
-            w.arming().arm(Phase::Boot, BOOT_DEADLINE);
-            Some(w)
-        };
-        let call = runtime.call(&boot);
-        let booted = tokio.block_on(async {
-            tokio::select! {
-                r = runtime.with_event_loop_promise(call, Default::default()) => Some(r),
-                _ = async {
-                    match &watchdog {
-                        Some(w) => w.fired().await,
-                        None => std::future::pending().await,
-                    }
-                } => None,
-            }
-        });
-        let stopped = watchdog.as_ref().and_then(Watchdog::stopped);
-        drop(watchdog);
-        drop(codegen);
-        if stopped == Some(Stop::Deadline(Phase::Boot)) || booted.is_none() {
-            return Err(EngineError::Boot(format!(
-                "Pyodide did not finish starting within {} s",
-                BOOT_DEADLINE.as_secs()
-            )));
-        }
-        booted
-            .expect("checked above")
-            .map_err(|e| boot_failure(&runtime, &shared, &heap_exhausted, &budget, e))?;
-        let mut sandbox = Self {
-            runtime,
-            tokio,
-            heap_exhausted,
-            budget,
-            used: false,
-            session: false,
-            ended: None,
-        };
-        self::callbacks::after_boot(sandbox.runtime.v8_isolate());
-        // From here on, the start-up ops refuse (their JavaScript callers stay reachable).
-        // The snapshot it restored is not needed any more: for a session resumed from its image
-        // that is the image's own memory (tens of MB), which the sandbox must not keep alive.
-        sandbox.with::<BootState, _>(|b| {
-            b.phase = OpPhase::Booted;
-            if let Role::Sandbox { snapshot, .. } = &mut b.role {
-                *snapshot = None;
-            }
-        });
-        if !sandbox.with_state(|s| s.shared.config.runtime_package_installation) {
-            sandbox.with::<WebState, _>(|w| w.downloads_enabled = false);
-        }
-        // Output printed while booting is not the user's.
-        sandbox
-            .runtime
-            .op_state()
-            .borrow_mut()
-            .put(CallState::idle());
-        Ok(sandbox)
+        let mut starting = Starting::new(&shared, role)?;
+        starting.drive(&shared, |e| &e.boot, !installer)?;
+        Ok(starting.finish())
     }
 
     /// Finishes the garbage collection that booting started, for a sandbox prepared ahead of a call:
@@ -437,40 +330,6 @@ JavaScript environment?): {e}\n"
             self.ended = classified.end;
         }
         result
-    }
-}
-
-/// Why booting failed, as precisely as the sandbox can say: a budget too small for Pyodide, or the
-/// exception with what Python or Emscripten printed (which usually says more).
-fn boot_failure(
-    runtime: &JsRuntime,
-    shared: &EngineShared,
-    heap_exhausted: &AtomicBool,
-    budget: &MemoryBudget,
-    error: impl std::fmt::Display,
-) -> EngineError {
-    if heap_exhausted.load(Ordering::SeqCst) {
-        return EngineError::Boot(format!(
-            "the V8 heap budget (workers.memory_limit_mb = {} MiB) is too small to start Pyodide",
-            shared.config.memory_limit_mb
-        ));
-    }
-    if budget.exceeded() {
-        return EngineError::Boot(format!(
-            "the sandbox memory budget (workers.sandbox_memory_limit_mb = {} MiB) is too small to start Pyodide",
-            shared.config.sandbox_memory_limit_mb
-        ));
-    }
-    let state = runtime.op_state();
-    let state = state.borrow();
-    let s = state.borrow::<CallState>();
-    let printed = format!("{}{}", s.stdout.text(), s.stderr.text());
-    let printed = printed.trim();
-    let tail = &printed[printed.floor_char_boundary(printed.len().saturating_sub(1000))..];
-    if tail.is_empty() {
-        EngineError::Boot(error.to_string())
-    } else {
-        EngineError::Boot(format!("{error}; output: {tail}"))
     }
 }
 

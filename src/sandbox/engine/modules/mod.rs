@@ -14,7 +14,9 @@
 //! snapshots with pre-imported packages, see `ops/dylink.js`).
 //! `pyodide.mjs` compiles a small WebAssembly module when first needed instead of while it is
 //! evaluated, which lets it be evaluated into the V8 startup snapshot (no WebAssembly there), and
-//! compiles it synchronously; it also lets MEMFS own the standard library it is handed.
+//! compiles it synchronously; it also lets MEMFS own the standard library it is handed, and it
+//! instantiates Pyodide before it awaits the memory snapshot (so a session's sandbox can be parked
+//! before its snapshot is chosen).
 
 pub(crate) mod wrappers;
 
@@ -165,6 +167,14 @@ const SYNC_JSV_ERROR_CALL_SITE: (&str, &str) = (
     "return new WebAssembly.Instance(new WebAssembly.Module(G))",
 );
 
+/// loadPyodide awaits its memory snapshot before it instantiates Pyodide's WebAssembly; the change
+/// instantiates first, so a sandbox can be parked before its snapshot is chosen (`park` in
+/// `pyodide.js`, which also sets `noInitialRun`, as the snapshot step would have before).
+const INSTANTIATE_FIRST_CALL_SITE: (&str, &str) = (
+    "s=await ke(t,n),r=await Re(i,n);",
+    "r=await Re(i,n),s=await ke(t,n);",
+);
+
 /// `pyodide.mjs` with the lazy JsvError helper, or `None` if the change does not apply (then the
 /// module cannot go into the V8 startup snapshot).
 fn with_lazy_jsv_error(loader_js: &str) -> Option<String> {
@@ -178,7 +188,11 @@ fn serve_loader_js(loader_js: &str) -> (String, bool) {
         Some(patched) => (patched, true),
         None => (loader_js.to_string(), false),
     };
-    let changes: [(Change, &str); 2] = [
+    let changes: [(Change, &str); 3] = [
+        (
+            |js| replace_each_once(js, [INSTANTIATE_FIRST_CALL_SITE]),
+            "does not load its snapshot as expected; session sandboxes are not parked ahead",
+        ),
         (
             |js| replace_each_once(js, [STDLIB_OWNED_CALL_SITE]),
             "does not install the standard library as expected; it copies it",
@@ -397,6 +411,13 @@ impl Modules {
             .contains(SPARSE_RESTORE_CALL_SITE.1)
     }
 
+    /// Whether a sandbox can be parked before its memory snapshot is chosen: Pyodide's loader
+    /// instantiates its WebAssembly before it awaits the snapshot.
+    pub fn parking(&self) -> bool {
+        self.source("pyodide.mjs")
+            .contains(INSTANTIATE_FIRST_CALL_SITE.1)
+    }
+
     /// A fingerprint of every module source served.
     pub fn fingerprint(&self) -> u64 {
         let mut hashes: Vec<(&str, u64)> = self
@@ -505,6 +526,7 @@ mod tests {
         assert!(loader.contains("await(ge??=geStart())"));
         assert!(loader.contains(super::STDLIB_OWNED_CALL_SITE.1));
         assert!(loader.contains(super::SYNC_JSV_ERROR_CALL_SITE.1));
+        assert!(loader.contains(super::INSTANTIATE_FIRST_CALL_SITE.1));
         assert!(!super::serve_loader_js("var ge=1").1);
         let served = super::serve_asm_js(&assets.asm_js);
         assert!(served.contains("var lazyGOTMainExports"));

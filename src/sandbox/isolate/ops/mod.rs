@@ -65,6 +65,10 @@ pub(crate) struct EntryPoints {
     pub inspect: v8::Global<v8::Function>,
     /// A session's image (see `saveImage` in call.js).
     pub image: v8::Global<v8::Function>,
+    /// Boots as far as Pyodide goes before it needs its memory snapshot (see `park` in pyodide.js).
+    pub park: v8::Global<v8::Function>,
+    /// Lets a parked boot go on (see `unpark` in pyodide.js).
+    pub unpark: v8::Global<v8::Function>,
 }
 
 /// What an isolate exists for, with what only that role produces or consumes.
@@ -349,6 +353,8 @@ fn op_sandbox_register(
     #[scoped] run: v8::Global<v8::Function>,
     #[scoped] inspect: v8::Global<v8::Function>,
     #[scoped] image: v8::Global<v8::Function>,
+    #[scoped] park: v8::Global<v8::Function>,
+    #[scoped] unpark: v8::Global<v8::Function>,
 ) -> Result<(), JsErrorBox> {
     op_state
         .borrow::<BootState>()
@@ -362,6 +368,8 @@ fn op_sandbox_register(
         run,
         inspect,
         image,
+        park,
+        unpark,
     });
     Ok(())
 }

@@ -151,12 +151,52 @@ export function fatallyFailed() {
   return fatalSeen;
 }
 
+/** A parked boot (see `park`): the boot, and what lets it go on. */
+let parking = null;
+
+/**
+ * Boots a sandbox as far as it goes before it needs its memory snapshot (Pyodide's WebAssembly
+ * instantiated) and waits there: resolves once it waits. `unpark`, called once Rust has chosen the
+ * snapshot (a session's image, or the snapshot a new session starts from), lets the boot go on and
+ * returns it. A session's sandbox is parked ahead of the session, which then waits only for the
+ * restore.
+ */
+export function park() {
+  return new Promise((parked, failed) => {
+    let open = null;
+    const gate = {
+      then(resolve) {
+        open = resolve;
+        parked();
+      },
+    };
+    const booting = boot(gate);
+    parking = {
+      booting,
+      open: () => {
+        if (!open) throw new Error("the sandbox is not waiting for its snapshot");
+        open();
+      },
+    };
+    booting.then(() => failed(new Error("Pyodide started without waiting for its snapshot")), failed);
+  });
+}
+
+/** Lets the parked boot go on (see `park`); resolves when the sandbox is booted. */
+export function unpark() {
+  const parked = parking;
+  parking = null;
+  if (!parked) throw new Error("the sandbox is not parked");
+  parked.open();
+  return parked.booting;
+}
+
 /**
  * Boots Pyodide inside this isolate with the configuration Rust hands over. Resolves once the
  * interpreter is ready and every forbidden global is gone. The installer and the snapshot maker stop
  * earlier: they never run user code.
  */
-export async function boot() {
+export async function boot(gate = null) {
   setTimeOrigin();
   const cfg = op_sandbox_boot_config();
   autoLoad = cfg.autoLoad;
@@ -167,14 +207,39 @@ export async function boot() {
   const asm = await import("asset:///pyodide.asm.mjs");
 
   // The snapshot's bytes are shared by every isolate: this ArrayBuffer is detached right after the
-  // restore, so nothing reachable later can read or write them.
-  const snapshot = cfg.loadSnapshot ? op_sandbox_snapshot() : null;
-  // A snapshot with pre-imported modules comes with the record of its shared libraries.
-  const dylibs = snapshot && cfg.relink ? JSON.parse(cfg.relink) : null;
+  // restore, so nothing reachable later can read or write them. A snapshot with pre-imported
+  // modules comes with the record of its shared libraries.
+  let snapshot = null;
+  let dylibs = null;
+  const takeSnapshot = (relink) => {
+    snapshot = op_sandbox_snapshot();
+    dylibs = relink ? JSON.parse(relink) : null;
+    return new Uint8Array(snapshot);
+  };
+  // Parked (see `park`): Pyodide awaits its snapshot once its WebAssembly is instantiated, and the
+  // gate opens when Rust has chosen it (the configuration is read again: it names the libraries to
+  // relink).
+  const restoring = gate !== null || cfg.loadSnapshot;
+  const loadSnapshot = gate
+    ? {
+      then(resolve, reject) {
+        gate.then(() => {
+          setTimeOrigin();
+          try {
+            resolve(takeSnapshot(op_sandbox_boot_config().relink));
+          } catch (error) {
+            reject(error);
+          }
+        }, reject);
+      },
+    }
+    : cfg.loadSnapshot
+      ? takeSnapshot(cfg.relink)
+      : null;
   const snapshotOptions = cfg.kind === "snapshot"
     ? { _makeSnapshot: true }
-    : snapshot
-      ? { _loadSnapshot: new Uint8Array(snapshot), _snapshotDeserializer: deserialize }
+    : restoring
+      ? { _loadSnapshot: loadSnapshot, _snapshotDeserializer: deserialize }
       : {};
 
   pyodide = await loadPyodide({
@@ -216,7 +281,9 @@ export async function boot() {
       delete settings.sandboxDictionaryMode2;
       // Called by function_table.js's sandboxWrapAll (see modules.rs) while Pyodide starts.
       settings.sandboxWrapperModule = (signatures) => op_sandbox_wrapper_module(signatures);
-      if (snapshot) {
+      if (restoring) {
+        // Pyodide instantiates before it awaits its snapshot (see modules.rs): not `main` then.
+        settings.noInitialRun = true;
         // Read by Pyodide's package-index set-up (see modules.rs): the snapshot holds its result.
         settings.sandboxRestored = true;
         // Called by Pyodide's restoreSnapshot (see modules.rs) with the snapshot's memory part.
@@ -247,7 +314,7 @@ export async function boot() {
     await buildLayer(pyodide, cfg.requirements, cfg.indexUrls);
     return;
   }
-  if (!cfg.loadSnapshot) defineRunner(cfg.runnerSource, cfg.notebookSource, cfg.displaySource);
+  if (!restoring) defineRunner(cfg.runnerSource, cfg.notebookSource, cfg.displaySource);
   if (cfg.kind === "snapshot") {
     // The runner and the modules it imports go into the snapshot, and with `preimport` those
     // modules; nothing else happens before it. The package layer is not in it: MEMFS is not part of

@@ -9,7 +9,7 @@
 
 import { core, primordials } from "ext:core/mod.js";
 import "ext:sandbox/web.js";
-import { boot, define, preloadPyodide } from "ext:sandbox/pyodide.js";
+import { boot, define, park, preloadPyodide, unpark } from "ext:sandbox/pyodide.js";
 import { inspect, run, saveImage } from "ext:sandbox/call.js";
 
 const { op_sandbox_glue_error, op_sandbox_register } = core.ops;
@@ -40,6 +40,6 @@ async function runGuarded() {
 define("__sandboxEntry", () => {
   delete globalThis.__sandboxEntry;
   delete globalThis.__sandboxPreload;
-  op_sandbox_register(boot, runGuarded, inspect, saveImage);
+  op_sandbox_register(boot, runGuarded, inspect, saveImage, park, unpark);
 });
 define("__sandboxPreload", preloadPyodide);
