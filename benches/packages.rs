@@ -5,10 +5,15 @@
 //! - `preinstall`: `preinstall_packages = ["pandas", "matplotlib"]`;
 //! - `preimport`: the same plus `preimport_modules = ["pandas", "matplotlib.pyplot"]`.
 //!
-//! For each: p50/p90 of `print(1)`, `import numpy`, a pandas sum, a matplotlib PNG; `print(1)` at
-//! concurrency 8 (calls/s); sandbox creation inside the server (ms, from its debug log) and the
-//! server's CPU time per `print(1)` call at concurrency 8 (creation dominates it). Ratios against
-//! the `preinstall` set-up (the baseline) close the report.
+//! For each: p50/p90 of `print(1)`, `import numpy`, a pandas sum, a matplotlib PNG; `print(1)` and
+//! the pandas sum at concurrency 8 (calls/s); sandbox creation inside the server (ms, from its debug
+//! log) and the server's CPU time per `print(1)` call at concurrency 8 (creation dominates it).
+//! Ratios against the `preinstall` set-up (the baseline) close the report.
+//!
+//! With `PACKAGES_NATIVE` set to a CPython interpreter that has pandas, numpy and matplotlib (a
+//! virtualenv's `bin/python`), a `native` row runs the same workloads the same way, each call a
+//! fresh native process (`python -c CODE`, no sandbox, no MCP), and the report closes with each
+//! set-up against it: the fresh-native-process column, measured side by side.
 //!
 //! `cargo bench --bench packages`; `PACKAGES_CALLS` (default 12) calls per cell, `PACKAGES_SETUPS`
 //! (comma-separated names) to run only some set-ups.
@@ -124,8 +129,83 @@ struct Row {
     start_to_ready: Duration,
     c1: Vec<Vec<Duration>>,
     c8_rate: f64,
+    /// The pandas sum at concurrency 8, calls/s.
+    c8_pandas_rate: f64,
     cpu_per_call_ms: f64,
     boots: Vec<f64>,
+}
+
+/// `calls` runs of `call` spread over 8 threads (each with its HTTP client): calls per second.
+fn rate_at_8(
+    calls: usize,
+    call: impl Fn(&reqwest::blocking::Client) + Send + Sync + 'static,
+) -> f64 {
+    let call = std::sync::Arc::new(call);
+    let started = Instant::now();
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let call = call.clone();
+            std::thread::spawn(move || {
+                let http = reqwest::blocking::Client::new();
+                for _ in 0..calls / 8 {
+                    call(&http);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    (calls / 8 * 8) as f64 / started.elapsed().as_secs_f64()
+}
+
+/// One call as a fresh native process: `python -c code` in a scratch directory, matplotlib
+/// drawing off-screen; its wall time.
+fn native_run(python: &str, dir: &std::path::Path, code: &str) -> Duration {
+    let started = Instant::now();
+    let status = std::process::Command::new(python)
+        .args(["-c", code])
+        .current_dir(dir)
+        .env("MPLBACKEND", "Agg")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("PACKAGES_NATIVE runs");
+    assert!(status.success(), "{python} -c {code:?}: {status}");
+    started.elapsed()
+}
+
+/// The `native` row (see the module doc), or `None` without `PACKAGES_NATIVE`.
+fn native_row(calls: usize) -> Option<Row> {
+    let python = std::env::var("PACKAGES_NATIVE").ok()?;
+    let dir = std::env::temp_dir().join(format!("bench-native-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut c1 = Vec::new();
+    for (_, code) in WORKLOADS {
+        // One call first, not counted (the page cache warm, as the server's is).
+        native_run(&python, &dir, code);
+        let mut samples: Vec<Duration> = (0..calls)
+            .map(|_| native_run(&python, &dir, code))
+            .collect();
+        samples.sort();
+        c1.push(samples);
+    }
+    let rate = |code: &'static str| {
+        let (python, dir) = (python.clone(), dir.clone());
+        rate_at_8(calls * 4, move |_| {
+            native_run(&python, &dir, code);
+        })
+    };
+    let row = Row {
+        name: "native",
+        start_to_ready: Duration::ZERO,
+        c1,
+        c8_rate: rate(WORKLOADS[0].1),
+        c8_pandas_rate: rate(WORKLOADS[2].1),
+        cpu_per_call_ms: f64::NAN,
+        boots: Vec::new(),
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    Some(row)
 }
 
 fn main() {
@@ -153,43 +233,37 @@ fn main() {
             c1.push(samples);
         }
         let cpu_before = cpu(server.child.id());
-        let started = Instant::now();
-        let c8_calls = calls * 4;
-        let handles: Vec<_> = (0..8)
-            .map(|_| {
-                let url = server.url.clone();
-                std::thread::spawn(move || {
-                    let http = reqwest::blocking::Client::new();
-                    for _ in 0..c8_calls / 8 {
-                        fixture::timed_run(&http, &url, "print(1)");
-                    }
-                })
-            })
-            .collect();
-        for h in handles {
-            h.join().unwrap();
-        }
-        let wall = started.elapsed();
+        let url = server.url.clone();
+        let c8_rate = rate_at_8(calls * 4, move |http| {
+            fixture::timed_run(http, &url, "print(1)");
+        });
         let cpu_used = cpu(server.child.id()).saturating_sub(cpu_before);
+        let cpu_per_call_ms = cpu_used.as_secs_f64() * 1000.0 / (calls * 4 / 8 * 8) as f64;
+        let url = server.url.clone();
+        let c8_pandas_rate = rate_at_8(calls * 4, move |http| {
+            fixture::timed_run(http, &url, WORKLOADS[2].1);
+        });
         rows.push(Row {
             name: setup.name,
             start_to_ready,
             c1,
-            c8_rate: (c8_calls / 8 * 8) as f64 / wall.as_secs_f64(),
-            cpu_per_call_ms: cpu_used.as_secs_f64() * 1000.0 / (c8_calls / 8 * 8) as f64,
+            c8_rate,
+            c8_pandas_rate,
+            cpu_per_call_ms,
             boots: server.logged_boot_ms(),
         });
     }
+    rows.extend(native_row(calls));
     println!(
-        "packages benchmark: {calls} back-to-back calls per cell at concurrency 1, fresh sandbox each; p50/p90 ms"
+        "packages benchmark: {calls} back-to-back calls per cell at concurrency 1, fresh sandbox (or process) each; p50/p90 ms"
     );
     print!("{:<11} {:>9}", "set-up", "ready ms");
     for (name, _) in WORKLOADS {
         print!(" {name:>16}");
     }
     println!(
-        " {:>10} {:>12} {:>22}",
-        "c=8 call/s", "CPU/call ms", "creation p50/p90 ms"
+        " {:>10} {:>14} {:>12} {:>22}",
+        "c=8 call/s", "c=8 pandas/s", "CPU/call ms", "creation p50/p90 ms"
     );
     for r in &rows {
         print!(
@@ -210,20 +284,30 @@ fn main() {
                 .unwrap_or(f64::NAN)
         };
         println!(
-            " {:>10.1} {:>12.1} {:>22}",
+            " {:>10.1} {:>14.1} {:>12.1} {:>22}",
             r.c8_rate,
+            r.c8_pandas_rate,
             r.cpu_per_call_ms,
             format!("{:.0}/{:.0}", q(0.5), q(0.9))
         );
     }
-    let Some(base) = rows.iter().find(|r| r.name == "preinstall") else {
-        return;
-    };
-    for r in rows.iter().filter(|r| r.name != "preinstall") {
-        print!("{} vs preinstall (p50, >1 is faster):", r.name);
-        for (i, (name, _)) in WORKLOADS.iter().enumerate() {
-            print!(" {name} {:.2}x", pct(&base.c1[i], 0.5) / pct(&r.c1[i], 0.5));
+    for base_name in ["preinstall", "native"] {
+        let Some(base) = rows.iter().find(|r| r.name == base_name) else {
+            continue;
+        };
+        for r in rows
+            .iter()
+            .filter(|r| r.name != base_name && r.name != "native")
+        {
+            print!("{} vs {base_name} (p50, >1 is faster):", r.name);
+            for (i, (name, _)) in WORKLOADS.iter().enumerate() {
+                print!(" {name} {:.2}x", pct(&base.c1[i], 0.5) / pct(&r.c1[i], 0.5));
+            }
+            println!(
+                " c=8 print(1) {:.2}x, pandas {:.2}x",
+                r.c8_rate / base.c8_rate,
+                r.c8_pandas_rate / base.c8_pandas_rate
+            );
         }
-        println!(" c=8 throughput {:.2}x", r.c8_rate / base.c8_rate);
     }
 }

@@ -163,6 +163,10 @@ pub(super) fn op_sandbox_restore_memory(
         .restore_from()
         .ok_or_else(|| JsErrorBox::generic("no memory snapshot"))?;
     let started = std::time::Instant::now();
+    // The memory may have grown since it was registered (a pre-imported snapshot's or a session
+    // image's is larger than Pyodide's start-up): the new part is a mapping of its own, which needs
+    // the advice too.
+    advise_huge_pages(heap.as_mut_ptr().cast(), heap.len());
     snapshot
         .restore_into(heap, memory_offset as usize)
         .map_err(JsErrorBox::generic)?;
@@ -305,18 +309,29 @@ pub(super) fn op_sandbox_main_memory(
     let buffer = v8::Local::<v8::ArrayBuffer>::try_from(memory)
         .map_err(|_| JsErrorBox::type_error("not the memory's buffer"))?;
     let store = buffer.get_backing_store();
-    #[cfg(target_os = "linux")]
     if let Some(data) = store.data()
         && store.byte_length() > 0
     {
-        // SAFETY: the range is exactly the memory's accessible bytes, which stay mapped while the
-        // backing store (held here) lives; MADV_HUGEPAGE changes no contents and no protection.
-        unsafe {
-            libc::madvise(data.as_ptr(), store.byte_length(), libc::MADV_HUGEPAGE);
-        }
+        advise_huge_pages(data.as_ptr(), store.byte_length());
     }
     s.budget.set_wasm_memory(store);
     Ok(())
+}
+
+/// Asks Linux to back the `len` bytes at `data` (a WebAssembly memory's accessible bytes) with
+/// transparent huge pages (see `op_sandbox_main_memory`).
+fn advise_huge_pages(data: *mut std::ffi::c_void, len: usize) {
+    #[cfg(target_os = "linux")]
+    if len > 0 {
+        // SAFETY: the caller's range is a WebAssembly memory's accessible bytes, mapped while the
+        // caller holds the memory; MADV_HUGEPAGE changes no contents and no protection (and
+        // dereferences nothing).
+        unsafe {
+            libc::madvise(data, len, libc::MADV_HUGEPAGE);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (data, len);
 }
 
 /// Whether `bytes` more still fit the sandbox's memory budget (MEMFS asks before it grows a file,
