@@ -15,6 +15,9 @@
 //! fresh native process (`python -c CODE`, no sandbox, no MCP), and the report closes with each
 //! set-up against it: the fresh-native-process column, measured side by side.
 //!
+//! The server's RSS is read when it is idle (2 s after ready) and, with `PACKAGES_MIXED=N`, after N
+//! more calls back to back cycling through the four workloads (then 2 s idle).
+//!
 //! `cargo bench --bench packages`; `PACKAGES_CALLS` (default 12) calls per cell, `PACKAGES_SETUPS`
 //! (comma-separated names) to run only some set-ups.
 
@@ -133,6 +136,9 @@ struct Row {
     c8_pandas_rate: f64,
     cpu_per_call_ms: f64,
     boots: Vec<f64>,
+    /// The server's RSS idle after start, and after the mixed calls (MiB; NaN: not measured).
+    rss_idle: f64,
+    rss_after_mixed: f64,
 }
 
 /// `calls` runs of `call` spread over 8 threads (each with its HTTP client): calls per second.
@@ -203,6 +209,8 @@ fn native_row(calls: usize) -> Option<Row> {
         c8_pandas_rate: rate(WORKLOADS[2].1),
         cpu_per_call_ms: f64::NAN,
         boots: Vec::new(),
+        rss_idle: f64::NAN,
+        rss_after_mixed: f64::NAN,
     };
     let _ = std::fs::remove_dir_all(&dir);
     Some(row)
@@ -222,6 +230,8 @@ fn main() {
             .timeout(Duration::from_secs(300))
             .build()
             .unwrap();
+        std::thread::sleep(Duration::from_secs(2));
+        let rss_idle = fixture::rss_mib(server.child.id());
         let mut c1 = Vec::new();
         for (_, code) in WORKLOADS {
             // One call first, not counted: the pool settles into its back-to-back state.
@@ -243,6 +253,19 @@ fn main() {
         let c8_pandas_rate = rate_at_8(calls * 4, move |http| {
             fixture::timed_run(http, &url, WORKLOADS[2].1);
         });
+        let mixed: usize = std::env::var("PACKAGES_MIXED")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let rss_after_mixed = if mixed > 0 {
+            for n in 0..mixed {
+                fixture::timed_run(&http, &server.url, WORKLOADS[n % WORKLOADS.len()].1);
+            }
+            std::thread::sleep(Duration::from_secs(2));
+            fixture::rss_mib(server.child.id())
+        } else {
+            f64::NAN
+        };
         rows.push(Row {
             name: setup.name,
             start_to_ready,
@@ -250,6 +273,8 @@ fn main() {
             c8_rate,
             c8_pandas_rate,
             cpu_per_call_ms,
+            rss_idle,
+            rss_after_mixed,
             boots: server.logged_boot_ms(),
         });
     }
@@ -262,8 +287,8 @@ fn main() {
         print!(" {name:>16}");
     }
     println!(
-        " {:>10} {:>14} {:>12} {:>22}",
-        "c=8 call/s", "c=8 pandas/s", "CPU/call ms", "creation p50/p90 ms"
+        " {:>10} {:>14} {:>12} {:>22} {:>14}",
+        "c=8 call/s", "c=8 pandas/s", "CPU/call ms", "creation p50/p90 ms", "RSS idle/mixed"
     );
     for r in &rows {
         print!(
@@ -284,11 +309,12 @@ fn main() {
                 .unwrap_or(f64::NAN)
         };
         println!(
-            " {:>10.1} {:>14.1} {:>12.1} {:>22}",
+            " {:>10.1} {:>14.1} {:>12.1} {:>22} {:>14}",
             r.c8_rate,
             r.c8_pandas_rate,
             r.cpu_per_call_ms,
-            format!("{:.0}/{:.0}", q(0.5), q(0.9))
+            format!("{:.0}/{:.0}", q(0.5), q(0.9)),
+            format!("{:.0}/{:.0}", r.rss_idle, r.rss_after_mixed)
         );
     }
     for base_name in ["preinstall", "native"] {

@@ -110,15 +110,6 @@ fn pct(samples: &mut [Duration], q: f64) -> f64 {
     samples[((samples.len() as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1000.0
 }
 
-fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(f64::NAN, |kb| kb / 1024.0)
-}
-
 #[derive(Default)]
 struct Cell {
     samples: Vec<Duration>,
@@ -165,7 +156,7 @@ fn main() {
                 settle(&server);
                 rss.entry((setup.clone(), *name))
                     .or_default()
-                    .push(rss_mib(server.child.id()));
+                    .push(fixture::rss_mib(server.child.id()));
                 for _ in 0..rounds {
                     for _ in 0..burst {
                         record("burst", fixture::timed_run(&http, &server.url, code));

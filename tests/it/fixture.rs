@@ -256,6 +256,16 @@ pub fn call_tool_with(
 }
 
 /// Runs `code` with `run_python_code` over `http` and returns the round trip, asserting success.
+/// A process's resident set size (VmRSS), MiB (NaN if it cannot be read).
+pub fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
 pub fn timed_run(http: &reqwest::blocking::Client, url: &str, code: &str) -> std::time::Duration {
     let started = std::time::Instant::now();
     let reply = call_tool_with(http, url, "run_python_code", json!({"code": code}));
