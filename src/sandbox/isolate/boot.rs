@@ -2,7 +2,7 @@
 //! in it under the boot deadline, then locked into its booted phase. A session's sandbox can also
 //! be *parked*: booted as far as Pyodide goes before it needs its memory snapshot (its WebAssembly
 //! instantiated), then finished once the snapshot is chosen, so starting or resuming a session
-//! waits only for the restore (see `park` in `ops/pyodide.js`).
+//! waits only for the restore (see `park` in `ops/park.js`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -42,12 +42,13 @@ pub(crate) const DISPLAY_PY: &str = include_str!("display.py");
 
 /// The sandbox's JavaScript and Python glue as compiled into the binary (for the memory snapshot's
 /// key: the snapshot is taken by this code).
-pub(crate) fn glue() -> [&'static str; 10] {
+pub(crate) fn glue() -> [&'static str; 11] {
     [
         include_str!("runtime.js"),
         include_str!("web.js"),
         include_str!("call.js"),
         include_str!("pyodide.js"),
+        include_str!("park.js"),
         include_str!("dylink.js"),
         include_str!("layer.js"),
         include_str!("image.js"),
@@ -65,9 +66,9 @@ pub(crate) struct EntryPoints {
     pub inspect: v8::Global<v8::Function>,
     /// A session's image (see `saveImage` in call.js).
     pub image: v8::Global<v8::Function>,
-    /// Boots as far as Pyodide goes before it needs its memory snapshot (see `park` in pyodide.js).
+    /// Boots as far as Pyodide goes before it needs its memory snapshot (see `park` in park.js).
     pub park: v8::Global<v8::Function>,
-    /// Lets a parked boot go on (see `unpark` in pyodide.js).
+    /// Lets a parked boot go on (see `unpark` in park.js).
     pub unpark: v8::Global<v8::Function>,
 }
 
@@ -311,7 +312,7 @@ deno_core::extension!(
         web::op_sandbox_yield,
     ],
     esm_entry_point = "ext:sandbox/runtime.js",
-    esm = [dir "src/sandbox/isolate/ops", "runtime.js", "web.js", "call.js", "pyodide.js", "dylink.js", "layer.js", "image.js"],
+    esm = [dir "src/sandbox/isolate/ops", "runtime.js", "web.js", "call.js", "pyodide.js", "park.js", "dylink.js", "layer.js", "image.js"],
     options = { shared: Arc<EngineShared>, role: Role, budget: Arc<MemoryBudget> },
     state = |state, options| {
         state.put(SandboxState::new(options.shared, options.budget));

@@ -151,46 +151,6 @@ export function fatallyFailed() {
   return fatalSeen;
 }
 
-/** A parked boot (see `park`): the boot, and what lets it go on. */
-let parking = null;
-
-/**
- * Boots a sandbox as far as it goes before it needs its memory snapshot (Pyodide's WebAssembly
- * instantiated) and waits there: resolves once it waits. `unpark`, called once Rust has chosen the
- * snapshot (a session's image, or the snapshot a new session starts from), lets the boot go on and
- * returns it. A session's sandbox is parked ahead of the session, which then waits only for the
- * restore.
- */
-export function park() {
-  return new Promise((parked, failed) => {
-    let open = null;
-    const gate = {
-      then(resolve) {
-        open = resolve;
-        parked();
-      },
-    };
-    const booting = boot(gate);
-    parking = {
-      booting,
-      open: () => {
-        if (!open) throw new Error("the sandbox is not waiting for its snapshot");
-        open();
-      },
-    };
-    booting.then(() => failed(new Error("Pyodide started without waiting for its snapshot")), failed);
-  });
-}
-
-/** Lets the parked boot go on (see `park`); resolves when the sandbox is booted. */
-export function unpark() {
-  const parked = parking;
-  parking = null;
-  if (!parked) throw new Error("the sandbox is not parked");
-  parked.open();
-  return parked.booting;
-}
-
 /**
  * Boots Pyodide inside this isolate with the configuration Rust hands over. Resolves once the
  * interpreter is ready and every forbidden global is gone. The installer and the snapshot maker stop
@@ -216,7 +176,7 @@ export async function boot(gate = null) {
     dylibs = relink ? JSON.parse(relink) : null;
     return new Uint8Array(snapshot);
   };
-  // Parked (see `park`): Pyodide awaits its snapshot once its WebAssembly is instantiated, and the
+  // Parked (see `park` in park.js): Pyodide awaits its snapshot once its WebAssembly is instantiated, and the
   // gate opens when Rust has chosen it (the configuration is read again: it names the libraries to
   // relink).
   const restoring = gate !== null || cfg.loadSnapshot;

@@ -1,7 +1,8 @@
 // The sandbox's JavaScript realm, the ESM entry point of the `sandbox` extension (mod.rs): it runs
 // before anything else and is, with the modules it imports, the only code that ever sees `Deno.core`.
 // - web.js installs the few Web APIs Pyodide needs on `globalThis`;
-// - pyodide.js boots Pyodide (and takes the memory snapshot, or builds the package layer);
+// - pyodide.js boots Pyodide (and takes the memory snapshot, or builds the package layer); park.js
+//   parks a session's sandbox before its snapshot is chosen;
 // - call.js runs one request.
 //
 // Nothing here is reachable by user code except the Web APIs installed on `globalThis`; `boot` and `run`
@@ -9,7 +10,8 @@
 
 import { core, primordials } from "ext:core/mod.js";
 import "ext:sandbox/web.js";
-import { boot, define, park, preloadPyodide, unpark } from "ext:sandbox/pyodide.js";
+import { boot, define, preloadPyodide } from "ext:sandbox/pyodide.js";
+import { park, unpark } from "ext:sandbox/park.js";
 import { inspect, run, saveImage } from "ext:sandbox/call.js";
 
 const { op_sandbox_glue_error, op_sandbox_register } = core.ops;
