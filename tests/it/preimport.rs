@@ -70,6 +70,36 @@ fn preimported_modules_work_in_every_fresh_sandbox_and_nothing_leaks_between_the
         "([1.0, 1.0, 1.0, 1.0], 'a#b#')"
     );
 
+    // The relinked libraries' functions are where the GOT says (relinking takes their slots from
+    // the snapshot's record instead of reading the function table): each GOT entry of a function a
+    // library exports names a slot holding that function, or the main module's or another
+    // library's function of the same name (the one that wins).
+    let got = result(
+        &engine,
+        r#"import js, pyodide_js, pandas
+get = js.Reflect.get
+m = pyodide_js._module
+dsos = m.LDSO.loadedLibsByName
+libs = {name: get(dsos, name).exports for name in js.Object.keys(dsos) if name != "__main__"}
+main = get(dsos, "__main__").exports
+same = elsewhere = wrong = 0
+for exports in libs.values():
+    for sym in js.Object.keys(exports):
+        f = get(exports, sym)
+        entry = get(m.GOT, sym)
+        if not callable(f) or entry is None or entry.value <= 0:
+            continue
+        held = m.wasmTable.get(entry.value)
+        if held == f:
+            same += 1
+        elif get(main, sym) == held or any(get(o, sym) == held for o in libs.values()):
+            elsewhere += 1
+        else:
+            wrong += 1
+(same > 1000, elsewhere < 100, wrong)"#,
+    );
+    assert_eq!(got, "(True, True, 0)");
+
     // What one call does to the pre-imported modules is gone in the next sandbox.
     ok(&engine.execute(request(
         "import pandas as pd, numpy as np\npd.leaked = 1\nnp.set_printoptions(precision=1)\npd.set_option('display.max_rows', 3)",

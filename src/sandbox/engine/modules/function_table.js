@@ -13,7 +13,9 @@
 // functions go straight to their wrapper, and wrapper modules are compiled once per signature.
 // Pyodide's call trampoline, exported by an instance made just before, is added without a look-up.
 // The start-up's JavaScript functions are wrapped all at once: one WebAssembly instance for ~260.
-// Functions get the same slots, in the same order, as before.
+// A sandbox relinking a snapshot's shared libraries gives their functions the slots the snapshot
+// recorded, and a library's slots enter the map only once the table has been read (the read covers
+// them): relinking reads no table at all. Functions get the same slots, in the same order, as before.
 
 var sandboxTableRead = false;
 var sandboxWrapperModules = new Map();
@@ -58,13 +60,36 @@ function sandboxAddFunction(func, sig) {
 
 // addFunction for a WebAssembly function that an instance made just now exports: it cannot be in the
 // table yet, so it takes a free slot without the look-up (which would read the whole table). Pyodide
-// adds its call trampoline this way before every start.
+// adds its call trampoline this way before every start. (Until the table is read, the map need not
+// hold WebAssembly functions: the read finds them in the table.)
 function sandboxAddNewFunction(func) {
   var ret = getEmptyTableSlot();
   setWasmTableEntry(ret, func);
   functionsInTableMap ??= new WeakMap();
   functionsInTableMap.set(func, ret);
   return ret;
+}
+
+// addFunction(func, sig) for `func`, a WebAssembly function exported as `symName`, without reading the
+// function table where a sandbox relinking a snapshot's shared libraries (ops/dylink.js) knows the
+// slot the snapshot's maker gave that symbol (`Module.sandboxDylink.slotOf`): that slot if the table
+// holds `func` there (addFunction would have found it there), or a new slot if the recorded one is
+// the one addFunction would have taken next (it found `func` nowhere). Anything else, or once the
+// table has been read anyway, is addFunction's. Relinking pandas and matplotlib would otherwise read
+// the whole table (tens of thousands of slots, a WebAssembly function object made for each) and
+// then each library's slots, for answers the snapshot already holds.
+function sandboxAddExport(symName, func, sig) {
+  var slot = sandboxTableRead ? undefined : Module["sandboxDylink"]?.slotOf?.(symName);
+  if (slot !== undefined && sandboxMayBeWasmFunction(func)) {
+    if (slot < wasmTable.length && wasmTable.get(slot) === func) {
+      return slot;
+    }
+    var next = freeTableIndexes.length ? freeTableIndexes[freeTableIndexes.length - 1] : wasmTable.length;
+    if (slot === next) {
+      return sandboxAddNewFunction(func);
+    }
+  }
+  return addFunction(func, sig);
 }
 
 // While reportUndefinedSymbols() runs: the WebAssembly wrapper of each JavaScript function it is
@@ -122,7 +147,7 @@ function sandboxReportUndefinedSymbols() {
         throw new Error(`Dynamic linking error: undefined symbol '${name}'`);
       }
       if (typeof sym == "function") {
-        entry.value = addFunction(sym, sym.sig);
+        entry.value = sandboxAddExport(name, sym, sym.sig);
       } else if (typeof sym == "number") {
         entry.value = sym;
       } else if (typeof sym.value == "number") {

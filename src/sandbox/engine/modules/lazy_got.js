@@ -13,9 +13,11 @@
 var lazyGOTMainExports = null;
 // What eager linking stores in a GOT entry for an export: a function's table slot (added if need be)
 // or a data symbol's address; undefined for anything else.
-var lazyGOTValue = (value) => {
+var lazyGOTValue = (symName, value) => {
   if (typeof value == "function") {
-    return addFunction(value);
+    return typeof sandboxAddExport == "function"
+      ? sandboxAddExport(symName, value)
+      : addFunction(value);
   }
   return typeof value.value == "number" ? value : undefined;
 };
@@ -28,7 +30,7 @@ var materializeGOT = (symName) => {
   ) {
     return GOT[symName];
   }
-  var newValue = lazyGOTValue(lazyGOTMainExports[symName]);
+  var newValue = lazyGOTValue(symName, lazyGOTMainExports[symName]);
   if (newValue === undefined) {
     return undefined;
   }
@@ -46,7 +48,7 @@ var initLazyGOT = (exports) => {
     if (entry.value != -1 || !Object.hasOwn(exports, symName) || isInternalSym(symName)) {
       continue;
     }
-    var newValue = lazyGOTValue(exports[symName]);
+    var newValue = lazyGOTValue(symName, exports[symName]);
     if (newValue !== undefined) {
       entry.value = newValue;
     }

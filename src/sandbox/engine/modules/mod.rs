@@ -63,7 +63,7 @@ const LAZY_IMPORTS_CALL_SITE: (&str, &str) = (
 
 /// Emscripten's function-table helpers, replaced by those in function_table.js.
 const FUNCTION_TABLE_JS: &str = include_str!("function_table.js");
-const FUNCTION_TABLE_CALL_SITES: [(&str, &str); 6] = [
+const FUNCTION_TABLE_CALL_SITES: [(&str, &str); 8] = [
     (
         "var getFunctionAddress=func=>{if(!functionsInTableMap){functionsInTableMap=new WeakMap;updateTableMap(0,wasmTable.length)}return functionsInTableMap.get(func)||0};",
         "var getFunctionAddress=sandboxGetFunctionAddress;",
@@ -83,6 +83,16 @@ const FUNCTION_TABLE_CALL_SITES: [(&str, &str); 6] = [
     (
         "var reportUndefinedSymbols=()=>{",
         "var reportUndefinedSymbols=sandboxReportUndefinedSymbols;var emscriptenReportUndefinedSymbols=()=>{",
+    ),
+    // A shared library's exported functions get the slots a relinked snapshot recorded, if it did.
+    (
+        "if(typeof value==\"function\"){newValue=addFunction(value)}",
+        "if(typeof value==\"function\"){newValue=sandboxAddExport(symName,value)}",
+    ),
+    // A library's slots enter the map only once the table has been read (the read covers them).
+    (
+        "updateTableMap(tableBase,metadata.tableSize);moduleExports=relocateExports(",
+        "if(sandboxTableRead){updateTableMap(tableBase,metadata.tableSize)}moduleExports=relocateExports(",
     ),
     // The GOT handler records each entry it makes unresolved.
     (

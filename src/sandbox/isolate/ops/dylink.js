@@ -63,6 +63,7 @@ export function recordDylibs(Module, base = null) {
     return {
       baseTable,
       finalTable: Module.wasmTable.length,
+      slots: functionSlots(Module),
       freeAfter: [...Module.freeTableIndexes],
       loads: loads.map((load) => ({ ...load })),
       libs,
@@ -70,6 +71,22 @@ export function recordDylibs(Module, base = null) {
       modules: base?.modules ?? [],
     };
   };
+}
+
+/**
+ * Each GOT entry's value that may be a table slot (a function's; a data symbol's address may pass too,
+ * and is never asked for), by symbol: relinking gives the same functions the same slots again
+ * without reading the function table (`sandboxAddExport` in the served pyodide.asm.mjs checks each
+ * slot against the table before it uses it).
+ */
+function functionSlots(Module) {
+  const length = Module.wasmTable.length;
+  const slots = {};
+  for (const [name, entry] of Object.entries(Module.GOT ?? {})) {
+    const slot = entry?.value;
+    if (Number.isInteger(slot) && slot > 0 && slot < length) slots[name] = slot;
+  }
+  return slots;
 }
 
 /**
@@ -85,7 +102,9 @@ export function relinkDylibs(Module, record, compiled) {
   }
   let current = null;
   let saved = null;
+  const slots = record.slots ?? {};
   Module.sandboxDylink = {
+    slotOf: (symName) => (Object.hasOwn(slots, symName) ? slots[symName] : undefined),
     memoryBase(libName, metadata, tableLength) {
       if (
         libName !== current.libName || metadata.memorySize !== current.memorySize ||
