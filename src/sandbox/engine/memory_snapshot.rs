@@ -1,7 +1,7 @@
 //! The Pyodide memory snapshot: held once per process in a V8 backing store that every isolate maps
-//! without copying (its zero pages taking no memory), and restored into each new sandbox's memory writing only what differs from fresh
-//! memory (a session image: its base snapshot's pages, then the pages it changed). On disk it is
-//! `snapshot_files.rs`'s business.
+//! without copying (its zero pages taking no memory), and restored into each new sandbox's memory
+//! writing only what differs from fresh memory (a session image: its base snapshot's pages, then the
+//! pages it changed). On disk it is `snapshot_files.rs`'s business.
 
 use deno_core::v8;
 use sha2::{Digest, Sha256};
