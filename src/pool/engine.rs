@@ -34,6 +34,10 @@ impl Backend for Engine {
         }
     }
 
+    fn rest(&self) {
+        self.release_free_memory();
+    }
+
     /// Finishes the garbage collection that booting started (see `Sandbox::collect_garbage`).
     fn settle(&self, sandbox: &mut Sandbox) {
         sandbox.collect_garbage();

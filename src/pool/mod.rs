@@ -43,6 +43,10 @@ pub trait Backend: Send + Sync + 'static {
     /// Settles a sandbox booted ahead of its call (skipped when a job is already waiting for it).
     fn settle(&self, _sandbox: &mut Self::Sandbox) {}
 
+    /// Called on a worker that has had nothing to do for a moment since its last call or boot
+    /// (its stock full, no job waiting): the backend may give freed memory back to the system.
+    fn rest(&self) {}
+
     /// How many sandboxes of `flavor` a prewarmed worker keeps ready, given `settings` (a kind that
     /// holds more memory may be kept fewer of).
     fn stock_size(&self, _flavor: Self::Flavor, settings: &WorkerSettings) -> usize {

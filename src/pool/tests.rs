@@ -1,5 +1,6 @@
-//! The pool's logic against a fake backend: no V8, no sleeps. Jobs report when they start and wait
-//! for the test to release them, so every ordering below is forced by channels.
+//! The pool's logic against a fake backend: no V8, and no sleeps but one that checks that nothing
+//! happens. Jobs report when they start and wait for the test to release them, so every ordering
+//! below is forced by channels.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
@@ -26,6 +27,8 @@ struct Fake {
     /// the process when isolates of one thread are dropped out of order).
     alive: Arc<Mutex<Vec<usize>>>,
     out_of_order: Arc<AtomicUsize>,
+    /// How many sandboxes had been booted at each rest.
+    rests: Mutex<Vec<usize>>,
 }
 
 /// A fake sandbox: its number, and the record of live sandboxes it leaves when dropped.
@@ -115,6 +118,11 @@ impl Backend for Fake {
 
     fn settle(&self, _sandbox: &mut FakeSandbox) {
         self.settled.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn rest(&self) {
+        let boots = self.boots.load(Ordering::SeqCst);
+        self.rests.lock().unwrap().push(boots);
     }
 
     /// Flavor 2 stands for a kind that holds more memory: one is kept ready.
@@ -447,6 +455,26 @@ fn a_stock_serves_queued_calls_without_booting_and_refills_after_them() {
         fake.alive.lock().unwrap().is_empty(),
         "shutdown drops the stock"
     );
+}
+
+#[test]
+fn a_worker_rests_once_its_stock_is_full_and_again_only_after_more_work() {
+    let fake = Arc::new(Fake::default());
+    let pool = stocked_pool(&fake, 1, 8, 1, 3);
+    let rests = || fake.rests.lock().unwrap().clone();
+    // The first rest comes after the whole stock is booted.
+    wait_until("a rest", || !rests().is_empty());
+    assert_eq!(rests(), [3]);
+    // With nothing to do, the worker does not rest again and again.
+    std::thread::sleep(super::worker::REST_PAUSE * 3);
+    assert_eq!(rests(), [3]);
+    // A call, then the refill of its sandbox, then one rest.
+    let mut t = pool.submit(FakeJob::quick("call")).unwrap();
+    assert_eq!(block_on(t.wait()).result.unwrap(), ("call", 3));
+    wait_until("another rest", || rests().len() == 2);
+    assert_eq!(rests(), [3, 4]);
+    pool.shutdown();
+    wait_until("the worker to exit", || pool.workers_exited());
 }
 
 #[test]

@@ -17,6 +17,10 @@ use crate::telemetry::{self, InitPhase, QueueExit, WorkerState};
 /// would find its worker busy booting the previous call's replacement.
 const REFILL_PAUSE: Duration = Duration::from_millis(25);
 
+/// How long a worker with nothing left to do (its stock full) waits for a job before it rests
+/// (`Backend::rest`): long enough that a burst of calls, or a run of refills, is over.
+pub(super) const REST_PAUSE: Duration = Duration::from_millis(200);
+
 pub(super) struct Worker<B: Backend> {
     index: usize,
     prewarmed: bool,
@@ -31,8 +35,8 @@ pub(super) struct Worker<B: Backend> {
 /// What an idle worker does next.
 enum Next<J, O> {
     Run(Job<J, O>),
-    /// No job came: boot one for the stock.
-    Refill,
+    /// No job came within the pause asked for: boot one for the stock, or rest.
+    Woken,
     Closed,
 }
 
@@ -165,6 +169,8 @@ impl<B: Backend> Worker<B> {
         drop(ack);
         // Set when booting for the stock failed: no retry before the next call.
         let mut refill_failed = false;
+        // Whether the worker has called or booted since it last rested.
+        let mut rest_due = true;
         loop {
             let refill = (self.prewarmed && !refill_failed)
                 .then(|| {
@@ -177,10 +183,17 @@ impl<B: Backend> Worker<B> {
                     }
                 })
                 .flatten();
-            let job = match self.next_job(stock.len() > 0, refill) {
+            let wake_after = refill.or(rest_due.then_some(REST_PAUSE));
+            let job = match self.next_job(stock.len() > 0, wake_after) {
                 Next::Run(job) => job,
                 Next::Closed => break,
-                Next::Refill => {
+                Next::Woken if refill.is_none() => {
+                    self.backend.rest();
+                    rest_due = false;
+                    continue;
+                }
+                Next::Woken => {
+                    rest_due = true;
                     // A stock of another flavor makes way for one of the wanted flavor.
                     if stock.len() > 0 && !stock.serves(wanted) {
                         guard.set(WorkerState::Initializing);
@@ -196,6 +209,7 @@ impl<B: Backend> Worker<B> {
                     continue;
                 }
             };
+            rest_due = true;
             job.started.store(true, Ordering::SeqCst);
             let queue_wait = job.enqueued.elapsed();
             telemetry::queue_wait(QueueExit::Dispatched, queue_wait);
@@ -296,13 +310,13 @@ impl<B: Backend> Worker<B> {
     fn next_job(
         &self,
         has_ready_sandbox: bool,
-        refill: Option<Duration>,
+        wake_after: Option<Duration>,
     ) -> Next<B::Job, B::Output> {
         let Some(mut queue) = self.shared.lock() else {
             return Next::Closed;
         };
         self.announce_in(&mut queue, has_ready_sandbox);
-        let deadline = refill.map(|pause| Instant::now() + pause);
+        let deadline = wake_after.map(|pause| Instant::now() + pause);
         let next = loop {
             if !queue.jobs.is_empty() && (has_ready_sandbox || queue.ready_idle == 0) {
                 let job = queue.jobs.pop_front();
@@ -317,7 +331,7 @@ impl<B: Backend> Worker<B> {
                 Some(deadline) => {
                     let left = deadline.saturating_duration_since(Instant::now());
                     if left.is_zero() {
-                        break Next::Refill;
+                        break Next::Woken;
                     }
                     self.shared
                         .available

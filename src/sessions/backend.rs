@@ -60,6 +60,10 @@ pub trait Backend: Send + Sync + 'static {
         parked: Option<Self::Parked>,
         payload: Bytes,
     ) -> Result<Self::Sandbox, String>;
+
+    /// Called on a session's thread once its sandbox is dropped: the backend may give the memory
+    /// it freed back to the system.
+    fn dropped(&self) {}
 }
 
 /// Where the manager reads the time (injected by tests).

@@ -164,7 +164,7 @@ fn run<B: Backend>(launch: Launch<B>, parked: Option<B::Parked>) {
     }
     serve(&thread, &mut sandbox, jobs);
     drop(sandbox);
-    give_back_freed_memory();
+    thread.backend.dropped();
     tracing::debug!(session = short(&thread.id), "session thread ended");
 }
 
@@ -283,27 +283,4 @@ fn report_end<B: Backend>(
         inner.sandbox_ended(id, end);
     }
     true
-}
-
-/// Returns the memory freed sandboxes leave in the allocator to the system, at most once a second:
-/// each session thread allocates in a glibc arena of its own, which keeps freed pages otherwise, so
-/// a server that spills and resumes sessions all day would grow by them (1,000 sessions through 8
-/// places: 1,569 MiB RSS without, 1,384 MiB with). A trim walks every arena under its lock, so it is
-/// not done after every sandbox.
-fn give_back_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        use std::sync::atomic::AtomicU64;
-        static LAST: AtomicU64 = AtomicU64::new(0);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        if LAST.swap(now, Ordering::SeqCst) != now {
-            // SAFETY: malloc_trim only releases free memory held by the allocator; it takes no
-            // pointers.
-            unsafe {
-                libc::malloc_trim(0);
-            }
-        }
-    }
 }

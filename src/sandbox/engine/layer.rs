@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::assets::PYODIDE_VERSION;
+use crate::sandbox::isolate::cow::CowBytes;
 
 /// Bumped whenever the on-disk format or what the installer captures changes.
 const LAYER_FORMAT: u32 = 1;
@@ -48,10 +49,14 @@ struct Manifest {
 }
 
 /// The files and package records every sandbox receives.
-#[derive(Debug, Default)]
 pub struct PackageLayer {
-    /// All file contents back to back; `index` says where each file starts and ends.
-    pub blob: Vec<u8>,
+    /// All file contents back to back, held once: in the sealed in-memory file every sandbox maps
+    /// (`cow.rs`), not also in the engine's heap. `index` says where each file starts and ends.
+    pub(crate) contents: CowBytes,
+    /// The length of `contents`.
+    len: usize,
+    /// See [`PackageLayer::digest`].
+    digest: String,
     /// (absolute path in the sandbox, offset, length).
     pub index: Vec<(String, u32, u32)>,
     /// Pyodide `loadedPackages` entries to restore, so imports of layer packages are not re-fetched.
@@ -97,26 +102,31 @@ impl PackageLayer {
         origin: LayerOrigin,
         mut patch: impl FnMut(&str, Vec<u8>) -> Vec<u8>,
     ) -> Result<Self, String> {
-        let mut layer = PackageLayer {
-            loaded_packages,
-            origin,
-            ..Default::default()
-        };
+        let mut blob = Vec::with_capacity(files.iter().map(|(_, data)| data.len()).sum());
+        let mut index = Vec::with_capacity(files.len());
         for (path, data) in files {
             let data = patch(&path, data);
-            let offset = u32::try_from(layer.blob.len())
+            let offset = u32::try_from(blob.len())
                 .map_err(|_| "the package layer exceeds 4 GiB".to_string())?;
             let len = u32::try_from(data.len())
                 .map_err(|_| format!("{path} in the package layer exceeds 4 GiB"))?;
-            layer.blob.extend_from_slice(&data);
-            layer.index.push((path, offset, len));
+            blob.extend_from_slice(&data);
+            index.push((path, offset, len));
         }
-        Ok(layer)
+        Ok(PackageLayer {
+            digest: digest(&index, &blob),
+            len: blob.len(),
+            contents: CowBytes::new(&blob),
+            index,
+            loaded_packages,
+            origin,
+            tree: Default::default(),
+        })
     }
 
     /// Total bytes of file content.
     pub fn bytes(&self) -> usize {
-        self.blob.len()
+        self.len
     }
 
     /// The entries of directory `dir` (an absolute path without a trailing slash) in the layer:
@@ -152,7 +162,6 @@ impl PackageLayer {
         tree.get(dir).map_or(&[], Vec::as_slice)
     }
 
-    /// The contents of the file at `path` (an absolute path in the sandbox).
     /// Whether the layer holds the top-level Python module `name` in a `site-packages` directory: a
     /// package directory, a `.py` file or an extension module.
     pub fn has_top_level_module(&self, name: &str) -> bool {
@@ -168,26 +177,52 @@ impl PackageLayer {
         })
     }
 
-    pub fn file(&self, path: &str) -> Option<&[u8]> {
-        let (_, offset, length) = self.index.iter().find(|(p, _, _)| p == path)?;
-        self.blob
-            .get(*offset as usize..(*offset as usize).checked_add(*length as usize)?)
+    /// Whether the layer holds a file at `path` (an absolute path in the sandbox).
+    pub fn has_file(&self, path: &str) -> bool {
+        self.index.iter().any(|(p, _, _)| p == path)
+    }
+
+    /// A copy of the contents of the file at `path` (an absolute path in the sandbox).
+    pub fn file(&self, path: &str) -> Result<Vec<u8>, String> {
+        let (_, offset, length) = self
+            .index
+            .iter()
+            .find(|(p, _, _)| p == path)
+            .ok_or_else(|| format!("{path} is not in the package layer"))?;
+        self.contents
+            .read(*offset as usize, *length as usize)
+            .map_err(|e| format!("reading {path} from the package layer: {e}"))
     }
 
     /// A digest of every file's path and contents (what a snapshot with pre-imported packages was
     /// taken from).
-    pub fn digest(&self) -> String {
-        use sha2::{Digest, Sha256};
-        let mut hash = Sha256::new();
-        for (path, offset, length) in &self.index {
-            hash.update((path.len() as u64).to_le_bytes());
-            hash.update(path.as_bytes());
-            hash.update(u64::from(*offset).to_le_bytes());
-            hash.update(u64::from(*length).to_le_bytes());
-        }
-        hash.update(&self.blob);
-        hex::encode(&hash.finalize()[..12])
+    pub fn digest(&self) -> &str {
+        &self.digest
     }
+}
+
+impl std::fmt::Debug for PackageLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackageLayer")
+            .field("files", &self.index.len())
+            .field("bytes", &self.len)
+            .field("origin", &self.origin)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The digest of a layer's index and contents (see [`PackageLayer::digest`]).
+fn digest(index: &[(String, u32, u32)], blob: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    for (path, offset, length) in index {
+        hash.update((path.len() as u64).to_le_bytes());
+        hash.update(path.as_bytes());
+        hash.update(u64::from(*offset).to_le_bytes());
+        hash.update(u64::from(*length).to_le_bytes());
+    }
+    hash.update(blob);
+    hex::encode(&hash.finalize()[..12])
 }
 
 /// The layer directory for `cache_dir`.
@@ -320,10 +355,15 @@ mod tests {
         assert!(names("/nowhere").is_empty());
         let (_, _, offset, length) = layer.children("/sp/a/b")[0].clone();
         assert_eq!(
-            &layer.blob[offset as usize..(offset + length) as usize],
+            layer
+                .contents
+                .read(offset as usize, length as usize)
+                .unwrap(),
             b"/sp/a/b/y.so"
         );
-        assert_eq!(layer.file("/sp/a/b/y.so"), Some(&b"/sp/a/b/y.so"[..]));
+        assert_eq!(layer.file("/sp/a/b/y.so").unwrap(), b"/sp/a/b/y.so");
+        assert!(layer.has_file("/sp/a/b/y.so"));
+        assert!(!layer.has_file("/sp/a/b"));
     }
 
     #[test]

@@ -4,9 +4,11 @@
 //! (`layer.rs`), the Pyodide memory snapshots (`memory_snapshot.rs` in memory, `snapshot_files.rs`
 //! on disk, `snapshots.rs` by kind: taken now, or read back from `package_cache_dir` and trusted
 //! once a sandbox boots from it), Pyodide's JavaScript as served (`modules/`), WebAssembly compiled
-//! once (`wasm.rs`) — and then sandboxes: [`Engine::boot`] makes a ready [`Sandbox`]; a session's
-//! are saved and restored as images (`session_images.rs`, `session_base.rs`).
+//! once (`wasm.rs`), the C heap's settings (`c_heap.rs`) — and then sandboxes: [`Engine::boot`]
+//! makes a ready [`Sandbox`]; a session's are saved and restored as images (`session_images.rs`,
+//! `session_base.rs`).
 
+mod c_heap;
 pub mod layer;
 pub(crate) mod memory_snapshot;
 pub(crate) mod modules;
@@ -50,6 +52,7 @@ impl Engine {
     pub fn new(config: EngineConfig) -> Result<Self, EngineError> {
         let assets = Arc::new(Assets::load(&config.asset_dir)?);
         startup::init_v8(config.wasm_memory_limit_mb);
+        c_heap::tune();
         let mut engine = Self {
             shared: Arc::new(EngineShared::new(config, assets)?),
             _keeper: None,
@@ -182,7 +185,7 @@ impl Engine {
         };
         let started = Instant::now();
         let cache_dir = &self.shared.config.package_cache_dir;
-        let key = snapshot_files::preimported_key(plain_key, &layer.digest(), modules);
+        let key = snapshot_files::preimported_key(plain_key, layer.digest(), modules);
         let stored = snapshot_files::load(cache_dir, Flavor::Preimported, &key)
             .and_then(snapshot_files::decode_preimported);
         let reused = stored.is_some();
@@ -428,6 +431,18 @@ check({modules})"
     /// Boots a fresh sandbox: new isolate, new Pyodide, locked-down globals.
     pub fn boot(&self) -> Result<Sandbox, EngineError> {
         self.boot_flavor(Flavor::Plain)
+    }
+
+    /// Gives the C heap's free memory back to the system (see `c_heap.rs`); the pool calls it on a
+    /// worker with nothing to do.
+    pub fn release_free_memory(&self) {
+        c_heap::release_free();
+    }
+
+    /// Like [`release_free_memory`](Self::release_free_memory), at most once a second in the
+    /// process: for what drops sandboxes often (session threads).
+    pub fn release_free_memory_now_and_then(&self) {
+        c_heap::release_free_now_and_then();
     }
 
     /// The kind of sandbox that serves `code` best (see `snapshots.rs`).

@@ -147,7 +147,7 @@ impl Engine {
                 .get()
                 .map(|l| l.digest())
                 .unwrap_or_default();
-            snapshot_files::preimported_key(&plain, &layer, &[])
+            snapshot_files::preimported_key(&plain, layer, &[])
         })
     }
 }

@@ -82,8 +82,6 @@ pub(crate) struct EngineShared {
     pub snapshots: Snapshots,
     /// The package layer copied into every sandbox (micropip and the preinstalled packages).
     pub layer: OnceLock<Arc<layer::PackageLayer>>,
-    /// The package layer's file contents, as every sandbox maps them (copy-on-write).
-    pub layer_bytes: OnceLock<cow::CowBytes>,
     /// Pyodide's standard library zip, as every sandbox maps it (copy-on-write).
     pub stdlib: cow::CowBytes,
     /// Pyodide's WebAssembly module as V8 compiled it once; every isolate instantiates this.
@@ -143,7 +141,6 @@ impl EngineShared {
             compiled_wasm: OnceLock::new(),
             wrapper_modules: Mutex::new(Vec::new()),
             wasm_modules: WasmModules::default(),
-            layer_bytes: OnceLock::new(),
             startup_snapshot: OnceLock::new(),
             image_key: OnceLock::new(),
             _io: IoRuntime(Some(io)),

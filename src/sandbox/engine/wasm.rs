@@ -63,6 +63,8 @@ pub(crate) enum ModuleError {
     DefinesMemory,
     #[error("not a valid WebAssembly module: {0}")]
     Invalid(String),
+    #[error("the WebAssembly module could not be read: {0}")]
+    Unreadable(String),
 }
 
 /// Checks a module's structure before it is compiled: size, and no memory definitions.
@@ -134,7 +136,7 @@ impl WasmModules {
         &self,
         scope: &v8::PinScope<'s, '_>,
         name: &str,
-        bytes: &[u8],
+        bytes: impl FnOnce() -> Result<Vec<u8>, ModuleError>,
     ) -> Result<v8::Local<'s, v8::WasmModuleObject>, ModuleError> {
         let found = self
             .named
@@ -145,7 +147,7 @@ impl WasmModules {
         if let Some(module) = found {
             return Ok(module);
         }
-        let module = compile_checked(scope, bytes)?;
+        let module = compile_checked(scope, &bytes()?)?;
         self.named
             .lock()
             .unwrap_or_else(|e| e.into_inner())

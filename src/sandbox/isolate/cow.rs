@@ -70,6 +70,20 @@ impl CowBytes {
         };
         budget.array_buffer(scope, copy)
     }
+
+    /// A copy of `len` bytes from `offset`.
+    pub fn read(&self, offset: usize, len: usize) -> std::io::Result<Vec<u8>> {
+        let out_of_range = || std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+        match &self.source {
+            #[cfg(target_os = "linux")]
+            Source::Sealed(file) => file.read_at(offset, len),
+            Source::Owned(bytes) => offset
+                .checked_add(len)
+                .and_then(|end| bytes.get(offset..end))
+                .map(<[u8]>::to_vec)
+                .ok_or_else(out_of_range),
+        }
+    }
 }
 
 #[cfg(target_os = "linux")]
@@ -121,8 +135,13 @@ mod memfd {
 
         /// A copy of the file's bytes.
         pub fn read_all(&self) -> std::io::Result<Vec<u8>> {
-            let mut bytes = vec![0; self.len];
-            self.file.read_exact_at(&mut bytes, 0)?;
+            self.read_at(0, self.len)
+        }
+
+        /// A copy of `len` of the file's bytes from `offset`.
+        pub fn read_at(&self, offset: usize, len: usize) -> std::io::Result<Vec<u8>> {
+            let mut bytes = vec![0; len];
+            self.file.read_exact_at(&mut bytes, offset as u64)?;
             Ok(bytes)
         }
 

@@ -90,11 +90,7 @@ impl Sandbox {
             .loads
             .iter()
             .map(|l| l.lib_name.as_str())
-            .filter(|name| {
-                layer
-                    .as_ref()
-                    .is_none_or(|layer| layer.file(name).is_none())
-            })
+            .filter(|name| layer.as_ref().is_none_or(|layer| !layer.has_file(name)))
             .collect();
         (!foreign.is_empty()).then(|| {
             let shown: Vec<&str> = foreign

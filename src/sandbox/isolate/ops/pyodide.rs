@@ -12,7 +12,7 @@ use super::{Phase, Role, boot, boot_mut, call_state, state};
 use crate::protocol::limits::shown;
 use crate::sandbox::engine::layer::LayerOrigin;
 use crate::sandbox::engine::memory_snapshot::SharedSnapshot;
-use crate::sandbox::engine::wasm::CodegenAllowed;
+use crate::sandbox::engine::wasm::{CodegenAllowed, ModuleError};
 
 /// The `pyodide` op group's state: what the isolate exists for, where it is in its life, and the
 /// copy-on-write mappings it was given.
@@ -387,12 +387,13 @@ pub(super) fn op_sandbox_layer_blob<'s, 'i>(
     boot(op_state).booting("op_sandbox_layer_blob")?;
     let map = may_map(op_state);
     let s = state(op_state);
-    let shared = &s.shared;
-    let blob = shared.layer_bytes.get_or_init(|| {
-        let blob = shared.layer.get().map(|l| l.blob.as_slice());
-        crate::sandbox::isolate::cow::CowBytes::new(blob.unwrap_or_default())
-    });
-    blob.array_buffer(scope, map, &s.budget).map(Into::into)
+    match s.shared.layer.get() {
+        Some(layer) => layer
+            .contents
+            .array_buffer(scope, map, &s.budget)
+            .map(Into::into),
+        None => Ok(v8::ArrayBuffer::new(scope, 0).into()),
+    }
 }
 
 /// How many copy-on-write mappings one sandbox gets (its boot needs two): user code can ask for the
@@ -437,12 +438,16 @@ pub(super) fn op_sandbox_layer_module<'s, 'i>(
         .layer
         .get()
         .ok_or_else(|| JsErrorBox::generic("no package layer"))?;
-    let bytes = layer
-        .file(path)
-        .ok_or_else(|| JsErrorBox::generic(format!("{path} is not in the package layer")))?;
+    if !layer.has_file(path) {
+        return Err(JsErrorBox::generic(format!(
+            "{path} is not in the package layer"
+        )));
+    }
     shared
         .wasm_modules
-        .compile_named(scope, &format!("layer:{path}"), bytes)
+        .compile_named(scope, &format!("layer:{path}"), || {
+            layer.file(path).map_err(ModuleError::Unreadable)
+        })
         .map(Into::into)
         .map_err(|e| JsErrorBox::type_error(e.to_string()))
 }
