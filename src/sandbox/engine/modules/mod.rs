@@ -377,6 +377,10 @@ pub(crate) struct Modules {
     cache: Mutex<HashMap<String, CacheEntry>>,
     /// Whether the modules may be evaluated into a V8 startup snapshot.
     snapshottable: bool,
+    /// Which of our changes took, read once from the sources served (see the methods).
+    dylink_hooks: bool,
+    sparse_restore: bool,
+    parking: bool,
 }
 
 impl Modules {
@@ -391,10 +395,27 @@ impl Modules {
             let hash = source_hash(&source);
             sources.insert(specifier, (source, hash));
         }
-        Self {
+        let modules = Self {
             sources,
             cache: Mutex::default(),
             snapshottable,
+            dylink_hooks: false,
+            sparse_restore: false,
+            parking: false,
+        };
+        let asm_js = modules.source("pyodide.asm.mjs");
+        let (dylink_hooks, sparse_restore) = (
+            asm_js.contains(DYLINK_HOOK_SITES[0].1),
+            asm_js.contains(SPARSE_RESTORE_CALL_SITE.1),
+        );
+        let parking = modules
+            .source("pyodide.mjs")
+            .contains(INSTANTIATE_FIRST_CALL_SITE.1);
+        Self {
+            dylink_hooks,
+            sparse_restore,
+            parking,
+            ..modules
         }
     }
 }
@@ -409,23 +430,20 @@ impl Modules {
     /// Whether a sandbox can relink shared libraries at recorded bases (the dynamic-linker hooks
     /// applied), which a snapshot with pre-imported packages needs.
     pub fn dylink_hooks(&self) -> bool {
-        self.source("pyodide.asm.mjs")
-            .contains(DYLINK_HOOK_SITES[0].1)
+        self.dylink_hooks
     }
 
     /// Whether Pyodide's snapshot restore hands the memory to the sandbox (`sandboxRestoreMemory`)
     /// instead of copying the snapshot's bytes itself, which a session image's restore needs (its
     /// snapshot's bytes are only the header).
     pub fn sparse_restore(&self) -> bool {
-        self.source("pyodide.asm.mjs")
-            .contains(SPARSE_RESTORE_CALL_SITE.1)
+        self.sparse_restore
     }
 
     /// Whether a sandbox can be parked before its memory snapshot is chosen: Pyodide's loader
     /// instantiates its WebAssembly before it awaits the snapshot.
     pub fn parking(&self) -> bool {
-        self.source("pyodide.mjs")
-            .contains(INSTANTIATE_FIRST_CALL_SITE.1)
+        self.parking
     }
 
     /// A fingerprint of every module source served.
