@@ -312,35 +312,8 @@ fn sparse_store(bytes: &[u8], offset: usize, runs: &[Run]) -> v8::SharedRef<v8::
 /// the 30 MB of a session image.)
 fn zeroed_store(len: usize) -> v8::UniqueRef<v8::BackingStore> {
     #[cfg(target_os = "linux")]
-    if len > 0 {
-        // SAFETY: a new private anonymous mapping at an address the kernel picks; checked.
-        let data = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if data != libc::MAP_FAILED {
-            unsafe extern "C" fn unmap(
-                data: *mut std::ffi::c_void,
-                len: usize,
-                _: *mut std::ffi::c_void,
-            ) {
-                // SAFETY: V8 calls this once, with the mapping made above.
-                unsafe {
-                    libc::munmap(data, len);
-                }
-            }
-            // SAFETY: `data` is `len` readable and writable bytes that belong to this backing
-            // store alone until V8 calls `unmap` with the same pointer and length.
-            return unsafe {
-                v8::ArrayBuffer::new_backing_store_from_ptr(data, len, unmap, std::ptr::null_mut())
-            };
-        }
+    if let Some(store) = crate::sandbox::isolate::cow::private_mapping(None, len) {
+        return store;
     }
     v8::ArrayBuffer::new_backing_store_from_bytes(vec![0u8; len].into_boxed_slice())
 }

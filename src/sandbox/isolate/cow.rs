@@ -86,9 +86,56 @@ impl CowBytes {
     }
 }
 
+/// A backing store over a new private mapping of `len` bytes, unmapped when V8 frees it: of the file
+/// `fd` from its start (copy-on-write), or without one anonymous zero pages that the kernel supplies
+/// only when touched. `None` when the kernel refuses.
+#[cfg(target_os = "linux")]
+pub(crate) fn private_mapping(
+    fd: Option<std::os::fd::RawFd>,
+    len: usize,
+) -> Option<v8::UniqueRef<v8::BackingStore>> {
+    let data = map(fd, len)?;
+    // SAFETY: `data` is `len` readable and writable bytes that belong to this backing store alone
+    // until V8 calls `unmap` with the same pointer and length.
+    Some(unsafe {
+        v8::ArrayBuffer::new_backing_store_from_ptr(data, len, unmap, std::ptr::null_mut())
+    })
+}
+
+#[cfg(target_os = "linux")]
+fn map(fd: Option<std::os::fd::RawFd>, len: usize) -> Option<*mut std::ffi::c_void> {
+    let (flags, fd) = match fd {
+        Some(fd) => (libc::MAP_PRIVATE, fd),
+        None => (
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+        ),
+    };
+    // SAFETY: a new mapping at an address the kernel picks, of `len` bytes of a file we were given
+    // (or none); the result is checked.
+    let data = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            fd,
+            0,
+        )
+    };
+    (len > 0 && data != libc::MAP_FAILED).then_some(data)
+}
+
+#[cfg(target_os = "linux")]
+unsafe extern "C" fn unmap(data: *mut std::ffi::c_void, len: usize, _: *mut std::ffi::c_void) {
+    // SAFETY: called once, with a mapping made by `map`.
+    unsafe {
+        libc::munmap(data, len);
+    }
+}
+
 #[cfg(target_os = "linux")]
 mod memfd {
-    use std::ffi::c_void;
     use std::fs::File;
     use std::io::Write as _;
     use std::os::fd::{AsRawFd, FromRawFd};
@@ -122,15 +169,15 @@ mod memfd {
             if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            let this = Self {
+            // Whether this system lets us map it is found out now, not in a sandbox.
+            let probe = super::map(Some(file.as_raw_fd()), bytes.len())
+                .ok_or_else(std::io::Error::last_os_error)?;
+            // SAFETY: the mapping just made, of `len` bytes, used by nothing.
+            unsafe { super::unmap(probe, bytes.len(), std::ptr::null_mut()) };
+            Ok(Self {
                 file,
                 len: bytes.len(),
-            };
-            // Whether this system lets us map it is found out now, not in a sandbox.
-            let probe = this.mmap().ok_or_else(std::io::Error::last_os_error)?;
-            // SAFETY: the mapping just made, of `len` bytes, used by nothing.
-            unsafe { unmap(probe, this.len, std::ptr::null_mut()) };
-            Ok(this)
+            })
         }
 
         /// A copy of the file's bytes.
@@ -147,40 +194,7 @@ mod memfd {
 
         /// A backing store over a new private mapping of the file, unmapped when V8 frees it.
         pub fn map_private(&self) -> Option<v8::UniqueRef<v8::BackingStore>> {
-            let data = self.mmap()?;
-            // SAFETY: `data` is `len` readable and writable bytes that belong to this backing store
-            // alone until V8 calls `unmap` with the same pointer and length.
-            Some(unsafe {
-                v8::ArrayBuffer::new_backing_store_from_ptr(
-                    data,
-                    self.len,
-                    unmap,
-                    std::ptr::null_mut(),
-                )
-            })
-        }
-
-        fn mmap(&self) -> Option<*mut c_void> {
-            // SAFETY: a new mapping at an address the kernel picks, of the file's whole (sealed,
-            // unchangeable) length; the result is checked.
-            let data = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    self.len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE,
-                    self.file.as_raw_fd(),
-                    0,
-                )
-            };
-            (data != libc::MAP_FAILED).then_some(data)
-        }
-    }
-
-    unsafe extern "C" fn unmap(data: *mut c_void, len: usize, _: *mut c_void) {
-        // SAFETY: V8 calls this once, with the mapping made in `map_private`.
-        unsafe {
-            libc::munmap(data, len);
+            super::private_mapping(Some(self.file.as_raw_fd()), self.len)
         }
     }
 }
