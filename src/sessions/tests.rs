@@ -320,9 +320,15 @@ async fn a_cancelled_creation_gives_its_slot_back() {
         }
     }
     release.send(()).unwrap();
-    // The one slot is free again: a session can be created.
+    // The one slot is free again: a session can be created, and it starts on the spare thread the
+    // cancelled creation left behind.
     let id = sessions.create(Caller::default(), "x").await.unwrap();
     assert_eq!(sessions.live(), 1);
+    let run = sessions
+        .run(&id, &Caller::default(), request("parked"), None)
+        .await
+        .unwrap();
+    assert_eq!(run.result.result.as_deref(), Some("true"));
     assert!(matches!(
         sessions.create(Caller::default(), "x").await,
         Err(SessionError::TooMany { live: 1, max: 1 })
