@@ -7,6 +7,7 @@ use deno_core::v8;
 use sha2::{Digest, Sha256};
 
 use crate::sandbox::engine::session_base::{Delta, is_zero, memory_offset};
+use crate::sandbox::isolate::cow::Mapping;
 
 /// The kind of snapshot a sandbox starts from (the kind of sandbox a call runs in).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
@@ -38,8 +39,12 @@ impl Flavor {
 }
 
 /// The snapshot bytes in a V8 backing store shared by every isolate, and a map of its linear memory.
+/// The bytes are a [`Mapping`], which V8 does not count as any isolate's memory; each isolate given
+/// an ArrayBuffer over the store keeps the mapping until it is disposed (see `op_sandbox_snapshot`).
 pub(crate) struct SharedSnapshot {
     store: v8::SharedRef<v8::BackingStore>,
+    /// The memory `store` points to, when it is a mapping.
+    mapping: Option<std::sync::Arc<Mapping>>,
     /// Where the linear memory starts in the snapshot (after Pyodide's header).
     memory_offset: usize,
     /// The linear memory as runs of whole pages, in order: which hold data and which are all zeros.
@@ -134,9 +139,10 @@ impl SharedSnapshot {
         // Pyodide's format: u32 magic, u32 offset of the linear memory, then the header.
         let offset = memory_offset(&bytes).unwrap_or(bytes.len());
         let runs = zero_runs(&bytes[offset..]);
-        let store = sparse_store(&bytes, offset, &runs);
+        let (store, mapping) = sparse_store(&bytes, offset, &runs);
         Self {
             store,
+            mapping: mapping.map(std::sync::Arc::new),
             memory_offset: offset,
             runs,
             dylibs: None,
@@ -162,7 +168,7 @@ impl SharedSnapshot {
         // Pyodide sizes the memory by these bytes but never reads past the header (the restore
         // writes the memory, see `restore_into`): a fresh zero mapping, of which only the header's
         // pages are ever touched.
-        let store = zeroed_store(header.len() + delta.heap_len());
+        let (store, mapping) = zeroed_store(header.len() + delta.heap_len());
         if let Some(data) = store.data() {
             // SAFETY: the backing store owns `byte_length` writable bytes at `data`, which nothing
             // else references yet; the header is shorter (it is part of that length).
@@ -176,6 +182,7 @@ impl SharedSnapshot {
         }
         Ok(Self {
             store: store.make_shared(),
+            mapping: mapping.map(std::sync::Arc::new),
             memory_offset: header.len(),
             runs: Vec::new(),
             dylibs,
@@ -184,9 +191,19 @@ impl SharedSnapshot {
         })
     }
 
-    /// A new ArrayBuffer of the calling isolate over the shared bytes.
-    pub fn array_buffer<'s>(&self, scope: &v8::PinScope<'s, '_>) -> v8::Local<'s, v8::ArrayBuffer> {
-        v8::ArrayBuffer::with_backing_store(scope, &self.store)
+    /// A new ArrayBuffer of the calling isolate over the shared bytes, and what the isolate must
+    /// keep until it is disposed (the mapping the bytes are in, if they are).
+    pub fn array_buffer<'s>(
+        &self,
+        scope: &v8::PinScope<'s, '_>,
+    ) -> (
+        v8::Local<'s, v8::ArrayBuffer>,
+        Option<std::sync::Arc<Mapping>>,
+    ) {
+        (
+            v8::ArrayBuffer::with_backing_store(scope, &self.store),
+            self.mapping.clone(),
+        )
     }
 
     /// A short digest of the snapshot's bytes (computed once).
@@ -290,8 +307,12 @@ fn clear_pages(target: &mut [u8], first: usize, touched: Option<&[bool]>) {
 /// `runs`) in which only the header and the pages that hold data were ever written: its zero pages
 /// (about half of the plain snapshot: most of Python's stack, free heap) read as zeros but take no
 /// memory, where a copy of `bytes` would keep every one of them resident for the engine's life.
-fn sparse_store(bytes: &[u8], offset: usize, runs: &[Run]) -> v8::SharedRef<v8::BackingStore> {
-    let store = zeroed_store(bytes.len());
+fn sparse_store(
+    bytes: &[u8],
+    offset: usize,
+    runs: &[Run],
+) -> (v8::SharedRef<v8::BackingStore>, Option<Mapping>) {
+    let (store, mapping) = zeroed_store(bytes.len());
     if let Some(data) = store.data() {
         // SAFETY: the backing store owns `bytes.len()` writable bytes at `data`, which nothing else
         // references yet; every range written lies within `bytes` (`runs` cover `bytes[offset..]`).
@@ -303,19 +324,21 @@ fn sparse_store(bytes: &[u8], offset: usize, runs: &[Run]) -> v8::SharedRef<v8::
             target[start..end].copy_from_slice(&bytes[start..end]);
         }
     }
-    store.make_shared()
+    (store.make_shared(), mapping)
 }
 
 /// A backing store of `len` zero bytes whose pages the kernel supplies only when touched: an
-/// anonymous mapping on Linux. (A heap allocation of that size need not be fresh pages: glibc
-/// serves large blocks from its heap once earlier ones were freed, and then clears them, ~10 ms for
-/// the 30 MB of a session image.)
-fn zeroed_store(len: usize) -> v8::UniqueRef<v8::BackingStore> {
-    #[cfg(target_os = "linux")]
-    if let Some(store) = crate::sandbox::isolate::cow::private_mapping(None, len) {
-        return store;
+/// anonymous mapping (returned with it: it must outlive the store) on Linux. (A heap allocation of
+/// that size need not be fresh pages: glibc serves large blocks from its heap once earlier ones were
+/// freed, and then clears them, ~10 ms for the 30 MB of a session image.)
+fn zeroed_store(len: usize) -> (v8::UniqueRef<v8::BackingStore>, Option<Mapping>) {
+    if let Some(mapping) = Mapping::new(None, len) {
+        // SAFETY: the mapping is returned with the store, and `SharedSnapshot` keeps both, each
+        // isolate that holds the store keeping the `SharedSnapshot`.
+        return (unsafe { mapping.backing_store() }, Some(mapping));
     }
-    v8::ArrayBuffer::new_backing_store_from_bytes(vec![0u8; len].into_boxed_slice())
+    let bytes = vec![0u8; len].into_boxed_slice();
+    (v8::ArrayBuffer::new_backing_store_from_bytes(bytes), None)
 }
 
 /// For each page of `memory` (page-aligned), whether the process may ever have written to it: Linux's

@@ -49,9 +49,11 @@ pub(crate) fn init_v8(wasm_memory_limit_mb: u64) {
             "--no-lazy".into(),
             // A sandbox's heap grows to about 20 MB during start-up: a young generation and a first
             // old-generation limit that hold it avoid the scavenges and the mark-compact V8 would
-            // otherwise run in every sandbox.
+            // otherwise run in every sandbox. The old-generation limit also sizes V8's global limit,
+            // which counts the WebAssembly memory: a pre-imported sandbox's grows to ~94 MB while
+            // it restores, which 64 MB let start two mark-compacts in every such sandbox.
             "--min-semi-space-size=16".into(),
-            "--initial-old-space-size=64".into(),
+            "--initial-old-space-size=128".into(),
             // Optimised JavaScript code dies with its isolate: higher thresholds leave the start-up's
             // loops (run once per sandbox) to the interpreter, while code that keeps running (a
             // user's loop calling into JavaScript) still gets optimised.

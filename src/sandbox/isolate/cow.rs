@@ -5,6 +5,12 @@
 //! sandbox maps it `MAP_PRIVATE`: its pages are shared with every other sandbox until this one writes
 //! to one, and then the kernel copies that page for it alone. Nothing a sandbox does can reach another
 //! sandbox or the engine's copy. Elsewhere, or where the kernel refuses, each sandbox gets a copy.
+//!
+//! A mapping's backing store tells V8 it frees nothing ([`Mapping::backing_store`]): bytes a sandbox
+//! holds for its whole life, or that every sandbox shares, are no reason for its garbage collector to
+//! run, and V8 would otherwise count them as the isolate's external memory (with the engine's memory
+//! snapshot, two full collections per pre-imported sandbox; docs/performance.md). The mapping is
+//! unmapped by its owner instead, which outlives the isolates holding it.
 
 use std::sync::Arc;
 
@@ -56,7 +62,10 @@ impl CowBytes {
         let copy = match &self.source {
             #[cfg(target_os = "linux")]
             Source::Sealed(file) => {
-                if map && let Some(store) = file.map_private() {
+                if map && let Some(mapping) = file.map_private() {
+                    // SAFETY: the budget keeps the mapping until the isolate is disposed.
+                    let store = unsafe { mapping.backing_store() };
+                    budget.keep_until_disposed(Box::new(mapping));
                     return Ok(v8::ArrayBuffer::with_backing_store(
                         scope,
                         &store.make_shared(),
@@ -86,52 +95,94 @@ impl CowBytes {
     }
 }
 
-/// A backing store over a new private mapping of `len` bytes, unmapped when V8 frees it: of the file
-/// `fd` from its start (copy-on-write), or without one anonymous zero pages that the kernel supplies
-/// only when touched. `None` when the kernel refuses.
-#[cfg(target_os = "linux")]
-pub(crate) fn private_mapping(
-    fd: Option<std::os::fd::RawFd>,
+/// A private mapping of `len` bytes of this process, unmapped when dropped: of the file `fd` from its
+/// start (copy-on-write), or without one anonymous zero pages that the kernel supplies only when
+/// touched.
+pub(crate) struct Mapping {
+    data: *mut std::ffi::c_void,
     len: usize,
-) -> Option<v8::UniqueRef<v8::BackingStore>> {
-    let data = map(fd, len)?;
-    // SAFETY: `data` is `len` readable and writable bytes that belong to this backing store alone
-    // until V8 calls `unmap` with the same pointer and length.
-    Some(unsafe {
-        v8::ArrayBuffer::new_backing_store_from_ptr(data, len, unmap, std::ptr::null_mut())
-    })
 }
 
-#[cfg(target_os = "linux")]
-fn map(fd: Option<std::os::fd::RawFd>, len: usize) -> Option<*mut std::ffi::c_void> {
-    let (flags, fd) = match fd {
-        Some(fd) => (libc::MAP_PRIVATE, fd),
-        None => (
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-        ),
-    };
-    // SAFETY: a new mapping at an address the kernel picks, of `len` bytes of a file we were given
-    // (or none); the result is checked.
-    let data = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            flags,
-            fd,
-            0,
-        )
-    };
-    (len > 0 && data != libc::MAP_FAILED).then_some(data)
-}
+// SAFETY: a mapping is plain memory owned by this value; who writes to it is up to its users (the
+// engine before it shares a snapshot, one isolate for a sandbox's own mapping).
+unsafe impl Send for Mapping {}
+unsafe impl Sync for Mapping {}
 
-#[cfg(target_os = "linux")]
-unsafe extern "C" fn unmap(data: *mut std::ffi::c_void, len: usize, _: *mut std::ffi::c_void) {
-    // SAFETY: called once, with a mapping made by `map`.
-    unsafe {
-        libc::munmap(data, len);
+impl Mapping {
+    /// A new mapping, or `None` when the kernel refuses (or elsewhere than on Linux).
+    pub fn new(fd: Option<i32>, len: usize) -> Option<Self> {
+        #[cfg(target_os = "linux")]
+        {
+            let (flags, fd) = match fd {
+                Some(fd) => (libc::MAP_PRIVATE, fd),
+                None => (
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
+                ),
+            };
+            if len == 0 {
+                return None;
+            }
+            // SAFETY: a new mapping at an address the kernel picks, of `len` bytes of a file we were
+            // given (or none); the result is checked.
+            let data = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    flags,
+                    fd,
+                    0,
+                )
+            };
+            (data != libc::MAP_FAILED).then_some(Self { data, len })
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (fd, len);
+            None
+        }
     }
+
+    /// A backing store over the mapping that V8 counts as no memory of the isolate's: its deleter is
+    /// V8's empty one, and the mapping is unmapped when this value is dropped.
+    ///
+    /// # Safety
+    /// This value must outlive every isolate that holds the store (or an ArrayBuffer over it).
+    pub unsafe fn backing_store(&self) -> v8::UniqueRef<v8::BackingStore> {
+        // SAFETY: `data` is `len` readable and writable bytes, valid for as long as the caller
+        // promises the store is used; V8 frees nothing through the empty deleter.
+        unsafe {
+            v8::ArrayBuffer::new_backing_store_from_ptr(
+                self.data,
+                self.len,
+                v8_empty_deleter,
+                std::ptr::null_mut(),
+            )
+        }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        #[cfg(target_os = "linux")]
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe {
+            libc::munmap(self.data, self.len);
+        }
+    }
+}
+
+unsafe extern "C" {
+    /// `v8::BackingStore::EmptyDeleter`, part of V8's API (v8-array-buffer.h) but not bound by the
+    /// `v8` crate. V8 recognises this very function: a store with it frees nothing, so V8 does not
+    /// count it as the isolate's external memory.
+    #[link_name = "_ZN2v812BackingStore12EmptyDeleterEPvmS1_"]
+    fn v8_empty_deleter(
+        data: *mut std::ffi::c_void,
+        len: usize,
+        deleter_data: *mut std::ffi::c_void,
+    );
 }
 
 #[cfg(target_os = "linux")]
@@ -140,8 +191,6 @@ mod memfd {
     use std::io::Write as _;
     use std::os::fd::{AsRawFd, FromRawFd};
     use std::os::unix::fs::FileExt;
-
-    use deno_core::v8;
 
     pub(super) struct SealedFile {
         file: File,
@@ -170,10 +219,8 @@ mod memfd {
                 return Err(std::io::Error::last_os_error());
             }
             // Whether this system lets us map it is found out now, not in a sandbox.
-            let probe = super::map(Some(file.as_raw_fd()), bytes.len())
+            super::Mapping::new(Some(file.as_raw_fd()), bytes.len())
                 .ok_or_else(std::io::Error::last_os_error)?;
-            // SAFETY: the mapping just made, of `len` bytes, used by nothing.
-            unsafe { super::unmap(probe, bytes.len(), std::ptr::null_mut()) };
             Ok(Self {
                 file,
                 len: bytes.len(),
@@ -192,9 +239,43 @@ mod memfd {
             Ok(bytes)
         }
 
-        /// A backing store over a new private mapping of the file, unmapped when V8 frees it.
-        pub fn map_private(&self) -> Option<v8::UniqueRef<v8::BackingStore>> {
-            super::private_mapping(Some(self.file.as_raw_fd()), self.len)
+        /// A new private (copy-on-write) mapping of the file.
+        pub fn map_private(&self) -> Option<super::Mapping> {
+            super::Mapping::new(Some(self.file.as_raw_fd()), self.len)
         }
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use deno_core::v8;
+
+    use super::Mapping;
+
+    /// V8 recognises the empty deleter: an ArrayBuffer over a mapping adds nothing to the isolate's
+    /// external memory, one that owns as many bytes adds all of them.
+    #[test]
+    fn v8_counts_an_array_buffer_over_a_mapping_as_no_memory_of_the_isolate() {
+        crate::sandbox::engine::startup::init_v8(2048);
+        let len = 8 << 20;
+        let mapping = Mapping::new(None, len).expect("an anonymous mapping");
+        let mut isolate = v8::Isolate::new(Default::default());
+        {
+            v8::scope!(let scope, &mut isolate);
+            let context = v8::Context::new(scope, Default::default());
+            let scope = &mut v8::ContextScope::new(scope, context);
+            let before = scope.adjust_amount_of_external_allocated_memory(0);
+            // SAFETY: `mapping` outlives the isolate (dropped after it, below).
+            let store = unsafe { mapping.backing_store() }.make_shared();
+            let _mapped = v8::ArrayBuffer::with_backing_store(scope, &store);
+            let after_mapped = scope.adjust_amount_of_external_allocated_memory(0);
+            let owned = v8::ArrayBuffer::new_backing_store_from_bytes(vec![0u8; len]).make_shared();
+            let _owned = v8::ArrayBuffer::with_backing_store(scope, &owned);
+            let after_owned = scope.adjust_amount_of_external_allocated_memory(0);
+            assert_eq!(after_mapped, before, "the mapping is not counted");
+            assert_eq!(after_owned - after_mapped, len as i64, "owned bytes are");
+        }
+        drop(isolate);
+        drop(mapping);
     }
 }

@@ -24,6 +24,8 @@ pub(crate) struct MemoryBudget {
     exceeded: AtomicBool,
     /// Terminates the isolate when the budget is exceeded.
     isolate: OnceLock<v8::IsolateHandle>,
+    /// What must outlive the isolate (see `keep_until_disposed`).
+    kept: std::sync::Mutex<Vec<Box<dyn std::any::Any + Send + Sync>>>,
 }
 
 /// The backing store of Python's WebAssembly memory, read for its size from any thread.
@@ -43,7 +45,18 @@ impl MemoryBudget {
             wasm: OnceLock::new(),
             exceeded: AtomicBool::new(false),
             isolate: OnceLock::new(),
+            kept: Default::default(),
         })
+    }
+
+    /// Keeps `owner` until the sandbox's isolate is disposed: the budget outlives the isolate (the
+    /// isolate's ArrayBuffer allocator holds it to the end, and the sandbox's own field is dropped
+    /// after its runtime). For memory an isolate's backing stores point to without owning it.
+    pub fn keep_until_disposed(&self, owner: Box<dyn std::any::Any + Send + Sync>) {
+        self.kept
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(owner);
     }
 
     /// The isolate to terminate when the budget is exceeded.

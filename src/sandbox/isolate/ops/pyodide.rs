@@ -145,7 +145,13 @@ pub(super) fn op_sandbox_snapshot<'s, 'i>(
     let snapshot = b
         .restore_from()
         .ok_or_else(|| JsErrorBox::generic("no memory snapshot"))?;
-    Ok(snapshot.array_buffer(scope).into())
+    let (buffer, mapping) = snapshot.array_buffer(scope);
+    if let Some(mapping) = mapping {
+        state(op_state)
+            .budget
+            .keep_until_disposed(Box::new(mapping));
+    }
+    Ok(buffer.into())
 }
 
 /// Pyodide's snapshot restore, done by Rust: makes this instance's memory equal to the engine
