@@ -32,6 +32,8 @@ pub(super) struct Starting {
     runtime: JsRuntime,
     tokio: tokio::runtime::Runtime,
     heap_exhausted: Arc<AtomicBool>,
+    /// Declared after `runtime`, so dropped after the isolate: it keeps what the isolate's backing
+    /// stores point to (`MemoryBudget::keep_until_disposed`).
     budget: Arc<MemoryBudget>,
 }
 

@@ -45,6 +45,8 @@ pub struct Sandbox {
     runtime: JsRuntime,
     tokio: tokio::runtime::Runtime,
     heap_exhausted: Arc<AtomicBool>,
+    /// Declared after `runtime`, so dropped after the isolate: it keeps what the isolate's backing
+    /// stores point to (`MemoryBudget::keep_until_disposed`).
     budget: Arc<MemoryBudget>,
     used: bool,
     /// Kept for a session: runs request after request, timeouts interrupt first.
