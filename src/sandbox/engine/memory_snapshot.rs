@@ -414,6 +414,30 @@ mod tests {
         SharedSnapshot::new(bytes)
     }
 
+    /// V8 recognises the stores' empty deleter (`cow::Mapping`): the ArrayBuffer an isolate gets
+    /// over the engine's snapshot adds nothing to the isolate's external memory, while one that owns
+    /// as many bytes adds all of them.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn v8_counts_the_shared_snapshot_as_no_memory_of_the_isolate() {
+        crate::sandbox::engine::startup::init_v8(2048);
+        let snap = snapshot(&vec![7u8; 8 << 20]);
+        let len = snap.byte_len();
+        let mut isolate = v8::Isolate::new(Default::default());
+        v8::scope!(let scope, &mut isolate);
+        let context = v8::Context::new(scope, Default::default());
+        let scope = &mut v8::ContextScope::new(scope, context);
+        let before = scope.adjust_amount_of_external_allocated_memory(0);
+        let (_shared, mapping) = snap.array_buffer(scope);
+        assert!(mapping.is_some(), "the snapshot's bytes are a mapping");
+        let after_shared = scope.adjust_amount_of_external_allocated_memory(0);
+        let owned = v8::ArrayBuffer::new_backing_store_from_bytes(vec![0u8; len]).make_shared();
+        let _owned = v8::ArrayBuffer::with_backing_store(scope, &owned);
+        let after_owned = scope.adjust_amount_of_external_allocated_memory(0);
+        assert_eq!(after_shared, before, "the shared snapshot is not counted");
+        assert_eq!(after_owned - after_shared, len as i64, "owned bytes are");
+    }
+
     #[test]
     fn restoring_equals_copying_whatever_the_memory_held() {
         let mut memory = vec![0u8; 10 * PAGE + 100];

@@ -245,37 +245,3 @@ mod memfd {
         }
     }
 }
-
-#[cfg(all(test, target_os = "linux"))]
-mod tests {
-    use deno_core::v8;
-
-    use super::Mapping;
-
-    /// V8 recognises the empty deleter: an ArrayBuffer over a mapping adds nothing to the isolate's
-    /// external memory, one that owns as many bytes adds all of them.
-    #[test]
-    fn v8_counts_an_array_buffer_over_a_mapping_as_no_memory_of_the_isolate() {
-        crate::sandbox::engine::startup::init_v8(2048);
-        let len = 8 << 20;
-        let mapping = Mapping::new(None, len).expect("an anonymous mapping");
-        let mut isolate = v8::Isolate::new(Default::default());
-        {
-            v8::scope!(let scope, &mut isolate);
-            let context = v8::Context::new(scope, Default::default());
-            let scope = &mut v8::ContextScope::new(scope, context);
-            let before = scope.adjust_amount_of_external_allocated_memory(0);
-            // SAFETY: `mapping` outlives the isolate (dropped after it, below).
-            let store = unsafe { mapping.backing_store() }.make_shared();
-            let _mapped = v8::ArrayBuffer::with_backing_store(scope, &store);
-            let after_mapped = scope.adjust_amount_of_external_allocated_memory(0);
-            let owned = v8::ArrayBuffer::new_backing_store_from_bytes(vec![0u8; len]).make_shared();
-            let _owned = v8::ArrayBuffer::with_backing_store(scope, &owned);
-            let after_owned = scope.adjust_amount_of_external_allocated_memory(0);
-            assert_eq!(after_mapped, before, "the mapping is not counted");
-            assert_eq!(after_owned - after_mapped, len as i64, "owned bytes are");
-        }
-        drop(isolate);
-        drop(mapping);
-    }
-}
