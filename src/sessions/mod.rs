@@ -277,7 +277,7 @@ impl<B: Backend> Sessions<B> {
         let spare = lock(&self.inner.spare).take();
         // The next session's thread, started once this one's sandbox is made (both on two cores
         // would slow this one), or once the caller gives up waiting for it.
-        let _next = SpareOnDrop(self);
+        let _next = thread::SpareOnDrop(self);
         thread::spawn(launch, spare).map_err(|e| e.to_string())?;
         booted_rx
             .await
@@ -578,15 +578,6 @@ impl<B: Backend> Sessions<B> {
         lock(&self.inner.sessions)
             .values()
             .any(|s| s.pending.load(Ordering::SeqCst) > 0)
-    }
-}
-
-/// Starts the next session's spare thread when dropped (see `spawn_thread`).
-struct SpareOnDrop<'a, B: Backend>(&'a Sessions<B>);
-
-impl<B: Backend> Drop for SpareOnDrop<'_, B> {
-    fn drop(&mut self) {
-        self.0.keep_spare();
     }
 }
 

@@ -94,6 +94,16 @@ pub(super) struct Launch<B: Backend> {
     pub booted: oneshot::Sender<Result<(), String>>,
 }
 
+/// Starts the next session's spare thread when dropped (see `Sessions::spawn_thread`): once the
+/// session it follows has its sandbox, or once that session's caller gives up waiting for it.
+pub(super) struct SpareOnDrop<'a, B: Backend>(pub &'a super::Sessions<B>);
+
+impl<B: Backend> Drop for SpareOnDrop<'_, B> {
+    fn drop(&mut self) {
+        self.0.keep_spare();
+    }
+}
+
 /// A thread started ahead of the next session: it has parked a sandbox (`Backend::park`) and waits
 /// for its session, which then waits only for the sandbox to be finished. Dropping it ends the
 /// thread.
