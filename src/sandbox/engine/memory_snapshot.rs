@@ -332,6 +332,7 @@ fn sparse_store(
 /// that size need not be fresh pages: glibc serves large blocks from its heap once earlier ones were
 /// freed, and then clears them, ~10 ms for the 30 MB of a session image.)
 fn zeroed_store(len: usize) -> (v8::UniqueRef<v8::BackingStore>, Option<Mapping>) {
+    #[cfg(target_os = "linux")]
     if let Some(mapping) = Mapping::new(None, len) {
         // SAFETY: the mapping is returned with the store, and `SharedSnapshot` keeps both, each
         // isolate that holds the store keeping the `SharedSnapshot`.

@@ -149,6 +149,7 @@ impl Mapping {
     ///
     /// # Safety
     /// This value must outlive every isolate that holds the store (or an ArrayBuffer over it).
+    #[cfg(target_os = "linux")]
     pub unsafe fn backing_store(&self) -> v8::UniqueRef<v8::BackingStore> {
         // SAFETY: `data` is `len` readable and writable bytes, valid for as long as the caller
         // promises the store is used; V8 frees nothing through the empty deleter.
@@ -173,6 +174,7 @@ impl Drop for Mapping {
     }
 }
 
+#[cfg(target_os = "linux")]
 unsafe extern "C" {
     /// `v8::BackingStore::EmptyDeleter`, part of V8's API (v8-array-buffer.h) but not bound by the
     /// `v8` crate. V8 recognises this very function: a store with it frees nothing, so V8 does not
