@@ -177,20 +177,29 @@ impl PackageLayer {
         })
     }
 
+    /// Where the file at `path` (an absolute path in the sandbox) is in `contents`: (offset,
+    /// length). Looked up in its directory (`children`), not in the whole index: sandboxes that
+    /// relink a snapshot's libraries ask for each of them.
+    fn entry(&self, path: &str) -> Option<(u32, u32)> {
+        let (dir, name) = path.rsplit_once('/')?;
+        self.children(dir)
+            .iter()
+            .find(|(n, is_dir, _, _)| n == name && !is_dir)
+            .map(|(_, _, offset, length)| (*offset, *length))
+    }
+
     /// Whether the layer holds a file at `path` (an absolute path in the sandbox).
     pub fn has_file(&self, path: &str) -> bool {
-        self.index.iter().any(|(p, _, _)| p == path)
+        self.entry(path).is_some()
     }
 
     /// A copy of the contents of the file at `path` (an absolute path in the sandbox).
     pub fn file(&self, path: &str) -> Result<Vec<u8>, String> {
-        let (_, offset, length) = self
-            .index
-            .iter()
-            .find(|(p, _, _)| p == path)
+        let (offset, length) = self
+            .entry(path)
             .ok_or_else(|| format!("{path} is not in the package layer"))?;
         self.contents
-            .read(*offset as usize, *length as usize)
+            .read(offset as usize, length as usize)
             .map_err(|e| format!("reading {path} from the package layer: {e}"))
     }
 

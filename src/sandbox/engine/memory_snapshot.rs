@@ -334,8 +334,8 @@ fn sparse_store(
 fn zeroed_store(len: usize) -> (v8::UniqueRef<v8::BackingStore>, Option<Mapping>) {
     #[cfg(target_os = "linux")]
     if let Some(mapping) = Mapping::new(None, len) {
-        // SAFETY: the mapping is returned with the store, and `SharedSnapshot` keeps both, each
-        // isolate that holds the store keeping the `SharedSnapshot`.
+        // SAFETY: the mapping is returned with the store; `SharedSnapshot` keeps both, and each
+        // isolate given an ArrayBuffer over the store keeps the mapping (`array_buffer`).
         return (unsafe { mapping.backing_store() }, Some(mapping));
     }
     let bytes = vec![0u8; len].into_boxed_slice();

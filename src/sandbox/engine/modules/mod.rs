@@ -388,6 +388,9 @@ impl Modules {
         let asm_js: Arc<str> = serve_asm_js(&assets.asm_js).into();
         let (loader_js, snapshottable) = serve_loader_js(&assets.loader_js);
         let loader_js: Arc<str> = loader_js.into();
+        let dylink_hooks = asm_js.contains(DYLINK_HOOK_SITES[0].1);
+        let sparse_restore = asm_js.contains(SPARSE_RESTORE_CALL_SITE.1);
+        let parking = loader_js.contains(INSTANTIATE_FIRST_CALL_SITE.1);
         let mut sources = HashMap::new();
         for (name, source) in [("pyodide.mjs", loader_js), ("pyodide.asm.mjs", asm_js)] {
             let specifier =
@@ -395,27 +398,13 @@ impl Modules {
             let hash = source_hash(&source);
             sources.insert(specifier, (source, hash));
         }
-        let modules = Self {
+        Self {
             sources,
             cache: Mutex::default(),
             snapshottable,
-            dylink_hooks: false,
-            sparse_restore: false,
-            parking: false,
-        };
-        let asm_js = modules.source("pyodide.asm.mjs");
-        let (dylink_hooks, sparse_restore) = (
-            asm_js.contains(DYLINK_HOOK_SITES[0].1),
-            asm_js.contains(SPARSE_RESTORE_CALL_SITE.1),
-        );
-        let parking = modules
-            .source("pyodide.mjs")
-            .contains(INSTANTIATE_FIRST_CALL_SITE.1);
-        Self {
             dylink_hooks,
             sparse_restore,
             parking,
-            ..modules
         }
     }
 }
