@@ -88,12 +88,15 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
     let mut teardowns = Vec::with_capacity(iterations);
     let mut private_ready = Vec::with_capacity(iterations);
     let mut private_used = Vec::with_capacity(iterations);
+    let mut own_ready = Vec::with_capacity(iterations);
     for _ in 0..iterations {
         let before = private_kib();
+        let own_before = rollup_kib("Anonymous:");
         let started = Instant::now();
         let sandbox = engine.boot_flavor(flavor).expect("boot");
         boots.push(started.elapsed());
         private_ready.push(private_kib().saturating_sub(before));
+        own_ready.push(rollup_kib("Anonymous:").saturating_sub(own_before));
         let mut sandbox = sandbox;
         if let Some(idle) = idle {
             // As a prewarmed worker does with a sandbox it holds.
@@ -123,6 +126,7 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
     report("discard used sandbox", &mut teardowns);
     report_kib("dirty memory, ready", &mut private_ready);
     report_kib("dirty memory, after run", &mut private_used);
+    report_kib("own memory, ready", &mut own_ready);
     boots[boots.len() / 2]
 }
 
@@ -145,11 +149,16 @@ fn request() -> ExecRequest {
 /// written for it alone; a page mapped from a shared file and only read is not counted), KiB; 0
 /// where the system cannot say.
 fn private_kib() -> u64 {
+    rollup_kib("Private_Dirty:")
+}
+
+/// One field of /proc/self/smaps_rollup, KiB; 0 where the system cannot say.
+fn rollup_kib(field: &str) -> u64 {
     let Ok(text) = std::fs::read_to_string("/proc/self/smaps_rollup") else {
         return 0;
     };
     text.lines()
-        .filter(|l| l.starts_with("Private_Dirty:"))
+        .filter(|l| l.starts_with(field))
         .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
         .sum()
 }

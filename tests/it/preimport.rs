@@ -176,6 +176,44 @@ for exports in libs.values():
     assert_eq!(ok(&r).result.as_deref(), Some("(45, (8+0j))"));
 }
 
+/// The memory a pre-imported sandbox restores is its own whether it is mapped copy-on-write (the
+/// default) or copied: bytes a call reads and then overwrites are as they were in the next
+/// sandbox, and the modules work the same both ways.
+#[test]
+fn the_restored_memory_is_each_sandboxs_own_whether_mapped_or_copied() {
+    let cache = temp_dir("preimport-mapped");
+    let probe = "import pandas, pyodide_js\nheap = pyodide_js._module.HEAPU8\nat = [16 << 20, 32 << 20, 48 << 20]\nprint([bytes(heap.subarray(a, a + 64).to_py()).hex() for a in at])\n";
+    let mut seen = Vec::new();
+    for map in [true, false] {
+        let engine = Engine::new(EngineConfig {
+            map_snapshot_memory: map,
+            ..config(&cache, &["pandas"])
+        })
+        .expect("engine");
+        assert!(engine.preimported(), "map: {map}");
+        // (Overwriting the interpreter's heap may well end that call: only its output counts.)
+        let first = engine.execute(request(&format!(
+            "{probe}for a in at:\n    heap.fill(0x5a, a, a + 65536)"
+        )));
+        let second = engine.execute(request(probe));
+        let line = |out: &str| out.lines().next().unwrap_or_default().to_string();
+        assert_eq!(line(&first.stdout), line(&ok(&second).stdout), "map: {map}");
+        assert!(!second.stdout.contains(&"5a".repeat(64)), "map: {map}");
+        assert_eq!(
+            result(
+                &engine,
+                "import pandas as pd\nint(pd.Series([1, 2, 3]).sum())"
+            ),
+            "6"
+        );
+        seen.push(second.stdout);
+    }
+    assert_eq!(
+        seen[0], seen[1],
+        "mapped and copied memories hold the same bytes"
+    );
+}
+
 /// The stored file's body (without its sha256 trailer), its record and Pyodide's snapshot.
 fn split(file: &Path) -> (serde_json::Value, Vec<u8>) {
     let bytes = std::fs::read(file).unwrap();

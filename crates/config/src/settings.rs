@@ -67,6 +67,8 @@ pub struct EngineSettings {
     pub extra_ca_certs: Vec<PathBuf>,
     pub runtime_package_installation: bool,
     pub boot: BootMode,
+    /// Map the pre-imported snapshot's memory into sandboxes copy-on-write instead of copying it.
+    pub map_snapshot_memory: bool,
     pub memory_limit_mb: u64,
     pub wasm_memory_limit_mb: u64,
     pub sandbox_memory_limit_mb: u64,

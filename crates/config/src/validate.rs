@@ -472,6 +472,7 @@ fn settings(
             extra_ca_certs: c.extra_ca_certs.iter().map(PathBuf::from).collect(),
             runtime_package_installation: c.runtime_package_installation,
             boot: w.boot,
+            map_snapshot_memory: w.map_snapshot_memory,
             memory_limit_mb: w.memory_limit_mb,
             wasm_memory_limit_mb: w.wasm_memory_limit_mb,
             sandbox_memory_limit_mb: w.sandbox_memory_limit_mb,

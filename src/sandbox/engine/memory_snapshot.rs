@@ -6,6 +6,7 @@
 use deno_core::v8;
 use sha2::{Digest, Sha256};
 
+use crate::sandbox::engine::memory_image::{MappedImage, PAGE, page_map};
 use crate::sandbox::engine::session_base::{Delta, is_zero, memory_offset};
 use crate::sandbox::isolate::cow::Mapping;
 
@@ -57,6 +58,9 @@ pub(crate) struct SharedSnapshot {
     /// For a session image: the snapshot it is a delta against, and the delta (the shared bytes
     /// are then the image's header followed by zeros never read).
     overlay: Option<Overlay>,
+    /// The bytes as a sealed file that sandboxes map their memory from, copy-on-write, instead of
+    /// copying it (the snapshot with pre-imported modules; see `memory_image.rs`).
+    image: Option<MappedImage>,
 }
 
 /// A session image's memory: `base`'s, with the pages of `delta` over it.
@@ -107,9 +111,6 @@ struct Run {
     zero: bool,
 }
 
-/// The granularity of the zero map: one OS page.
-const PAGE: usize = 4096;
-
 // SAFETY: a V8 BackingStore is reference-counted with atomic counts (std::shared_ptr) and may be used
 // from any thread and isolate; its bytes are only read. Every isolate detaches its ArrayBuffer right
 // after Pyodide has restored from it, before any user code runs, so no script can write to it.
@@ -117,11 +118,29 @@ unsafe impl Send for SharedSnapshot {}
 unsafe impl Sync for SharedSnapshot {}
 
 impl SharedSnapshot {
-    /// A snapshot with pre-imported modules, whose shared libraries `dylibs` records.
-    pub fn with_dylibs(bytes: Vec<u8>, dylibs: DylibRecord) -> Self {
+    /// A snapshot with pre-imported modules, whose shared libraries `dylibs` records. With `map`,
+    /// its memory is mapped into sandboxes copy-on-write where the system allows (see
+    /// `memory_image.rs`): most of its ~90 MB is pandas' and matplotlib's objects, of which a call
+    /// writes a small part.
+    pub fn with_dylibs(bytes: Vec<u8>, dylibs: DylibRecord, map: bool) -> Self {
+        let offset = memory_offset(&bytes).unwrap_or(bytes.len());
+        let runs = zero_runs(&bytes[offset..]);
+        let snapshot = match map.then(|| mapped_store(&bytes, offset, &runs)).flatten() {
+            Some((store, mapping, image)) => Self {
+                store,
+                mapping: Some(std::sync::Arc::new(mapping)),
+                memory_offset: offset,
+                runs,
+                dylibs: None,
+                digest: std::sync::OnceLock::new(),
+                overlay: None,
+                image: Some(image),
+            },
+            None => Self::sparse(bytes, offset, runs),
+        };
         Self {
             dylibs: Some(dylibs),
-            ..Self::new(bytes)
+            ..snapshot
         }
     }
 
@@ -139,6 +158,11 @@ impl SharedSnapshot {
         // Pyodide's format: u32 magic, u32 offset of the linear memory, then the header.
         let offset = memory_offset(&bytes).unwrap_or(bytes.len());
         let runs = zero_runs(&bytes[offset..]);
+        Self::sparse(bytes, offset, runs)
+    }
+
+    /// The snapshot `bytes` (memory at `offset`, made of `runs`) in a store of zero pages.
+    fn sparse(bytes: Vec<u8>, offset: usize, runs: Vec<Run>) -> Self {
         let (store, mapping) = sparse_store(&bytes, offset, &runs);
         Self {
             store,
@@ -148,6 +172,7 @@ impl SharedSnapshot {
             dylibs: None,
             digest: std::sync::OnceLock::new(),
             overlay: None,
+            image: None,
         }
     }
 
@@ -188,6 +213,7 @@ impl SharedSnapshot {
             dylibs,
             digest: std::sync::OnceLock::new(),
             overlay: Some(Overlay { base, delta }),
+            image: None,
         })
     }
 
@@ -204,6 +230,11 @@ impl SharedSnapshot {
             v8::ArrayBuffer::with_backing_store(scope, &self.store),
             self.mapping.clone(),
         )
+    }
+
+    /// The sealed file sandboxes map this snapshot's memory from, if they do.
+    pub fn image(&self) -> Option<&MappedImage> {
+        self.image.as_ref()
     }
 
     /// A short digest of the snapshot's bytes (computed once).
@@ -228,9 +259,15 @@ impl SharedSnapshot {
     /// copying all of it, but pages that are zeros in the snapshot are only read (and cleared where
     /// not zero), so the kernel never has to supply them until Python uses them. About half of
     /// Pyodide's memory at start-up is such pages (most of its 10 MiB stack, free heap). Of those,
-    /// only the ones Linux's page map shows as ever touched are read (~460 of ~3,800).
-    /// `memory_offset` is where the caller found the memory in the snapshot, as a check.
-    pub fn restore_into(&self, heap: &mut [u8], memory_offset: usize) -> Result<(), String> {
+    /// only the ones Linux's page map shows as ever touched are read (~460 of ~3,800). A snapshot
+    /// with a [`MappedImage`] maps its memory over `heap` instead (copy-on-write, its working set
+    /// copied). `memory_offset` is where the caller found the memory in the snapshot, as a check.
+    /// Returns the address range mapped, if the memory was mapped rather than written.
+    pub fn restore_into(
+        &self,
+        heap: &mut [u8],
+        memory_offset: usize,
+    ) -> Result<Option<std::ops::Range<usize>>, String> {
         let snapshot = self.bytes();
         if memory_offset != self.memory_offset {
             return Err(format!(
@@ -245,7 +282,6 @@ impl SharedSnapshot {
                 heap.len(),
             ));
         }
-        let heap = &mut heap[..len];
         let overlaps = |bytes: &[u8]| {
             let (h, s) = (heap.as_ptr_range(), bytes.as_ptr_range());
             h.start < s.end && s.start < h.end
@@ -258,11 +294,18 @@ impl SharedSnapshot {
         {
             return Err("the snapshot cannot be restored over itself".into());
         }
+        if let Some(image) = &self.image
+            && image.map_over(heap, len)?
+        {
+            let start = heap.as_ptr() as usize;
+            return Ok(Some(start..start + len));
+        }
+        let heap = &mut heap[..len];
         let touched = touched_pages(heap);
         let touched = touched.as_deref();
         let Some(overlay) = &self.overlay else {
             self.write_runs(heap, touched);
-            return Ok(());
+            return Ok(None);
         };
         // A session image: its base's memory (as far as the image's goes), zeros past it, then the
         // pages the session changed.
@@ -271,7 +314,8 @@ impl SharedSnapshot {
         if len > base_len {
             clear_pages(&mut heap[base_len..], base_len / PAGE, touched);
         }
-        overlay.delta.apply(heap)
+        overlay.delta.apply(heap)?;
+        Ok(None)
     }
 
     /// Writes this snapshot's linear memory over `heap` as far as `heap` goes (see `restore_into`):
@@ -327,6 +371,35 @@ fn sparse_store(
     (store.make_shared(), mapping)
 }
 
+/// A backing store holding `bytes` (a snapshot whose linear memory starts at `offset` and is made of
+/// `runs`) as a mapping of a sealed file that sandboxes map their memory from (see
+/// `memory_image.rs`; the file's zero pages are holes), with the mapping and the file; `None` where
+/// the system cannot.
+fn mapped_store(
+    bytes: &[u8],
+    offset: usize,
+    runs: &[Run],
+) -> Option<(v8::SharedRef<v8::BackingStore>, Mapping, MappedImage)> {
+    #[cfg(target_os = "linux")]
+    {
+        let data = runs
+            .iter()
+            .filter(|run| !run.zero)
+            .map(|run| offset + run.start..offset + run.end);
+        let (image, mapping, start) =
+            crate::sandbox::engine::memory_image::lay_out(bytes, offset, data)?;
+        // SAFETY: the mapping is returned with the store; `SharedSnapshot` keeps both, and each
+        // isolate given an ArrayBuffer over the store keeps the mapping (`array_buffer`).
+        let store = unsafe { mapping.backing_store_of(start, bytes.len()) }?;
+        Some((store.make_shared(), mapping, image))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (bytes, offset, runs);
+        None
+    }
+}
+
 /// A backing store of `len` zero bytes whose pages the kernel supplies only when touched: an
 /// anonymous mapping (returned with it: it must outlive the store) on Linux. (A heap allocation of
 /// that size need not be fresh pages: glibc serves large blocks from its heap once earlier ones were
@@ -346,37 +419,8 @@ fn zeroed_store(len: usize) -> (v8::UniqueRef<v8::BackingStore>, Option<Mapping>
 /// page map says whether it is in memory or swapped out; a page that is neither was never touched and
 /// reads as zeros. `None` where the system cannot say.
 fn touched_pages(memory: &[u8]) -> Option<Vec<bool>> {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::unix::fs::FileExt;
-        static PAGEMAP: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
-        const PRESENT: u64 = 1 << 63;
-        const SWAPPED: u64 = 1 << 62;
-        let pagemap = PAGEMAP
-            .get_or_init(|| std::fs::File::open("/proc/self/pagemap").ok())
-            .as_ref()?;
-        let start = memory.as_ptr() as usize;
-        if !start.is_multiple_of(PAGE) {
-            return None;
-        }
-        let mut entries = vec![0u8; memory.len().div_ceil(PAGE) * 8];
-        pagemap
-            .read_exact_at(&mut entries, (start / PAGE * 8) as u64)
-            .ok()?;
-        Some(
-            entries
-                .chunks_exact(8)
-                .map(|e| {
-                    u64::from_le_bytes(e.try_into().expect("8 bytes")) & (PRESENT | SWAPPED) != 0
-                })
-                .collect(),
-        )
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = memory;
-        None
-    }
+    let pages = page_map(memory.as_ptr() as usize, memory.len())?;
+    Some(pages.into_iter().map(|page| page.touched()).collect())
 }
 
 /// Splits `memory` into maximal runs of all-zero and not-all-zero pages.

@@ -10,6 +10,7 @@
 
 mod c_heap;
 pub mod layer;
+pub(crate) mod memory_image;
 pub(crate) mod memory_snapshot;
 pub(crate) mod modules;
 pub(crate) mod session_base;
@@ -36,6 +37,10 @@ const MICROPIP_POLICY_PY: &str = include_str!("micropip_policy.py");
 
 /// Run in a sandbox restored from a snapshot with pre-imported modules before it is trusted.
 const PREIMPORT_CHECK_PY: &str = include_str!("preimport_check.py");
+
+/// Run before that check when sandboxes map the snapshot's memory: the steps whose pages make the
+/// working set (see `memory_image.rs`).
+const WORKING_SET_PY: &str = include_str!("working_set.py");
 
 /// The engine: creates sandboxes. Cheap to clone and `Send + Sync`.
 #[derive(Clone)]
@@ -217,7 +222,11 @@ impl Engine {
             );
         }
         let packages = PreimportedSet::new(dylibs.modules().iter().cloned());
-        let candidate = Arc::new(SharedSnapshot::with_dylibs(bytes, dylibs));
+        let candidate = Arc::new(SharedSnapshot::with_dylibs(
+            bytes,
+            dylibs,
+            self.shared.config.map_snapshot_memory,
+        ));
         match self.check_preimported(&candidate, modules) {
             Ok(()) => {
                 tracing::info!(
@@ -242,23 +251,38 @@ impl Engine {
         snapshot: &Arc<SharedSnapshot>,
         modules: &[String],
     ) -> Result<(), String> {
-        let sandbox = Sandbox::boot(self.shared.clone(), Some(snapshot.clone()))
+        let mut sandbox = Sandbox::boot(self.shared.clone(), Some(snapshot.clone()))
             .map_err(|e| e.to_string())?;
         let modules = serde_json::to_string(modules).map_err(|e| e.to_string())?;
-        let result = sandbox.execute(ExecRequest {
-            code: format!(
-                "{PREIMPORT_CHECK_PY}
-check({modules})"
-            ),
-            files: Vec::new(),
-            timeout: std::time::Duration::from_secs(30),
-            ..Default::default()
-        });
+        // A mapped memory's working set is what this call writes: everyday steps first.
+        let warm = match snapshot.image() {
+            Some(_) => format!("{WORKING_SET_PY}\nwarm()\n"),
+            None => String::new(),
+        };
+        let result = sandbox.run(
+            ExecRequest {
+                code: format!("{warm}{PREIMPORT_CHECK_PY}\ncheck({modules})"),
+                files: Vec::new(),
+                timeout: std::time::Duration::from_secs(30),
+                ..Default::default()
+            },
+            None,
+        );
         match (&result.error, result.result.as_deref()) {
-            (None, Some("ok")) => Ok(()),
-            (Some(e), _) => Err(e.traceback.clone().unwrap_or_else(|| e.message.clone())),
-            (None, other) => Err(format!("the check returned {other:?}")),
+            (None, Some("ok")) => {}
+            (Some(e), _) => return Err(e.traceback.clone().unwrap_or_else(|| e.message.clone())),
+            (None, other) => return Err(format!("the check returned {other:?}")),
         }
+        // What this restore and call wrote of the mapped memory, every later sandbox gets copied
+        // up front (see memory_image.rs).
+        if let (Some(image), Some(memory)) = (snapshot.image(), sandbox.mapped_memory()) {
+            let bytes = image.measure_working_set(memory);
+            tracing::debug!(
+                mib = bytes as f64 / f64::from(1 << 20),
+                "working set of the pre-imported snapshot's memory"
+            );
+        }
+        Ok(())
     }
 
     /// Makes the package layer ready: reuses the one under `package_cache_dir` when its key matches,

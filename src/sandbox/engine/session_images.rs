@@ -114,7 +114,7 @@ impl Engine {
             None => {
                 let memory = image.memory.to_vec();
                 match dylibs {
-                    Some(dylibs) => SharedSnapshot::with_dylibs(memory, dylibs),
+                    Some(dylibs) => SharedSnapshot::with_dylibs(memory, dylibs, false),
                     None => SharedSnapshot::new(memory),
                 }
             }

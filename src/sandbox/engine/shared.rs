@@ -48,6 +48,9 @@ pub struct EngineConfig {
     pub extra_ca_certs: Vec<PathBuf>,
     /// How sandboxes start.
     pub boot: BootMode,
+    /// Map the pre-imported snapshot's memory into sandboxes copy-on-write, its working set copied
+    /// up front, instead of copying all of it (see `memory_image.rs`).
+    pub map_snapshot_memory: bool,
     /// Memory budget per sandbox outside the V8 heap (see `memory.rs`), in MiB.
     pub sandbox_memory_limit_mb: u64,
     /// Time a call's set-up (input files, package loading) may take before its user code starts.

@@ -1,5 +1,7 @@
 //! Bytes that every sandbox gets as its own ArrayBuffer without copying them: the standard library
-//! zip and the package layer, a few MiB that a sandbox mostly only reads.
+//! zip and the package layer, a few MiB that a sandbox mostly only reads. The sealed file is also
+//! what the pre-imported snapshot's memory is mapped from (`SealedFile::map_over`, used by
+//! `engine/memory_image.rs`).
 //!
 //! On Linux the bytes go once into an in-memory file (memfd) sealed against any change, and each
 //! sandbox maps it `MAP_PRIVATE`: its pages are shared with every other sandbox until this one writes
@@ -151,16 +153,43 @@ impl Mapping {
     /// This value must outlive every isolate that holds the store (or an ArrayBuffer over it).
     #[cfg(target_os = "linux")]
     pub unsafe fn backing_store(&self) -> v8::UniqueRef<v8::BackingStore> {
-        // SAFETY: `data` is `len` readable and writable bytes, valid for as long as the caller
-        // promises the store is used; V8 frees nothing through the empty deleter.
-        unsafe {
-            v8::ArrayBuffer::new_backing_store_from_ptr(
-                self.data,
-                self.len,
-                v8_empty_deleter,
-                std::ptr::null_mut(),
-            )
+        // SAFETY: the whole mapping; the caller's promise is passed on.
+        unsafe { store_over(self.data.cast(), self.len) }
+    }
+
+    /// As [`Mapping::backing_store`], over the `len` bytes from `start` only; `None` if they are not
+    /// all in the mapping.
+    ///
+    /// # Safety
+    /// As for [`Mapping::backing_store`].
+    #[cfg(target_os = "linux")]
+    pub unsafe fn backing_store_of(
+        &self,
+        start: usize,
+        len: usize,
+    ) -> Option<v8::UniqueRef<v8::BackingStore>> {
+        if start.checked_add(len)? > self.len {
+            return None;
         }
+        // SAFETY: `start..start + len` lies in the mapping; the caller's promise is passed on.
+        Some(unsafe { store_over(self.data.cast::<u8>().add(start), len) })
+    }
+}
+
+/// A backing store over `len` bytes at `data` with V8's empty deleter.
+///
+/// # Safety
+/// `data..data + len` must stay readable and writable for as long as any isolate holds the store.
+#[cfg(target_os = "linux")]
+unsafe fn store_over(data: *mut u8, len: usize) -> v8::UniqueRef<v8::BackingStore> {
+    // SAFETY: the caller's promise; V8 frees nothing through the empty deleter.
+    unsafe {
+        v8::ArrayBuffer::new_backing_store_from_ptr(
+            data.cast(),
+            len,
+            v8_empty_deleter,
+            std::ptr::null_mut(),
+        )
     }
 }
 
@@ -188,32 +217,47 @@ unsafe extern "C" {
 }
 
 #[cfg(target_os = "linux")]
+pub(crate) use memfd::SealedFile;
+
+#[cfg(target_os = "linux")]
 mod memfd {
     use std::fs::File;
     use std::io::Write as _;
     use std::os::fd::{AsRawFd, FromRawFd};
     use std::os::unix::fs::FileExt;
 
-    pub(super) struct SealedFile {
+    /// An in-memory file sealed against any change: no one, this process included, can write to
+    /// it, grow it or shrink it.
+    pub(crate) struct SealedFile {
         file: File,
         len: usize,
     }
 
     impl SealedFile {
         pub fn new(bytes: &[u8]) -> std::io::Result<Self> {
-            // SAFETY: a C string literal and flags; the result is checked.
-            let fd = unsafe {
-                libc::memfd_create(
-                    c"code-interpreter-mcp".as_ptr(),
-                    libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-                )
-            };
-            if fd < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // SAFETY: `fd` is a new descriptor that nothing else owns.
-            let mut file = unsafe { File::from_raw_fd(fd) };
+            let mut file = create()?;
             file.write_all(bytes)?;
+            Self::seal(file, bytes.len())
+        }
+
+        /// A file of `len` bytes holding each of `parts` (an offset and the bytes there) and zeros
+        /// elsewhere: holes, which take no memory until something reads them.
+        pub fn sparse<'a>(
+            len: usize,
+            parts: impl IntoIterator<Item = (usize, &'a [u8])>,
+        ) -> std::io::Result<Self> {
+            let file = create()?;
+            file.set_len(len as u64)?;
+            for (offset, bytes) in parts {
+                if offset.checked_add(bytes.len()).is_none_or(|end| end > len) {
+                    return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
+                }
+                file.write_all_at(bytes, offset as u64)?;
+            }
+            Self::seal(file, len)
+        }
+
+        fn seal(file: File, len: usize) -> std::io::Result<Self> {
             let seals =
                 libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL;
             // SAFETY: fcntl on a descriptor we own; the result is checked.
@@ -221,12 +265,43 @@ mod memfd {
                 return Err(std::io::Error::last_os_error());
             }
             // Whether this system lets us map it is found out now, not in a sandbox.
-            super::Mapping::new(Some(file.as_raw_fd()), bytes.len())
+            super::Mapping::new(Some(file.as_raw_fd()), len)
                 .ok_or_else(std::io::Error::last_os_error)?;
-            Ok(Self {
-                file,
-                len: bytes.len(),
-            })
+            Ok(Self { file, len })
+        }
+
+        /// Maps the file's `len` bytes from `offset` privately (copy-on-write) over the `len` bytes
+        /// at `target`, in place of what was there.
+        ///
+        /// # Safety
+        /// `target..target + len` must be readable and writable memory of this process that nothing
+        /// else owns (no Rust reference reads or writes it meanwhile), and `target`, `offset` and
+        /// `len` whole pages.
+        pub unsafe fn map_over(
+            &self,
+            offset: usize,
+            target: *mut u8,
+            len: usize,
+        ) -> std::io::Result<()> {
+            if offset.checked_add(len).is_none_or(|end| end > self.len) {
+                return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
+            }
+            // SAFETY: the caller vouches for the target range; MAP_FIXED replaces its pages with
+            // the file's, readable and writable as before. The result is checked.
+            let mapped = unsafe {
+                libc::mmap(
+                    target.cast(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_FIXED,
+                    self.file.as_raw_fd(),
+                    offset as libc::off_t,
+                )
+            };
+            if mapped == libc::MAP_FAILED {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
         }
 
         /// A copy of the file's bytes.
@@ -245,5 +320,21 @@ mod memfd {
         pub fn map_private(&self) -> Option<super::Mapping> {
             super::Mapping::new(Some(self.file.as_raw_fd()), self.len)
         }
+    }
+
+    /// A new in-memory file, which can be sealed.
+    fn create() -> std::io::Result<File> {
+        // SAFETY: a C string literal and flags; the result is checked.
+        let fd = unsafe {
+            libc::memfd_create(
+                c"code-interpreter-mcp".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a new descriptor that nothing else owns.
+        Ok(unsafe { File::from_raw_fd(fd) })
     }
 }

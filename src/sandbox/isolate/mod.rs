@@ -111,6 +111,12 @@ impl Sandbox {
         self.with::<BootState, _>(|b| f(&mut b.role))
     }
 
+    /// Where the memory snapshot was mapped into this sandbox's memory (addresses), if it was
+    /// mapped copy-on-write rather than copied (see `engine/memory_image.rs`).
+    pub(crate) fn mapped_memory(&self) -> Option<std::ops::Range<usize>> {
+        self.with::<BootState, _>(|b| b.mapped_memory.clone())
+    }
+
     /// `f` applied to the state of type `S` in the isolate's `OpState`.
     fn with<S: 'static, T>(&self, f: impl FnOnce(&mut S) -> T) -> T {
         let state = self.runtime.op_state();

@@ -21,6 +21,9 @@ pub(crate) struct BootState {
     pub phase: Phase,
     /// How many copy-on-write mappings it was given (see `cow.rs`); past `MAX_MAPPINGS` it gets copies.
     pub mappings: u32,
+    /// Where the memory snapshot was mapped into this sandbox's memory (addresses), if it was (see
+    /// `memory_image.rs`).
+    pub mapped_memory: Option<std::ops::Range<usize>>,
 }
 
 impl BootState {
@@ -29,6 +32,7 @@ impl BootState {
             role,
             phase: Phase::Booting,
             mappings: 0,
+            mapped_memory: None,
         }
     }
 
@@ -156,24 +160,26 @@ pub(super) fn op_sandbox_snapshot<'s, 'i>(
 
 /// Pyodide's snapshot restore, done by Rust: makes this instance's memory equal to the engine
 /// snapshot's linear memory (found at `memory_offset` of the snapshot), writing only the pages that
-/// hold data and clearing any zero page that instantiation wrote to (see `SharedSnapshot::restore_into`).
+/// hold data and clearing any zero page that instantiation wrote to, or mapping it copy-on-write (see
+/// `SharedSnapshot::restore_into`).
 #[op2(fast)]
 pub(super) fn op_sandbox_restore_memory(
     op_state: &mut OpState,
     #[buffer] heap: &mut [u8],
     memory_offset: u32,
 ) -> Result<(), JsErrorBox> {
-    let b = boot(op_state);
+    let b = boot_mut(op_state);
     b.booting("op_sandbox_restore_memory")?;
     let snapshot = b
         .restore_from()
-        .ok_or_else(|| JsErrorBox::generic("no memory snapshot"))?;
+        .ok_or_else(|| JsErrorBox::generic("no memory snapshot"))?
+        .clone();
     let started = std::time::Instant::now();
     // The memory may have grown since it was registered (a pre-imported snapshot's or a session
     // image's is larger than Pyodide's start-up): the new part is a mapping of its own, which needs
     // the advice too.
     advise_huge_pages(heap.as_mut_ptr().cast(), heap.len());
-    snapshot
+    b.mapped_memory = snapshot
         .restore_into(heap, memory_offset as usize)
         .map_err(JsErrorBox::generic)?;
     tracing::trace!(

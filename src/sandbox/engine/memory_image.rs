@@ -1,0 +1,301 @@
+//! A memory snapshot's linear memory mapped copy-on-write into each sandbox instead of copied (the
+//! snapshot with pre-imported modules, on Linux), and the pages each sandbox gets written up front.
+//!
+//! The snapshot's bytes go once into a sealed in-memory file (`cow::SealedFile`), the only copy the
+//! engine keeps. A sandbox maps the memory part of the file privately over the start of its
+//! WebAssembly memory: pages it only reads stay shared with every other sandbox, and a page it writes
+//! becomes its own copy; no sandbox can change the file or see another's pages. A page written on
+//! first touch costs a fault that is several times dearer than copying the page ahead, so each
+//! sandbox also has its *working set* copied up front (`MADV_POPULATE_WRITE`): the pages that the
+//! engine's start-up check wrote (a restore, then everyday numpy, pandas and matplotlib steps,
+//! `working_set.py`, and the check itself). A ready sandbox then holds those pages of its own, not
+//! the whole image (docs/performance.md: 88 -> 45 MiB per ready pre-imported sandbox, creation
+//! 0.87x, a call 1-5 ms slower). `workers.map_snapshot_memory = false` copies instead.
+//!
+//! Linux's page map (`/proc/self/pagemap`) says which pages of a mapping are a process's own; it is
+//! also how a restore tells pages never touched (see `memory_snapshot::restore_into`).
+
+use std::ops::Range;
+use std::sync::OnceLock;
+
+/// The granularity of mappings and of the page map: one OS page.
+pub(crate) const PAGE: usize = 4096;
+
+/// The snapshot's bytes as a sealed file that sandboxes map their memory from.
+pub(crate) struct MappedImage {
+    #[cfg(target_os = "linux")]
+    file: crate::sandbox::isolate::cow::SealedFile,
+    /// Where the linear memory starts in the file (a page boundary).
+    memory_start: usize,
+    /// The pages (byte ranges of the linear memory) each sandbox gets copied when it maps the
+    /// memory; empty until the engine's check has measured them.
+    working_set: OnceLock<Vec<Range<usize>>>,
+}
+
+/// The snapshot's bytes (`bytes`, whose memory starts at `offset`) laid out in a sealed file so that
+/// the memory starts on a page: the header ends where padding puts it. `parts` are the ranges of
+/// `bytes` that are not zeros (the rest is left as holes). Returns the file, mapped whole, and where
+/// `bytes` start in it; `None` where this system cannot.
+#[cfg(target_os = "linux")]
+pub(crate) fn lay_out(
+    bytes: &[u8],
+    offset: usize,
+    parts: impl Iterator<Item = Range<usize>>,
+) -> Option<(MappedImage, crate::sandbox::isolate::cow::Mapping, usize)> {
+    let pad = (PAGE - offset % PAGE) % PAGE;
+    let len = (pad + bytes.len()).next_multiple_of(PAGE);
+    let parts = std::iter::once(0..offset)
+        .chain(parts)
+        .map(|r| (pad + r.start, &bytes[r]));
+    let file = match crate::sandbox::isolate::cow::SealedFile::sparse(len, parts) {
+        Ok(file) => file,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot map the snapshot's memory copy-on-write; sandboxes copy it");
+            return None;
+        }
+    };
+    let mapping = file.map_private()?;
+    Some((
+        MappedImage {
+            file,
+            memory_start: pad + offset,
+            working_set: OnceLock::new(),
+        },
+        mapping,
+        pad,
+    ))
+}
+
+impl MappedImage {
+    /// Maps the memory's first `len` bytes over `heap` (a new sandbox's WebAssembly memory), in place
+    /// of what instantiation left there, and copies the working set. `Ok(false)` where `heap` does
+    /// not allow it (not whole pages): the caller copies instead. After an error the memory may have
+    /// lost its pages: the sandbox must not be used.
+    pub fn map_over(&self, heap: &mut [u8], len: usize) -> Result<bool, String> {
+        let start = heap.as_mut_ptr();
+        if heap.len() < len || !(start as usize).is_multiple_of(PAGE) || !len.is_multiple_of(PAGE) {
+            return Ok(false);
+        }
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: `heap` is borrowed mutably (nothing else reads or writes it meanwhile), is
+            // readable and writable, starts on a page and holds `len` bytes, whole pages.
+            unsafe { self.file.map_over(self.memory_start, start, len) }
+                .map_err(|e| format!("cannot map the snapshot's memory: {e}"))?;
+            for pages in self.working_set.get().into_iter().flatten() {
+                if pages.end > len {
+                    break;
+                }
+                // SAFETY: a range of the mapping just made (page-aligned, inside `heap`); the advice
+                // only faults its pages in as written, which changes no byte.
+                let advised = unsafe {
+                    libc::madvise(
+                        start.add(pages.start).cast(),
+                        pages.len(),
+                        libc::MADV_POPULATE_WRITE,
+                    )
+                };
+                if advised != 0 {
+                    // (Before Linux 5.14: the pages are copied when first written instead.)
+                    break;
+                }
+            }
+            Ok(true)
+        }
+        #[cfg(not(target_os = "linux"))]
+        Ok(false)
+    }
+
+    /// Sets the working set, once: the pages of a mapped memory at `memory` (its address range) that
+    /// are the sandbox's own. Returns how many bytes that is.
+    pub fn measure_working_set(&self, memory: Range<usize>) -> usize {
+        let Some(pages) = page_map(memory.start, memory.len()) else {
+            return 0;
+        };
+        let mut set: Vec<Range<usize>> = Vec::new();
+        for (i, entry) in pages.iter().enumerate() {
+            if !entry.written() {
+                continue;
+            }
+            let start = i * PAGE;
+            match set.last_mut() {
+                Some(last) if last.end == start => last.end = start + PAGE,
+                _ => set.push(start..start + PAGE),
+            }
+        }
+        let bytes = set.iter().map(Range::len).sum();
+        let _ = self.working_set.set(set);
+        bytes
+    }
+}
+
+/// One page's entry in Linux's page map.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PageEntry(u64);
+
+impl PageEntry {
+    const PRESENT: u64 = 1 << 63;
+    const SWAPPED: u64 = 1 << 62;
+    /// A page of a file (or shared memory), not the process's own.
+    const FILE: u64 = 1 << 61;
+
+    /// Whether the page may ever have been written (a page neither present nor swapped out was
+    /// never touched and reads as zeros).
+    pub fn touched(self) -> bool {
+        self.0 & (Self::PRESENT | Self::SWAPPED) != 0
+    }
+
+    /// Whether the page is the process's own (written, or copied on write), not a file's.
+    pub fn written(self) -> bool {
+        self.touched() && self.0 & Self::FILE == 0
+    }
+}
+
+/// The page-map entries of the `len` bytes at address `start` (a page boundary); `None` where the
+/// system cannot say. Reads no byte of that memory.
+pub(crate) fn page_map(start: usize, len: usize) -> Option<Vec<PageEntry>> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::FileExt;
+        static PAGEMAP: OnceLock<Option<std::fs::File>> = OnceLock::new();
+        let pagemap = PAGEMAP
+            .get_or_init(|| std::fs::File::open("/proc/self/pagemap").ok())
+            .as_ref()?;
+        if !start.is_multiple_of(PAGE) {
+            return None;
+        }
+        let mut entries = vec![0u8; len.div_ceil(PAGE) * 8];
+        pagemap
+            .read_exact_at(&mut entries, (start / PAGE * 8) as u64)
+            .ok()?;
+        Some(
+            entries
+                .chunks_exact(8)
+                .map(|e| PageEntry(u64::from_le_bytes(e.try_into().unwrap_or_default())))
+                .collect(),
+        )
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (start, len);
+        None
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// A private anonymous mapping of `pages` pages standing in for a WebAssembly memory, unmapped
+    /// when dropped.
+    struct Memory(&'static mut [u8]);
+
+    impl Memory {
+        fn new(pages: usize) -> Self {
+            let len = pages * PAGE;
+            // SAFETY: a new private anonymous mapping, owned by this value alone.
+            unsafe {
+                let data = libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                assert_ne!(data, libc::MAP_FAILED);
+                Self(std::slice::from_raw_parts_mut(data.cast::<u8>(), len))
+            }
+        }
+
+        fn range(&self) -> Range<usize> {
+            self.0.as_ptr_range().start as usize..self.0.as_ptr_range().end as usize
+        }
+
+        fn written(&self) -> Vec<usize> {
+            let map = page_map(self.0.as_ptr() as usize, self.0.len()).expect("a page map");
+            (0..map.len()).filter(|&i| map[i].written()).collect()
+        }
+    }
+
+    impl Drop for Memory {
+        fn drop(&mut self) {
+            // SAFETY: the mapping made in `new`, not used again.
+            unsafe { libc::munmap(self.0.as_mut_ptr().cast(), self.0.len()) };
+        }
+    }
+
+    /// A snapshot in Pyodide's layout with a header of 100 bytes (so the memory is not on a page
+    /// in the snapshot) and `pages` pages of memory, page `i` filled with `i`, page 2 all zeros.
+    fn snapshot(pages: usize) -> (Vec<u8>, usize) {
+        let offset = 100;
+        let mut bytes = vec![0u8; offset];
+        bytes[4..8].copy_from_slice(&(offset as u32).to_le_bytes());
+        for i in 0..pages {
+            bytes.extend(std::iter::repeat_n(if i == 2 { 0 } else { i as u8 }, PAGE));
+        }
+        (bytes, offset)
+    }
+
+    fn image(bytes: &[u8], offset: usize) -> MappedImage {
+        let parts = std::iter::once(offset..bytes.len());
+        let (image, _mapping, start) = lay_out(bytes, offset, parts).expect("a sealed file");
+        assert_eq!(
+            (start + offset) % PAGE,
+            0,
+            "the memory starts on a page of the file"
+        );
+        image
+    }
+
+    #[test]
+    fn a_mapped_memory_reads_as_the_snapshot_and_what_a_sandbox_writes_stays_its_own() {
+        let (bytes, offset) = snapshot(8);
+        let image = image(&bytes, offset);
+        let memory_len = 8 * PAGE;
+        let first = Memory::new(10);
+        first.0[9 * PAGE] = 42; // past the snapshot's memory: left alone
+        assert!(image.map_over(first.0, memory_len).unwrap());
+        assert_eq!(&first.0[..memory_len], &bytes[offset..]);
+        assert_eq!(first.0[9 * PAGE], 42);
+        first.0[3 * PAGE] = 0xff;
+        let second = Memory::new(8);
+        assert!(image.map_over(second.0, memory_len).unwrap());
+        assert_eq!(
+            &second.0[..memory_len],
+            &bytes[offset..],
+            "the first sandbox's write is its own"
+        );
+        // Memory that is not whole pages is left to the copy.
+        let mut unaligned = vec![0u8; memory_len + 1];
+        assert!(!image.map_over(&mut unaligned[1..], memory_len).unwrap());
+    }
+
+    #[test]
+    fn the_working_set_is_what_the_measured_sandbox_wrote_and_every_later_one_gets_it_written() {
+        let (bytes, offset) = snapshot(8);
+        let image = image(&bytes, offset);
+        let memory_len = 8 * PAGE;
+        let measured = Memory::new(8);
+        assert!(image.map_over(measured.0, memory_len).unwrap());
+        assert!(
+            measured.written().is_empty(),
+            "nothing is copied before it is written"
+        );
+        // Reading shares the file's pages; writing copies.
+        assert_eq!(measured.0[5 * PAGE], 5);
+        measured.0[PAGE + 7] = 1;
+        measured.0[6 * PAGE] = 1;
+        measured.0[7 * PAGE] = 1;
+        assert_eq!(measured.written(), [1, 6, 7]);
+        assert_eq!(image.measure_working_set(measured.range()), 3 * PAGE);
+        let later = Memory::new(8);
+        assert!(image.map_over(later.0, memory_len).unwrap());
+        assert_eq!(later.written(), [1, 6, 7], "copied up front");
+        assert_eq!(
+            &later.0[..memory_len],
+            &bytes[offset..],
+            "and equal to the snapshot"
+        );
+    }
+}
