@@ -183,15 +183,15 @@ pub(crate) fn page_map(start: usize, len: usize) -> Option<Vec<PageEntry>> {
 }
 
 #[cfg(all(test, target_os = "linux"))]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A private anonymous mapping of `pages` pages standing in for a WebAssembly memory, unmapped
     /// when dropped.
-    struct Memory(&'static mut [u8]);
+    pub(crate) struct Memory(pub &'static mut [u8]);
 
     impl Memory {
-        fn new(pages: usize) -> Self {
+        pub fn new(pages: usize) -> Self {
             let len = pages * PAGE;
             // SAFETY: a new private anonymous mapping, owned by this value alone.
             unsafe {

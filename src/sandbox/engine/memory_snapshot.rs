@@ -536,20 +536,8 @@ mod tests {
         memory[0] = 1;
         memory[40 * PAGE] = 2;
         let snap = snapshot(&memory);
-        let len = 80 * PAGE;
-        // SAFETY: a new private anonymous mapping, unmapped at the end of the test.
-        let heap = unsafe {
-            let data = libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(data, libc::MAP_FAILED);
-            std::slice::from_raw_parts_mut(data.cast::<u8>(), len)
-        };
+        let mapped = crate::sandbox::engine::memory_image::tests::Memory::new(80);
+        let heap = &mut *mapped.0;
         // Pages 10 and 50 were written (as constructors might), page 20 only read; the rest untouched.
         heap[10 * PAGE + 3] = 9;
         heap[50 * PAGE] = 9;
@@ -559,8 +547,6 @@ mod tests {
         assert!(!touched[30] && !touched[63]);
         snap.restore_into(heap, 64).unwrap();
         assert_eq!(&heap[..memory.len()], &memory[..]);
-        // SAFETY: the mapping made above; `heap` is not used again.
-        unsafe { libc::munmap(heap.as_mut_ptr().cast(), len) };
     }
 
     #[test]
