@@ -7,7 +7,8 @@
 //!
 //! Set-ups (`STOCK_SETUPS`, comma-separated, default `before,default`): `before` (one prewarmed
 //! worker with one ready sandbox: the pool before the stock), `default` (the shipped defaults),
-//! `pPrR` (two workers, P prewarmed with R ready sandboxes each, e.g. `p2r8`); a name ending in
+//! `pPrR` (two workers, P prewarmed with R ready sandboxes each, e.g. `p2r8`; `p2r4q2`: 2 of them
+//! when they are pre-imported ones); a name ending in
 //! `+packages` (e.g. `default+packages`) gets the packages below without `STOCK_PREIMPORT`. Each is run `STOCK_REPEATS` (default 2) times, alternating, so drift
 //! hits them alike. Workloads: `print(1)`, and with `STOCK_PREIMPORT=1` also numpy, pandas and a
 //! matplotlib PNG with `preinstall_packages = ["pandas", "matplotlib"]` and
@@ -43,7 +44,8 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-/// Pool settings of a set-up named `pPrR` (two workers, P prewarmed with R ready sandboxes each);
+/// Pool settings of a set-up named `pPrR` (two workers, P prewarmed with R ready sandboxes each),
+/// optionally `pPrRqQ` (Q of them when they are pre-imported ones, else the default);
 /// `default`: the shipped defaults; `before`: `p1r1`, the pool before the stock.
 fn pool_env(setup: &str) -> Vec<(&'static str, String)> {
     let setup = setup.trim_end_matches("+packages");
@@ -55,11 +57,19 @@ fn pool_env(setup: &str) -> Vec<(&'static str, String)> {
         .strip_prefix('p')
         .and_then(|s| s.split_once('r'))
         .unwrap_or_else(|| panic!("set-up {setup}: expected before, default or pPrR (e.g. p2r4)"));
-    vec![
+    let (ready, preimported) = ready.split_once('q').unwrap_or((ready, ""));
+    let mut env = vec![
         ("CODE_INTERPRETER_MCP_MAX_WORKERS", "2".into()),
         ("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", prewarmed.into()),
         ("CODE_INTERPRETER_MCP_READY_SANDBOXES", ready.into()),
-    ]
+    ];
+    if !preimported.is_empty() {
+        env.push((
+            "CODE_INTERPRETER_MCP_READY_PREIMPORTED_SANDBOXES",
+            preimported.into(),
+        ));
+    }
+    env
 }
 
 fn start(setup: &str, preimport: bool) -> fixture::Server {

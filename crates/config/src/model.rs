@@ -260,7 +260,8 @@ pub struct WorkersConfig {
     pub ready_sandboxes: u64,
     /// Of those, how many a prewarmed worker keeps when they are sandboxes with pre-imported
     /// modules (1 to 64; at most ready_sandboxes). Each holds about 45 MB with pandas and
-    /// matplotlib (90 MB with map_snapshot_memory = false), against 26 MB for a plain one.
+    /// matplotlib (90 MB with map_snapshot_memory = false), against 26 MB for a plain one; two per
+    /// worker serve a burst's first four data-science calls without a wait (docs/performance.md).
     /// Environment: CODE_INTERPRETER_MCP_READY_PREIMPORTED_SANDBOXES
     pub ready_preimported_sandboxes: u64,
     /// V8 heap budget per isolate in MB (1 MB = 1,048,576 bytes).
@@ -468,7 +469,7 @@ impl Default for WorkersConfig {
             queue_capacity: 8,
             prewarmed_workers: 2,
             ready_sandboxes: 4,
-            ready_preimported_sandboxes: 1,
+            ready_preimported_sandboxes: 2,
             memory_limit_mb: 512,
             wasm_memory_limit_mb: 2048,
             boot: BootMode::Snapshot,

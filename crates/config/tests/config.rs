@@ -57,7 +57,7 @@ fn no_files_gives_the_defaults() {
     assert_eq!(loaded.config.workers.queue_capacity, 8);
     assert_eq!(loaded.config.workers.prewarmed_workers, 2);
     assert_eq!(loaded.config.workers.ready_sandboxes, 4);
-    assert_eq!(loaded.config.workers.ready_preimported_sandboxes, 1);
+    assert_eq!(loaded.config.workers.ready_preimported_sandboxes, 2);
     assert_eq!(loaded.config.workers.memory_limit_mb, 512);
     assert_eq!(loaded.config.input_limits.max_file_kb, 10240);
     assert_eq!(loaded.config.input_limits.max_total_file_kb, 51200);
@@ -188,7 +188,7 @@ fn every_environment_override_applies_after_files() {
         ("CODE_INTERPRETER_MCP_QUEUE_CAPACITY", "5"),
         ("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "2"),
         ("CODE_INTERPRETER_MCP_READY_SANDBOXES", "3"),
-        ("CODE_INTERPRETER_MCP_READY_PREIMPORTED_SANDBOXES", "2"),
+        ("CODE_INTERPRETER_MCP_READY_PREIMPORTED_SANDBOXES", "3"),
         ("CODE_INTERPRETER_MCP_PREIMPORT_PREINSTALLED", "false"),
         ("CODE_INTERPRETER_MCP_MEMORY_LIMIT_MB", "256"),
         ("CODE_INTERPRETER_MCP_WASM_MEMORY_LIMIT_MB", "1024"),
@@ -267,7 +267,7 @@ fn every_environment_override_applies_after_files() {
     assert_eq!(c.workers.queue_capacity, 5);
     assert_eq!(c.workers.prewarmed_workers, 2);
     assert_eq!(c.workers.ready_sandboxes, 3);
-    assert_eq!(c.workers.ready_preimported_sandboxes, 2);
+    assert_eq!(c.workers.ready_preimported_sandboxes, 3);
     assert!(!c.preimport_preinstalled);
     assert_eq!(c.workers.memory_limit_mb, 256);
     assert_eq!(c.workers.wasm_memory_limit_mb, 1024);
