@@ -259,9 +259,9 @@ pub struct WorkersConfig {
     /// Environment: CODE_INTERPRETER_MCP_READY_SANDBOXES
     pub ready_sandboxes: u64,
     /// Of those, how many a prewarmed worker keeps when they are sandboxes with pre-imported
-    /// modules (1 to 64; at most ready_sandboxes). Each holds about 45 MB with pandas and
-    /// matplotlib (90 MB with map_snapshot_memory = false), against 26 MB for a plain one; two per
-    /// worker serve a burst's first four data-science calls without a wait (docs/performance.md).
+    /// modules (1 to 64; at most ready_sandboxes). Each holds about 90 MB with pandas and
+    /// matplotlib (45 MB with map_snapshot_memory), against 26 MB for a plain one; two per worker
+    /// serve a burst's first four data-science calls without a wait (docs/performance.md).
     /// Environment: CODE_INTERPRETER_MCP_READY_PREIMPORTED_SANDBOXES
     pub ready_preimported_sandboxes: u64,
     /// V8 heap budget per isolate in MB (1 MB = 1,048,576 bytes).
@@ -277,8 +277,10 @@ pub struct WorkersConfig {
     /// Map the memory of the snapshot with pre-imported modules into each sandbox copy-on-write
     /// (Linux), copying up front only the pages that everyday steps at start-up wrote, instead of
     /// copying all of it: a ready sandbox with pandas and matplotlib holds ~45 MB instead of ~88 MB
-    /// and is made ~13 % faster, while a call takes ~1-5 ms longer (pages first written in a call
-    /// cost a fault each; docs/performance.md). false: copy it.
+    /// (the server ~75 MB less idle, ~150 MB less after a load) and is made ~13 % faster, while a
+    /// call takes ~1-5 ms longer (a page first written in a call costs a fault) and pandas
+    /// throughput at concurrency 8 is ~0.9x (docs/performance.md). For memory-bound deployments:
+    /// with it, ready_preimported_sandboxes = 2 costs what 1 does without.
     /// Environment: CODE_INTERPRETER_MCP_MAP_SNAPSHOT_MEMORY
     pub map_snapshot_memory: bool,
     /// Memory budget per sandbox outside the V8 heap, in MB: ArrayBuffers and typed arrays, in-memory
@@ -469,11 +471,11 @@ impl Default for WorkersConfig {
             queue_capacity: 8,
             prewarmed_workers: 2,
             ready_sandboxes: 4,
-            ready_preimported_sandboxes: 2,
+            ready_preimported_sandboxes: 1,
             memory_limit_mb: 512,
             wasm_memory_limit_mb: 2048,
             boot: BootMode::Snapshot,
-            map_snapshot_memory: true,
+            map_snapshot_memory: false,
             sandbox_memory_limit_mb: 2560,
             setup_timeout_s: 60,
         }

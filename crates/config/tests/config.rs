@@ -57,7 +57,7 @@ fn no_files_gives_the_defaults() {
     assert_eq!(loaded.config.workers.queue_capacity, 8);
     assert_eq!(loaded.config.workers.prewarmed_workers, 2);
     assert_eq!(loaded.config.workers.ready_sandboxes, 4);
-    assert_eq!(loaded.config.workers.ready_preimported_sandboxes, 2);
+    assert_eq!(loaded.config.workers.ready_preimported_sandboxes, 1);
     assert_eq!(loaded.config.workers.memory_limit_mb, 512);
     assert_eq!(loaded.config.input_limits.max_file_kb, 10240);
     assert_eq!(loaded.config.input_limits.max_total_file_kb, 51200);
@@ -194,7 +194,7 @@ fn every_environment_override_applies_after_files() {
         ("CODE_INTERPRETER_MCP_WASM_MEMORY_LIMIT_MB", "1024"),
         // (snapshot, not the default's spelling of it: preimport_modules below needs it)
         ("CODE_INTERPRETER_MCP_BOOT", "snapshot"),
-        ("CODE_INTERPRETER_MCP_MAP_SNAPSHOT_MEMORY", "false"),
+        ("CODE_INTERPRETER_MCP_MAP_SNAPSHOT_MEMORY", "true"),
         ("CODE_INTERPRETER_MCP_SANDBOX_MEMORY_LIMIT_MB", "1500"),
         ("CODE_INTERPRETER_MCP_SETUP_TIMEOUT_S", "20"),
         ("CODE_INTERPRETER_MCP_SESSIONS_ENABLED", "false"),
@@ -272,7 +272,7 @@ fn every_environment_override_applies_after_files() {
     assert_eq!(c.workers.memory_limit_mb, 256);
     assert_eq!(c.workers.wasm_memory_limit_mb, 1024);
     assert_eq!(c.workers.boot, BootMode::Snapshot);
-    assert!(!c.workers.map_snapshot_memory);
+    assert!(c.workers.map_snapshot_memory);
     assert_eq!(
         loaded.sources["workers.boot"],
         Source::Env("CODE_INTERPRETER_MCP_BOOT".into())

@@ -10,7 +10,8 @@
 //! engine's start-up check wrote (a restore, then everyday numpy, pandas and matplotlib steps,
 //! `working_set.py`, and the check itself). A ready sandbox then holds those pages of its own, not
 //! the whole image (docs/performance.md: 88 -> 45 MiB per ready pre-imported sandbox, creation
-//! 0.87x, a call 1-5 ms slower). `workers.map_snapshot_memory = false` copies instead.
+//! 0.87x, a call 1-5 ms slower). Opt-in (`workers.map_snapshot_memory`): by default the memory is
+//! copied, which keeps calls fastest.
 //!
 //! Linux's page map (`/proc/self/pagemap`) says which pages of a mapping are a process's own; it is
 //! also how a restore tells pages never touched (see `memory_snapshot::restore_into`).
