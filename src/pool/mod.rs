@@ -40,7 +40,8 @@ pub trait Backend: Send + Sync + 'static {
     /// Boots a fresh sandbox of `flavor`; the error is the reason, for the caller and the log.
     fn boot(&self, flavor: Self::Flavor) -> Result<Self::Sandbox, String>;
 
-    /// Settles a sandbox booted ahead of its call (skipped when a job is already waiting for it).
+    /// Settles a sandbox booted ahead of its call, once no call has come for it for a moment (a
+    /// call back to back takes it unsettled).
     fn settle(&self, _sandbox: &mut Self::Sandbox) {}
 
     /// Called on a worker that has had nothing to do for a moment since its last call or boot

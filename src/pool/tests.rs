@@ -29,6 +29,8 @@ struct Fake {
     out_of_order: Arc<AtomicUsize>,
     /// How many sandboxes had been booted at each rest.
     rests: Mutex<Vec<usize>>,
+    /// When set, the next boot reports its start and waits for the release.
+    boot_gate: Mutex<Option<(Sender<()>, Receiver<()>)>>,
 }
 
 /// A fake sandbox: its number, and the record of live sandboxes it leaves when dropped.
@@ -105,6 +107,11 @@ impl Backend for Fake {
     fn boot(&self, flavor: u8) -> Result<FakeSandbox, String> {
         if self.fail_boots.load(Ordering::SeqCst) {
             return Err("no sandbox today".into());
+        }
+        let gate = self.boot_gate.lock().unwrap().take();
+        if let Some((started, release)) = gate {
+            let _ = started.send(());
+            let _ = release.recv();
         }
         self.flavors.lock().unwrap().push(flavor);
         let number = self.boots.fetch_add(1, Ordering::SeqCst) + 1;
@@ -269,12 +276,59 @@ fn a_prewarmed_sandbox_takes_the_call_and_is_replaced_after_it() {
     wait_until("the prewarmed worker to wait", || ready_idle(&pool));
     let mut t = pool.submit(FakeJob::quick("call")).unwrap();
     assert_eq!(block_on(t.wait()).result.unwrap(), ("call", 1));
-    // The prewarmed worker boots (and settles) its replacement; the other worker booted nothing.
+    // The prewarmed worker boots its replacement, and settles it once no call came for it; the
+    // other worker booted nothing.
     wait_until("the replacement", || ready_idle(&pool));
+    wait_until("the replacement settled", || {
+        fake.settled.load(Ordering::SeqCst) == 2
+    });
     assert_eq!(fake.boots.load(Ordering::SeqCst), 2);
-    assert_eq!(fake.settled.load(Ordering::SeqCst), 2);
     let mut t = pool.submit(FakeJob::quick("next")).unwrap();
     assert_eq!(block_on(t.wait()).result.unwrap(), ("next", 2));
+}
+
+#[test]
+fn a_waiting_call_takes_the_first_sandbox_ready_not_one_workers_boot() {
+    let fake = Arc::new(Fake::default());
+    let pool = pool(&fake, 2, 8, 2);
+    wait_until("both workers ready", || {
+        pool.shared.lock().unwrap().ready_idle == 2
+    });
+    assert_eq!(fake.settled.load(Ordering::SeqCst), 2);
+    // Two calls held running use both stocks, and a third waits behind them.
+    let (first, first_started, release_first) = FakeJob::held("first");
+    let (second, second_started, release_second) = FakeJob::held("second");
+    let mut a = pool.submit(first).unwrap();
+    let mut b = pool.submit(second).unwrap();
+    first_started.recv().unwrap();
+    second_started.recv().unwrap();
+    let mut c = pool.submit(FakeJob::quick("third")).unwrap();
+    // The first worker's next boot is slow.
+    let (boot_started_tx, boot_started) = channel();
+    let (release_boot, boot_release_rx) = channel();
+    *fake.boot_gate.lock().unwrap() = Some((boot_started_tx, boot_release_rx));
+    release_first.send(()).unwrap();
+    block_on(a.wait()).result.unwrap();
+    boot_started.recv().unwrap();
+    // The second worker finishes meanwhile and boots: the third call takes that sandbox (3: a
+    // fake sandbox is numbered when its boot ends), unsettled, instead of waiting for the slow boot
+    // it would be bound to had the first worker booted for it.
+    release_second.send(()).unwrap();
+    block_on(b.wait()).result.unwrap();
+    wait_until("the third call to run", || {
+        fake.ran
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(name, _)| *name == "third")
+    });
+    release_boot.send(()).unwrap();
+    assert_eq!(block_on(c.wait()).result.unwrap(), ("third", 3));
+    // The slow boot went to its worker's stock, and is settled once no call comes; so is the
+    // second worker's next one.
+    wait_until("both stocks full and settled", || {
+        fake.boots.load(Ordering::SeqCst) == 5 && fake.settled.load(Ordering::SeqCst) == 4
+    });
 }
 
 #[test]

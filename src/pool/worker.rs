@@ -21,6 +21,12 @@ const REFILL_PAUSE: Duration = Duration::from_millis(25);
 /// (`Backend::rest`): long enough that a burst of calls, or a run of refills, is over.
 pub(super) const REST_PAUSE: Duration = Duration::from_millis(200);
 
+/// How long a sandbox booted for the stock waits for a call before the worker settles it
+/// (`Backend::settle`, ~15 ms of CPU for a pre-imported one). A call back to back takes it unsettled
+/// rather than waiting for that, and a run of calls leaves the CPU to the boots it needs; a stock
+/// that stays idle is settled.
+const SETTLE_PAUSE: Duration = REFILL_PAUSE;
+
 pub(super) struct Worker<B: Backend> {
     index: usize,
     prewarmed: bool,
@@ -40,21 +46,21 @@ enum Next<J, O> {
     Closed,
 }
 
-/// A worker's ready sandboxes, all of one flavor (the last call's), the newest last. V8 requires the
-/// isolates of one thread to be dropped in the reverse order of their creation, so only the newest
-/// is ever taken, a sandbox booted on demand is dropped before anything older, and the stock is
-/// dropped newest first.
+/// A worker's ready sandboxes, all of one flavor (the last call's), the newest last, each with
+/// whether it has been settled. V8 requires the isolates of one thread to be dropped in the reverse
+/// order of their creation, so only the newest is ever taken, a sandbox booted on demand is dropped
+/// before anything older, and the stock is dropped newest first.
 struct Stock<F, S> {
-    sandboxes: Vec<(F, S)>,
+    sandboxes: Vec<(F, S, bool)>,
 }
 
 impl<F: Copy + PartialEq, S> Stock<F, S> {
     /// The newest sandbox if it is of `flavor`.
     fn take(&mut self, flavor: F) -> Option<S> {
         match self.sandboxes.last() {
-            Some((f, _)) if *f == flavor => {
+            Some((f, _, _)) if *f == flavor => {
                 telemetry::ready_sandboxes(-1.0);
-                self.sandboxes.pop().map(|(_, s)| s)
+                self.sandboxes.pop().map(|(_, s, _)| s)
             }
             _ => None,
         }
@@ -62,15 +68,26 @@ impl<F: Copy + PartialEq, S> Stock<F, S> {
 
     /// Whether the next call of `flavor` would find its sandbox here.
     fn serves(&self, flavor: F) -> bool {
-        self.sandboxes.last().is_some_and(|(f, _)| *f == flavor)
+        self.sandboxes.last().is_some_and(|(f, _, _)| *f == flavor)
+    }
+
+    /// A sandbox not settled yet, marked settled (the caller settles it).
+    fn unsettled(&mut self) -> Option<&mut S> {
+        let (_, sandbox, settled) = self.sandboxes.iter_mut().rev().find(|(_, _, s)| !*s)?;
+        *settled = true;
+        Some(sandbox)
+    }
+
+    fn has_unsettled(&self) -> bool {
+        self.sandboxes.iter().any(|(_, _, settled)| !settled)
     }
 
     fn len(&self) -> usize {
         self.sandboxes.len()
     }
 
-    fn push(&mut self, flavor: F, sandbox: S) {
-        self.sandboxes.push((flavor, sandbox));
+    fn push(&mut self, flavor: F, sandbox: S, settled: bool) {
+        self.sandboxes.push((flavor, sandbox, settled));
         telemetry::ready_sandboxes(1.0);
     }
 }
@@ -156,8 +173,10 @@ impl<B: Backend> Worker<B> {
         let mut wanted = B::Flavor::default();
         if self.prewarmed {
             match self.boot(&guard, InitPhase::Startup, wanted) {
-                Ok(sandbox) => {
-                    stock.push(wanted, sandbox);
+                Ok(mut sandbox) => {
+                    // No call can come before start-up is over: settled at once.
+                    self.backend.settle(&mut sandbox);
+                    stock.push(wanted, sandbox, true);
                     let _ = ack.send(Ok(()));
                 }
                 Err(e) => {
@@ -183,10 +202,26 @@ impl<B: Backend> Worker<B> {
                     }
                 })
                 .flatten();
-            let wake_after = refill.or(rest_due.then_some(REST_PAUSE));
-            let job = match self.next_job(stock.len() > 0, wake_after) {
+            let settle = (self.prewarmed && stock.has_unsettled()).then_some(SETTLE_PAUSE);
+            let wake_after = match (refill, settle) {
+                (Some(r), Some(s)) => Some(r.min(s)),
+                (r, s) => r.or(s).or(rest_due.then_some(REST_PAUSE)),
+            };
+            // A prewarmed worker boots for its stock, not for a job: a job waits for whichever
+            // worker has a sandbox first, not for this worker's boot (see `next_job`).
+            let boots_for_jobs = !self.prewarmed || refill_failed;
+            let job = match self.next_job(stock.len() > 0, boots_for_jobs, wake_after) {
                 Next::Run(job) => job,
                 Next::Closed => break,
+                Next::Woken if settle.is_some() && refill != Some(Duration::ZERO) => {
+                    rest_due = true;
+                    guard.set(WorkerState::Initializing);
+                    if let Some(sandbox) = stock.unsettled() {
+                        self.backend.settle(sandbox);
+                    }
+                    guard.set(WorkerState::Idle);
+                    continue;
+                }
                 Next::Woken if refill.is_none() => {
                     self.backend.rest();
                     rest_due = false;
@@ -200,7 +235,7 @@ impl<B: Backend> Worker<B> {
                         stock.clear();
                     }
                     match self.boot(&guard, InitPhase::Replenishment, wanted) {
-                        Ok(sandbox) => stock.push(wanted, sandbox),
+                        Ok(sandbox) => stock.push(wanted, sandbox, false),
                         Err(e) => {
                             refill_failed = true;
                             tracing::error!(worker = self.index, error = %e, "replacement sandbox failed to boot")
@@ -258,7 +293,7 @@ impl<B: Backend> Worker<B> {
     ) -> Result<B::Sandbox, String> {
         guard.set(WorkerState::Initializing);
         let started = Instant::now();
-        let mut sandbox = self.backend.boot(flavor);
+        let sandbox = self.backend.boot(flavor);
         let took = started.elapsed();
         telemetry::isolate_initialization(phase, sandbox.is_ok(), took);
         tracing::debug!(
@@ -269,20 +304,8 @@ impl<B: Backend> Worker<B> {
             ms = took.as_secs_f64() * 1000.0,
             "sandbox boot"
         );
-        // A sandbox prepared ahead of its call settles now rather than during the call; not when a
-        // job already waits for it (settling would only delay that job).
-        if !matches!(phase, InitPhase::OnDemand)
-            && !self.jobs_waiting()
-            && let Ok(sandbox) = &mut sandbox
-        {
-            self.backend.settle(sandbox);
-        }
         guard.set(WorkerState::Idle);
         sandbox
-    }
-
-    fn jobs_waiting(&self) -> bool {
-        self.shared.lock().is_some_and(|q| !q.jobs.is_empty())
     }
 
     /// Counts this worker in or out of the workers with a ready sandbox.
@@ -304,12 +327,20 @@ impl<B: Backend> Worker<B> {
         }
     }
 
-    /// The next job in FIFO order, or `Refill` when `refill` is set and no job came within it;
-    /// `Closed` when the pool shuts down (or its queue broke). A worker without a ready sandbox takes
-    /// a job only when no idle worker has one, so a call finds a ready sandbox whenever one exists.
+    /// The next job in FIFO order, or `Woken` when `wake_after` is set and no job came within it;
+    /// `Closed` when the pool shuts down (or its queue broke).
+    ///
+    /// A worker without a ready sandbox takes a job only when it `boots_for_jobs` (it keeps no
+    /// stock, or booting for its stock failed) and no idle worker has one, so a call finds a ready
+    /// sandbox whenever one exists. A prewarmed worker without one boots for its stock instead and
+    /// takes the job only once that boot is done, unless another worker's sandbox was ready first:
+    /// a job bound to one worker's boot would wait for it even when the other worker's finishes
+    /// earlier (measured back to back: a call arriving while one worker settled its new sandbox
+    /// waited for a whole boot on the other).
     fn next_job(
         &self,
         has_ready_sandbox: bool,
+        boots_for_jobs: bool,
         wake_after: Option<Duration>,
     ) -> Next<B::Job, B::Output> {
         let Some(mut queue) = self.shared.lock() else {
@@ -318,7 +349,9 @@ impl<B: Backend> Worker<B> {
         self.announce_in(&mut queue, has_ready_sandbox);
         let deadline = wake_after.map(|pause| Instant::now() + pause);
         let next = loop {
-            if !queue.jobs.is_empty() && (has_ready_sandbox || queue.ready_idle == 0) {
+            if !queue.jobs.is_empty()
+                && (has_ready_sandbox || (boots_for_jobs && queue.ready_idle == 0))
+            {
                 let job = queue.jobs.pop_front();
                 telemetry::queue_depth(queue.jobs.len());
                 break job.map_or(Next::Closed, Next::Run);
