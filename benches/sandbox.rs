@@ -4,7 +4,8 @@
 //! `BENCH_MODES=snapshot` to skip the full-boot mode, `BENCH_IDLE_MS` to let each sandbox wait that
 //! long between boot and execution, as a prewarmed one does, `BENCH_PREINSTALL=pandas` to measure with
 //! packages in the package layer, `BENCH_PREIMPORT=pandas,matplotlib.pyplot` to restore sandboxes
-//! from the snapshot with those modules imported, `BENCH_CODE` to execute other code than `print(1)`.
+//! from the snapshot with those modules imported, `BENCH_CODE` to execute other code than `print(1)`,
+//! `BENCH_SPARE_MEMORY=1` to restore each sandbox into the pages of the one before, as pool workers do.
 
 use std::time::{Duration, Instant};
 
@@ -79,6 +80,13 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
     } else {
         Flavor::Plain
     };
+
+    // BENCH_SPARE_MEMORY=1: each sandbox restores into the pages of the one dropped before it, as
+    // on a pool worker (isolate/spare_memory.rs). Off by default: the memory rows below then show
+    // what a sandbox takes from the system, not pages moved from its predecessor.
+    if std::env::var("BENCH_SPARE_MEMORY").as_deref() == Ok("1") {
+        engine.keep_spare_memory_on_this_thread();
+    }
 
     // One warm-up call, not counted.
     let _ = engine.execute(request());

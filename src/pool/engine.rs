@@ -20,6 +20,8 @@ impl Backend for Engine {
     }
 
     fn boot(&self, flavor: Flavor) -> Result<Sandbox, String> {
+        // Workers boot right after they drop a used sandbox: its memory serves the next one.
+        self.keep_spare_memory_on_this_thread();
         self.boot_flavor(flavor).map_err(|e| e.to_string())
     }
 

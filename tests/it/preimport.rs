@@ -182,13 +182,14 @@ for exports in libs.values():
     assert_eq!(ok(&r).result.as_deref(), Some("(45, (8+0j))"));
 }
 
-/// The memory a pre-imported sandbox restores is its own whether it is mapped copy-on-write (the
-/// default) or copied: bytes a call reads and then overwrites are as they were in the next
-/// sandbox, and the modules work the same both ways.
+/// The memory a pre-imported sandbox restores is its own whether it is mapped copy-on-write or
+/// copied (the default), and when copied into the pages of the sandbox dropped before it (as pool
+/// workers do: `isolate/spare_memory.rs`): bytes a call reads and then overwrites are as they were
+/// in the next sandbox, and the modules work the same every way.
 #[test]
 fn the_restored_memory_is_each_sandboxs_own_whether_mapped_or_copied() {
     let cache = temp_dir("preimport-mapped");
-    let probe = "import pandas, pyodide_js\nheap = pyodide_js._module.HEAPU8\nat = [16 << 20, 32 << 20, 48 << 20]\nprint([bytes(heap.subarray(a, a + 64).to_py()).hex() for a in at])\n";
+    let probe = "import pandas, pyodide_js\nheap = pyodide_js._module.HEAPU8\nat = [16 << 20, 32 << 20, 48 << 20, heap.length - (1 << 20)]\nprint([bytes(heap.subarray(a, a + 64).to_py()).hex() for a in at])\n";
     let mut seen = Vec::new();
     for map in [true, false] {
         let engine = Engine::new(EngineConfig {
@@ -197,14 +198,24 @@ fn the_restored_memory_is_each_sandboxs_own_whether_mapped_or_copied() {
         })
         .expect("engine");
         assert!(engine.preimported(), "map: {map}");
+        // This thread reuses a dropped sandbox's pages, as a pool worker does (only copied
+        // memories are reused).
+        engine.keep_spare_memory_on_this_thread();
+        let reuses = engine.spare_memory_reuses();
         // (Overwriting the interpreter's heap may well end that call: only its output counts.)
         let first = engine.execute(request(&format!(
-            "{probe}for a in at:\n    heap.fill(0x5a, a, a + 65536)"
+            "{probe}for a in reversed(at):\n    heap.fill(0x5a, a, a + 65536)"
         )));
         let second = engine.execute(request(probe));
         let line = |out: &str| out.lines().next().unwrap_or_default().to_string();
         assert_eq!(line(&first.stdout), line(&ok(&second).stdout), "map: {map}");
         assert!(!second.stdout.contains(&"5a".repeat(64)), "map: {map}");
+        if !map {
+            assert!(
+                engine.spare_memory_reuses() > reuses,
+                "the copied memory went into the first sandbox's pages"
+            );
+        }
         assert_eq!(
             result(
                 &engine,

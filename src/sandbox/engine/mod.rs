@@ -28,8 +28,8 @@ use self::memory_snapshot::{DylibRecord, SharedSnapshot, SnapshotOrigin};
 use self::shared::{BootMode, EngineConfig, EngineError, EngineShared};
 use self::snapshots::{Flavor, PreimportedSet};
 use crate::assets::Assets;
-use crate::sandbox::isolate::Sandbox;
 use crate::sandbox::isolate::ops::{Role, TakenSnapshot};
+use crate::sandbox::isolate::{Sandbox, spare_memory};
 use crate::sandbox::types::{ErrorKind, ErrorType, ExecError, ExecRequest, ExecResult};
 
 /// Appended to micropip's `__init__.py` in the package layer: index URLs and the installation policy.
@@ -457,10 +457,24 @@ impl Engine {
         self.boot_flavor(Flavor::Plain)
     }
 
-    /// Gives the C heap's free memory back to the system (see `c_heap.rs`); the pool calls it on a
-    /// worker with nothing to do.
+    /// Gives the C heap's free memory back to the system (see `c_heap.rs`), and this thread's
+    /// spare sandbox memory (see `keep_spare_memory_on_this_thread`); the pool calls it on a worker
+    /// with nothing to do.
     pub fn release_free_memory(&self) {
+        spare_memory::release();
         c_heap::release_free();
+    }
+
+    /// This thread (a pool worker, which boots a sandbox right after it drops one) keeps the pages
+    /// of a dropped sandbox's restored memory for the next sandbox it boots, instead of having the
+    /// kernel clear fresh ones (see `isolate/spare_memory.rs`).
+    pub fn keep_spare_memory_on_this_thread(&self) {
+        spare_memory::keep_on_this_thread();
+    }
+
+    /// How many sandboxes (in the process) restored their snapshot into such pages.
+    pub fn spare_memory_reuses(&self) -> u64 {
+        spare_memory::taken()
     }
 
     /// Like [`release_free_memory`](Self::release_free_memory), at most once a second in the

@@ -69,6 +69,14 @@ impl MemoryBudget {
         let _ = self.wasm.set(WasmMemory(memory));
     }
 
+    /// Where Python's WebAssembly memory starts (its address), once it is counted.
+    pub fn wasm_memory_data(&self) -> Option<usize> {
+        self.wasm
+            .get()
+            .and_then(|m| m.0.data())
+            .map(|d| d.as_ptr() as usize)
+    }
+
     fn wasm_bytes(&self) -> usize {
         self.wasm.get().map_or(0, |m| m.0.byte_length())
     }

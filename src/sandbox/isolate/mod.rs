@@ -8,7 +8,8 @@
 //! it serves), `watchdog.rs` (deadlines, memory, cancellation), `memory.rs` (the memory budget and its
 //! ArrayBuffer allocator), `cow.rs` (copy-on-write mappings of shared bytes), `output.rs` (what comes
 //! back, capped in Rust), `outcome.rs` (how a call ended, by who caused it), `callbacks.rs` (V8
-//! callbacks that cannot panic), `session.rs` (a session's files and image, between calls).
+//! callbacks that cannot panic), `session.rs` (a session's files and image, between calls),
+//! `spare_memory.rs` (a dropped sandbox's restored memory, moved to the next one).
 
 mod boot;
 pub(crate) mod callbacks;
@@ -18,6 +19,7 @@ pub(crate) mod ops;
 pub(crate) mod outcome;
 pub(crate) mod output;
 mod session;
+pub(crate) mod spare_memory;
 pub(crate) mod watchdog;
 
 pub use self::boot::ParkedSandbox;
@@ -53,6 +55,27 @@ pub struct Sandbox {
     session: bool,
     /// Why the sandbox can run nothing more, once it cannot.
     ended: Option<SandboxEnd>,
+}
+
+impl Drop for Sandbox {
+    /// Before the isolate goes: a pool worker keeps the pages the snapshot was copied into for the
+    /// next sandbox it boots (see `spare_memory.rs`).
+    fn drop(&mut self) {
+        // (No panic in a drop: a state that cannot be borrowed keeps its pages where they are.)
+        let state = self.runtime.op_state();
+        let restored = state.try_borrow_mut().ok().and_then(|mut state| {
+            state
+                .try_borrow_mut::<BootState>()
+                .and_then(|b| b.restored_memory.take())
+        });
+        if let Some(range) = restored {
+            // SAFETY: `range` lies in Python's WebAssembly memory as the budget holds it (checked
+            // when it was restored), whose backing store the budget keeps alive until after the
+            // isolate is disposed; nothing runs in the isolate any more, and V8 only unmaps the
+            // memory when it disposes it.
+            unsafe { spare_memory::keep(range) };
+        }
+    }
 }
 
 /// A file of a session, read for a client.

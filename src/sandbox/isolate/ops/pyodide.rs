@@ -13,6 +13,7 @@ use crate::protocol::limits::shown;
 use crate::sandbox::engine::layer::LayerOrigin;
 use crate::sandbox::engine::memory_snapshot::SharedSnapshot;
 use crate::sandbox::engine::wasm::{CodegenAllowed, ModuleError};
+use crate::sandbox::isolate::spare_memory;
 
 /// The `pyodide` op group's state: what the isolate exists for, where it is in its life, and the
 /// copy-on-write mappings it was given.
@@ -24,6 +25,10 @@ pub(crate) struct BootState {
     /// Where the memory snapshot was mapped into this sandbox's memory (addresses), if it was (see
     /// `memory_image.rs`).
     pub mapped_memory: Option<std::ops::Range<usize>>,
+    /// Where the memory snapshot was copied into this sandbox's WebAssembly memory (addresses), if
+    /// it was copied into the memory the budget holds: given to the next sandbox as spare memory
+    /// when this one is dropped (see `spare_memory.rs`).
+    pub restored_memory: Option<std::ops::Range<usize>>,
 }
 
 impl BootState {
@@ -33,6 +38,7 @@ impl BootState {
             phase: Phase::Booting,
             mappings: 0,
             mapped_memory: None,
+            restored_memory: None,
         }
     }
 
@@ -179,9 +185,25 @@ pub(super) fn op_sandbox_restore_memory(
     // image's is larger than Pyodide's start-up): the new part is a mapping of its own, which needs
     // the advice too.
     advise_huge_pages(heap.as_mut_ptr().cast(), heap.len());
+    // Copied (not mapped) into Python's memory as the budget holds it: the pages of the last
+    // sandbox this thread dropped can take the place of fresh ones, which the kernel would clear
+    // only for the copy to overwrite them.
+    let base = heap.as_ptr() as usize;
+    let copied_into_memory =
+        snapshot.image().is_none() && state(op_state).budget.wasm_memory_data() == Some(base);
+    let restored_len = (snapshot.byte_len())
+        .checked_sub(memory_offset as usize)
+        .filter(|len| *len <= heap.len());
+    if copied_into_memory && let Some(len) = restored_len {
+        spare_memory::take_into(&mut heap[..len]);
+    }
+    let b = boot_mut(op_state);
     b.mapped_memory = snapshot
         .restore_into(heap, memory_offset as usize)
         .map_err(JsErrorBox::generic)?;
+    if copied_into_memory && b.mapped_memory.is_none() {
+        b.restored_memory = restored_len.map(|len| base..base + len);
+    }
     tracing::trace!(
         ms = started.elapsed().as_secs_f64() * 1e3,
         "snapshot memory restored"
