@@ -47,12 +47,30 @@ pub(crate) fn taken() -> u64 {
 
 /// This thread keeps the restored memory of the sandboxes it drops for the next one it boots.
 pub(crate) fn keep_on_this_thread() {
-    ENABLED.with(|e| e.set(true));
+    let _ = ENABLED.try_with(|e| e.set(true));
 }
 
 /// Gives this thread's spare memory back to the system.
 pub(crate) fn release() {
-    SPARE.with(|s| s.borrow_mut().take());
+    // (`try_`: callers include drops, which must not panic, even while the thread ends.)
+    let spare = SPARE
+        .try_with(|s| s.try_borrow_mut().ok().and_then(|mut s| s.take()))
+        .ok()
+        .flatten();
+    drop(spare);
+}
+
+/// Moves the pages of `range` out as this thread's spare (see [`keep`]); not on this platform.
+///
+/// # Safety
+/// As for the Linux version.
+#[cfg(not(target_os = "linux"))]
+pub(crate) unsafe fn keep(_range: Range<usize>) {}
+
+/// Moves this thread's spare over `heap` (see the Linux version); not on this platform.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn take_into(_heap: &mut [u8]) -> bool {
+    false
 }
 
 /// Moves the pages of `range` (the restored part of a sandbox's WebAssembly memory, about to be
@@ -61,8 +79,10 @@ pub(crate) fn release() {
 /// # Safety
 /// `range` must be readable and writable memory of a WebAssembly memory that stays alive until this
 /// returns, that nothing reads or writes any more, and that is only unmapped (never read) afterwards.
+#[cfg(target_os = "linux")]
 pub(crate) unsafe fn keep(range: Range<usize>) {
-    if !ENABLED.with(Cell::get) || range.is_empty() || !range.start.is_multiple_of(PAGE) {
+    let enabled = ENABLED.try_with(Cell::get).unwrap_or(false);
+    if !enabled || range.is_empty() || !range.start.is_multiple_of(PAGE) {
         return;
     }
     let len = range.end - range.start;
@@ -114,16 +134,21 @@ pub(crate) unsafe fn keep(range: Range<usize>) {
             }
             return;
         }
-        SPARE.with(|s| {
-            *s.borrow_mut() = Some(Spare {
-                addr: moved as usize,
-                len,
-            })
+        let spare = Spare {
+            addr: moved as usize,
+            len,
+        };
+        // Kept unless the thread is ending (then dropped here: unmapped).
+        let _ = SPARE.try_with(move |s| {
+            if let Ok(mut slot) = s.try_borrow_mut() {
+                *slot = Some(spare);
+            }
         });
     }
 }
 
 /// A new inaccessible mapping of `len` bytes whose address is `like`'s modulo 2 MiB.
+#[cfg(target_os = "linux")]
 fn reserve_like(like: usize, len: usize) -> Option<usize> {
     let slack = HUGE_PAGE;
     // SAFETY: a fresh private anonymous mapping the kernel places; only its own parts are unmapped.
@@ -154,8 +179,13 @@ fn reserve_like(like: usize, len: usize) -> Option<usize> {
 
 /// Moves this thread's spare over the start of `heap` if it is exactly `heap.len()` bytes long (the
 /// caller then writes every byte of `heap`); a spare of another length is unmapped. Whether it did.
+#[cfg(target_os = "linux")]
 pub(crate) fn take_into(heap: &mut [u8]) -> bool {
-    let Some(spare) = SPARE.with(|s| s.borrow_mut().take()) else {
+    let spare = SPARE
+        .try_with(|s| s.try_borrow_mut().ok().and_then(|mut s| s.take()))
+        .ok()
+        .flatten();
+    let Some(spare) = spare else {
         return false;
     };
     let target = heap.as_mut_ptr();
@@ -189,10 +219,12 @@ pub(crate) fn take_into(heap: &mut [u8]) -> bool {
     true
 }
 
+#[cfg(target_os = "linux")]
 const PAGE: usize = 4096;
+#[cfg(target_os = "linux")]
 const HUGE_PAGE: usize = 2 * 1024 * 1024;
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
 
