@@ -31,6 +31,8 @@ struct Fake {
     rests: Mutex<Vec<usize>>,
     /// When set, the next boot reports its start and waits for the release.
     boot_gate: Mutex<Option<(Sender<()>, Receiver<()>)>>,
+    /// The same for the next settling.
+    settle_gate: Mutex<Option<(Sender<()>, Receiver<()>)>>,
 }
 
 /// A fake sandbox: its number, and the record of live sandboxes it leaves when dropped.
@@ -124,6 +126,11 @@ impl Backend for Fake {
     }
 
     fn settle(&self, _sandbox: &mut FakeSandbox) {
+        let gate = self.settle_gate.lock().unwrap().take();
+        if let Some((started, release)) = gate {
+            let _ = started.send(());
+            let _ = release.recv();
+        }
         self.settled.fetch_add(1, Ordering::SeqCst);
     }
 
@@ -329,6 +336,33 @@ fn a_waiting_call_takes_the_first_sandbox_ready_not_one_workers_boot() {
     wait_until("both stocks full and settled", || {
         fake.boots.load(Ordering::SeqCst) == 5 && fake.settled.load(Ordering::SeqCst) == 4
     });
+}
+
+#[test]
+fn a_call_waits_for_a_worker_settling_its_sandbox_rather_than_a_boot_elsewhere() {
+    let fake = Arc::new(Fake::default());
+    // One prewarmed worker and one without a stock.
+    let pool = pool(&fake, 2, 8, 1);
+    wait_until("the prewarmed worker to wait", || ready_idle(&pool));
+    let (settle_started_tx, settle_started) = channel();
+    let (release_settle, settle_release_rx) = channel();
+    *fake.settle_gate.lock().unwrap() = Some((settle_started_tx, settle_release_rx));
+    let mut t = pool.submit(FakeJob::quick("first")).unwrap();
+    assert_eq!(block_on(t.wait()).result.unwrap(), ("first", 1));
+    // The replacement (2) is settled once no call came for it; a call arriving meanwhile waits.
+    settle_started.recv().unwrap();
+    let mut t = pool.submit(FakeJob::quick("second")).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    release_settle.send(()).unwrap();
+    assert_eq!(block_on(t.wait()).result.unwrap(), ("second", 2));
+    wait_until("the next replacement", || {
+        fake.boots.load(Ordering::SeqCst) == 3
+    });
+    assert_eq!(
+        *fake.flavors.lock().unwrap(),
+        [0, 0, 0],
+        "no boot but the stock's"
+    );
 }
 
 #[test]

@@ -215,6 +215,9 @@ impl<B: Backend> Worker<B> {
                 Next::Closed => break,
                 Next::Woken if settle.is_some() && refill != Some(Duration::ZERO) => {
                     rest_due = true;
+                    // Still counted as ready meanwhile (as while tearing down): a call waits the
+                    // few milliseconds for this sandbox rather than for a boot on a worker without.
+                    self.announce(true);
                     guard.set(WorkerState::Initializing);
                     if let Some(sandbox) = stock.unsettled() {
                         self.backend.settle(sandbox);
