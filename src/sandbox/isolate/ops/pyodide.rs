@@ -194,12 +194,11 @@ pub(super) fn op_sandbox_restore_memory(
     let restored_len = (snapshot.byte_len())
         .checked_sub(memory_offset as usize)
         .filter(|len| *len <= heap.len());
-    if copied_into_memory && let Some(len) = restored_len {
-        spare_memory::take_into(&mut heap[..len]);
-    }
+    let reused = copied_into_memory
+        && restored_len.is_some_and(|len| spare_memory::take_into(&mut heap[..len]));
     let b = boot_mut(op_state);
     b.mapped_memory = snapshot
-        .restore_into(heap, memory_offset as usize)
+        .restore_into(heap, memory_offset as usize, reused)
         .map_err(JsErrorBox::generic)?;
     if copied_into_memory && b.mapped_memory.is_none() {
         b.restored_memory = restored_len.map(|len| base..base + len);
