@@ -5,9 +5,9 @@
 //! serving pandas calls back to back), only for the copy to overwrite it.
 //!
 //! What a used page held must never reach the next sandbox: the spare replaces exactly the bytes the
-//! restore then writes in full (every page of the snapshot's memory is copied, or cleared when the
-//! snapshot has zeros there and the page does not: `SharedSnapshot::restore_into`), and a spare of
-//! another length is unmapped instead. A range is given up only while the memory it belongs to is
+//! restore then makes the snapshot's (each page holding data compared with the snapshot's and copied
+//! where it differs, each page the snapshot has zeros in cleared where it is not zeros:
+//! `SharedSnapshot::restore_into`), and a spare of another length is unmapped instead. A range is given up only while the memory it belongs to is
 //! alive (its backing store is held by the sandbox's budget until the isolate is disposed), and the
 //! hole it leaves is mapped again at once, so V8 finds memory there to unmap.
 //!
@@ -178,7 +178,8 @@ fn reserve_like(like: usize, len: usize) -> Option<usize> {
 }
 
 /// Moves this thread's spare over the start of `heap` if it is exactly `heap.len()` bytes long (the
-/// caller then writes every byte of `heap`); a spare of another length is unmapped. Whether it did.
+/// caller then makes every byte of `heap` the snapshot's); a spare of another length is unmapped.
+/// Whether it did.
 #[cfg(target_os = "linux")]
 pub(crate) fn take_into(heap: &mut [u8]) -> bool {
     let spare = SPARE
