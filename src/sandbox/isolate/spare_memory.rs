@@ -228,62 +228,50 @@ const HUGE_PAGE: usize = 2 * 1024 * 1024;
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
-
-    fn anonymous(len: usize) -> &'static mut [u8] {
-        // SAFETY: a fresh private anonymous mapping, leaked for the test's life.
-        unsafe {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(p, libc::MAP_FAILED);
-            std::slice::from_raw_parts_mut(p.cast(), len)
-        }
-    }
+    use crate::sandbox::engine::memory_image::tests::Memory;
 
     #[test]
     fn a_dropped_memorys_pages_move_to_the_next_of_the_same_length_only_and_leave_it_mapped() {
         std::thread::spawn(|| {
-            let len = 16 * PAGE;
-            let old = anonymous(len);
-            old.fill(7);
+            let pages = 16;
+            let old = Memory::new(pages);
+            let range = old.0.as_ptr() as usize..old.0.as_ptr() as usize + pages * PAGE;
+            old.0.fill(7);
             // Not kept on a thread that did not opt in.
             // SAFETY: `old` is a live mapping nothing else uses.
-            unsafe { keep(old.as_ptr() as usize..old.as_ptr() as usize + len) };
-            assert!(!take_into(anonymous(len)));
-            assert!(old.iter().all(|b| *b == 7));
+            unsafe { keep(range.clone()) };
+            assert!(!take_into(Memory::new(pages).0));
+            assert!(old.0.iter().all(|b| *b == 7));
 
             keep_on_this_thread();
             // SAFETY: as above.
-            unsafe { keep(old.as_ptr() as usize..old.as_ptr() as usize + len) };
+            unsafe { keep(range.clone()) };
             // The old range is mapped again, fresh.
-            assert!(old.iter().all(|b| *b == 0));
+            assert!(old.0.iter().all(|b| *b == 0));
             // A memory of another length does not get the pages (and the spare is gone).
-            assert!(!take_into(anonymous(len + PAGE)));
-            let next = anonymous(len);
-            assert!(!take_into(next));
+            assert!(!take_into(Memory::new(pages + 1).0));
+            assert!(!take_into(Memory::new(pages).0));
 
-            old.fill(9);
+            old.0.fill(9);
             // SAFETY: as above.
-            unsafe { keep(old.as_ptr() as usize..old.as_ptr() as usize + len) };
-            let next = anonymous(len);
-            assert!(take_into(next));
-            assert!(next.iter().all(|b| *b == 9), "the pages moved, not copied");
+            unsafe { keep(range.clone()) };
+            let next = Memory::new(pages);
+            assert!(take_into(next.0));
+            assert!(
+                next.0.iter().all(|b| *b == 9),
+                "the pages moved, not copied"
+            );
             // The old range stayed mapped, apart from them.
-            assert!(old.iter().all(|b| *b == 0));
-            old.fill(1);
-            assert!(next.iter().all(|b| *b == 9));
-            assert!(!take_into(anonymous(len)), "a spare is taken once");
+            assert!(old.0.iter().all(|b| *b == 0));
+            old.0.fill(1);
+            assert!(next.0.iter().all(|b| *b == 9));
+            assert!(!take_into(Memory::new(pages).0), "a spare is taken once");
 
-            old.fill(3);
+            old.0.fill(3);
             // SAFETY: as above.
-            unsafe { keep(old.as_ptr() as usize..old.as_ptr() as usize + len) };
+            unsafe { keep(range) };
             release();
-            assert!(!take_into(anonymous(len)));
+            assert!(!take_into(Memory::new(pages).0));
         })
         .join()
         .unwrap();
