@@ -35,6 +35,15 @@ struct Fake {
     settle_gate: Mutex<Option<(Sender<()>, Receiver<()>)>>,
 }
 
+/// If `gate` is set: reports that it is reached, and waits for the release (once).
+fn pass(gate: &Mutex<Option<(Sender<()>, Receiver<()>)>>) {
+    let gate = gate.lock().unwrap().take();
+    if let Some((reached, release)) = gate {
+        let _ = reached.send(());
+        let _ = release.recv();
+    }
+}
+
 /// A fake sandbox: its number, and the record of live sandboxes it leaves when dropped.
 struct FakeSandbox {
     number: usize,
@@ -110,11 +119,7 @@ impl Backend for Fake {
         if self.fail_boots.load(Ordering::SeqCst) {
             return Err("no sandbox today".into());
         }
-        let gate = self.boot_gate.lock().unwrap().take();
-        if let Some((started, release)) = gate {
-            let _ = started.send(());
-            let _ = release.recv();
-        }
+        pass(&self.boot_gate);
         self.flavors.lock().unwrap().push(flavor);
         let number = self.boots.fetch_add(1, Ordering::SeqCst) + 1;
         self.alive.lock().unwrap().push(number);
@@ -126,11 +131,7 @@ impl Backend for Fake {
     }
 
     fn settle(&self, _sandbox: &mut FakeSandbox) {
-        let gate = self.settle_gate.lock().unwrap().take();
-        if let Some((started, release)) = gate {
-            let _ = started.send(());
-            let _ = release.recv();
-        }
+        pass(&self.settle_gate);
         self.settled.fetch_add(1, Ordering::SeqCst);
     }
 

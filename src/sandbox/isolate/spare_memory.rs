@@ -7,15 +7,19 @@
 //! What a used page held must never reach the next sandbox: the spare replaces exactly the bytes the
 //! restore then makes the snapshot's (each page holding data compared with the snapshot's and copied
 //! where it differs, each page the snapshot has zeros in cleared where it is not zeros:
-//! `SharedSnapshot::restore_into`), and a spare of another length is unmapped instead. A range is given up only while the memory it belongs to is
-//! alive (its backing store is held by the sandbox's budget until the isolate is disposed), and the
-//! hole it leaves is mapped again at once, so V8 finds memory there to unmap.
+//! `SharedSnapshot::restore_into`), and a spare of another length is unmapped instead. A range is
+//! given up only while the memory it belongs to is alive (its backing store is held by the sandbox's
+//! budget until the isolate is disposed), and the hole it leaves is mapped again at once, so V8
+//! finds memory there to unmap.
 //!
 //! Only threads that opt in keep a spare ([`keep_on_this_thread`]: the pool's workers, which boot the
 //! next sandbox right after dropping one), at most one, and [`release`] gives it back to the system.
 
 use std::cell::{Cell, RefCell};
 use std::ops::Range;
+
+#[cfg(target_os = "linux")]
+use crate::sandbox::engine::memory_image::PAGE;
 
 thread_local! {
     static ENABLED: Cell<bool> = const { Cell::new(false) };
@@ -52,12 +56,16 @@ pub(crate) fn keep_on_this_thread() {
 
 /// Gives this thread's spare memory back to the system.
 pub(crate) fn release() {
-    // (`try_`: callers include drops, which must not panic, even while the thread ends.)
-    let spare = SPARE
+    drop(take_spare());
+}
+
+/// This thread's spare, taken out. (`try_`: callers include drops, which must not panic, even while
+/// the thread ends.)
+fn take_spare() -> Option<Spare> {
+    SPARE
         .try_with(|s| s.try_borrow_mut().ok().and_then(|mut s| s.take()))
         .ok()
-        .flatten();
-    drop(spare);
+        .flatten()
 }
 
 /// Moves the pages of `range` out as this thread's spare (see [`keep`]); not on this platform.
@@ -182,11 +190,7 @@ fn reserve_like(like: usize, len: usize) -> Option<usize> {
 /// Whether it did.
 #[cfg(target_os = "linux")]
 pub(crate) fn take_into(heap: &mut [u8]) -> bool {
-    let spare = SPARE
-        .try_with(|s| s.try_borrow_mut().ok().and_then(|mut s| s.take()))
-        .ok()
-        .flatten();
-    let Some(spare) = spare else {
+    let Some(spare) = take_spare() else {
         return false;
     };
     let target = heap.as_mut_ptr();
@@ -199,7 +203,7 @@ pub(crate) fn take_into(heap: &mut [u8]) -> bool {
         return false;
     }
     // SAFETY: `heap` is memory this thread holds exclusively (a `&mut`) and whose every byte the
-    // caller writes next; MREMAP_FIXED replaces its pages with the spare's (the same length, the
+    // caller makes the snapshot's next; MREMAP_FIXED replaces its pages with the spare's (the same length, the
     // same protection and kind: anonymous private read-write), leaving `heap`'s address range
     // mapped. On failure nothing changed and the spare is unmapped.
     let moved = unsafe {
@@ -220,8 +224,6 @@ pub(crate) fn take_into(heap: &mut [u8]) -> bool {
     true
 }
 
-#[cfg(target_os = "linux")]
-const PAGE: usize = 4096;
 #[cfg(target_os = "linux")]
 const HUGE_PAGE: usize = 2 * 1024 * 1024;
 

@@ -191,7 +191,8 @@ pub(super) fn op_sandbox_restore_memory(
     let base = heap.as_ptr() as usize;
     let copied_into_memory =
         snapshot.image().is_none() && state(op_state).budget.wasm_memory_data() == Some(base);
-    let restored_len = (snapshot.byte_len())
+    let restored_len = snapshot
+        .byte_len()
         .checked_sub(memory_offset as usize)
         .filter(|len| *len <= heap.len());
     let reused = copied_into_memory
