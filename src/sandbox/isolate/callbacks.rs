@@ -35,6 +35,10 @@ pub(crate) fn install(isolate: &mut v8::Isolate) {
     isolate.set_wasm_async_resolve_promise_callback(settle_wasm_promise);
     isolate.set_allow_wasm_code_generation_callback(wasm::allow_codegen);
     isolate.set_prepare_stack_trace_callback(format_stack);
+    // deno_core has V8 capture a detailed stack trace with every error object, for uncaught
+    // exceptions' messages; only its inspector reads them (error.stack comes from `format_stack`).
+    // Pyodide's start-up makes ~1,000 errors (see `IMMUTABLE_GLOBAL_CHECK` in modules/mod.rs).
+    isolate.set_capture_stack_trace_for_uncaught_exceptions(false, 0);
 }
 
 /// Once Pyodide has booted (its loader imports its own modules): `import()` is refused.

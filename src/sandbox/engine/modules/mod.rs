@@ -317,13 +317,44 @@ fn with_restored_package_index(asm_js: &str) -> Option<String> {
     replace_each_once(asm_js, [RESTORED_PACKAGE_INDEX_CALL_SITE])
 }
 
+/// Emscripten tells a shared library's data symbols (immutable globals, relocated by its memory
+/// base) from its mutable globals by assigning each its own value and catching the TypeError: one
+/// exception per data symbol, ~1,000 per pre-imported sandbox's relinking, each capturing a stack
+/// trace (~2 ms of a sandbox's start-up together). The change keeps the test and its answer and
+/// captures no stack for those errors.
+const IMMUTABLE_GLOBAL_CHECK: (&str, &str) = (
+    "var isImmutableGlobal=val=>{if(val instanceof WebAssembly.Global){try{val.value=val.value}catch{return true}}return false};",
+    "var isImmutableGlobal=val=>{if(val instanceof WebAssembly.Global){var limit=Error.stackTraceLimit;Error.stackTraceLimit=0;try{val.value=val.value}catch{return true}finally{Error.stackTraceLimit=limit}}return false};",
+);
+
+/// A shared library's `env` imports resolve through a proxy whose handler asks the symbol table
+/// (`wasmImports`, itself a proxy: see lazy_imports.js) three times per name (`in`, then two
+/// reads); ~9,000 names per pre-imported sandbox's relinking. The change reads each once. (It
+/// differs only for a name present with the value `undefined`, which the symbol table never holds.)
+const SINGLE_IMPORT_LOOKUP: (&str, &str) = (
+    "if(prop in wasmImports&&!wasmImports[prop].stub){var res=wasmImports[prop];return res}",
+    "var res=wasmImports[prop];if(res!==undefined&&!res.stub){return res}",
+);
+
+/// `asm_js` whose library imports read the symbol table once per name, or `None` if this
+/// Pyodide's source does not resolve them as expected.
+fn with_single_import_lookup(asm_js: &str) -> Option<String> {
+    replace_each_once(asm_js, [SINGLE_IMPORT_LOOKUP])
+}
+
+/// `asm_js` whose immutable-global test captures no stack traces, or `None` if this Pyodide's
+/// source does not test as expected.
+fn with_cheap_immutable_global_check(asm_js: &str) -> Option<String> {
+    replace_each_once(asm_js, [IMMUTABLE_GLOBAL_CHECK])
+}
+
 /// One change to a served module: the patched source, or `None` where it does not apply.
 type Change = fn(&str) -> Option<String>;
 
 /// `pyodide.asm.mjs` as sandboxes are served it: each change that applies to this source, with a
 /// warning for each that does not.
 fn serve_asm_js(asm_js: &str) -> String {
-    let changes: [(Change, &str); 7] = [
+    let changes: [(Change, &str); 9] = [
         (
             with_lazy_got,
             "does not have the expected dynamic-linker code; linking eagerly",
@@ -351,6 +382,14 @@ fn serve_asm_js(asm_js: &str) -> String {
         (
             with_dylink_hooks,
             "does not load shared libraries as expected; no snapshot with pre-imported packages",
+        ),
+        (
+            with_single_import_lookup,
+            "does not resolve library imports as expected; each reads the symbol table three times",
+        ),
+        (
+            with_cheap_immutable_global_check,
+            "does not tell immutable globals as expected; each test captures a stack trace",
         ),
     ];
     apply_changes("pyodide.asm.mjs", asm_js.to_string(), &changes)
@@ -552,6 +591,8 @@ mod tests {
             assert!(served.contains(to), "{to}");
         }
         assert!(served.contains(super::RESTORED_PACKAGE_INDEX_CALL_SITE.1));
+        assert!(served.contains(super::IMMUTABLE_GLOBAL_CHECK.1));
+        assert!(served.contains(super::SINGLE_IMPORT_LOOKUP.1));
         assert!(served.contains("function sandboxAddFunction(func, sig)"));
         assert!(served.contains(super::LAZY_IMPORTS_CALL_SITE.1));
         assert!(served.contains("function sandboxLazyImports(imports, mainExports)"));
