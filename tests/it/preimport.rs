@@ -186,8 +186,9 @@ for exports in libs.values():
 
 /// The memory a pre-imported sandbox restores is its own whether it is mapped copy-on-write or
 /// copied (the default), and when copied into the pages of the sandbox dropped before it (as pool
-/// workers do: `isolate/spare_memory.rs`): bytes a call reads and then overwrites are as they were
-/// in the next sandbox, and the modules work the same every way.
+/// workers do: `isolate/spare_memory.rs`, rewriting only the pages the kernel recorded as written
+/// where it can: `isolate/written_pages.rs`): bytes a call reads and then overwrites are as they
+/// were in the next sandbox, and the modules work the same every way.
 #[test]
 fn the_restored_memory_is_each_sandboxs_own_whether_mapped_or_copied() {
     let cache = temp_dir("preimport-mapped");
@@ -204,6 +205,7 @@ fn the_restored_memory_is_each_sandboxs_own_whether_mapped_or_copied() {
         // memories are reused).
         engine.keep_spare_memory_on_this_thread();
         let reuses = engine.spare_memory_reuses();
+        let recorded = engine.spare_memory_recorded_reuses();
         // (Overwriting the interpreter's heap may well end that call: only its output counts.)
         let first = engine.execute(request(&format!(
             "{probe}for a in reversed(at):\n    heap.fill(0x5a, a, a + 65536)"
@@ -216,6 +218,13 @@ fn the_restored_memory_is_each_sandboxs_own_whether_mapped_or_copied() {
             assert!(
                 engine.spare_memory_reuses() > reuses,
                 "the copied memory went into the first sandbox's pages"
+            );
+            // Where the kernel records writes, the restore rewrote only the pages the first
+            // sandbox wrote: the probes' writes must be among them.
+            assert_eq!(
+                engine.spare_memory_recorded_reuses() > recorded,
+                engine.records_sandbox_writes(),
+                "the recorded writes were used where the kernel records them"
             );
         }
         assert_eq!(

@@ -10,6 +10,25 @@ use crate::sandbox::engine::memory_image::{MappedImage, PAGE, page_map};
 use crate::sandbox::engine::session_base::{Delta, is_zero, memory_offset};
 use crate::sandbox::isolate::cow::Mapping;
 
+/// What the memory a snapshot is restored into holds before the restore.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Pages<'a> {
+    /// A new instance's memory: zeros except where instantiation wrote.
+    Fresh,
+    /// The pages of a sandbox restored from the same snapshot before, written since then anywhere.
+    Reused,
+    /// The pages of a sandbox restored from the same snapshot before, written since then only at
+    /// these byte ranges (in order; see `isolate/written_pages.rs`).
+    ReusedWritten(&'a [std::ops::Range<usize>]),
+}
+
+/// Gives each snapshot a number no other snapshot of the process has.
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The kind of snapshot a sandbox starts from (the kind of sandbox a call runs in).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub enum Flavor {
@@ -43,6 +62,8 @@ impl Flavor {
 /// The bytes are a [`Mapping`], which V8 does not count as any isolate's memory; each isolate given
 /// an ArrayBuffer over the store keeps the mapping until it is disposed (see `op_sandbox_snapshot`).
 pub(crate) struct SharedSnapshot {
+    /// This snapshot's number in the process (a reused memory records which one it holds).
+    id: u64,
     store: v8::SharedRef<v8::BackingStore>,
     /// The memory `store` points to, when it is a mapping.
     mapping: Option<std::sync::Arc<Mapping>>,
@@ -127,6 +148,7 @@ impl SharedSnapshot {
         let runs = zero_runs(&bytes[offset..]);
         let snapshot = match map.then(|| mapped_store(&bytes, offset, &runs)).flatten() {
             Some((store, mapping, image)) => Self {
+                id: next_id(),
                 store,
                 mapping: Some(std::sync::Arc::new(mapping)),
                 memory_offset: offset,
@@ -165,6 +187,7 @@ impl SharedSnapshot {
     fn sparse(bytes: Vec<u8>, offset: usize, runs: Vec<Run>) -> Self {
         let (store, mapping) = sparse_store(&bytes, offset, &runs);
         Self {
+            id: next_id(),
             store,
             mapping: mapping.map(std::sync::Arc::new),
             memory_offset: offset,
@@ -206,6 +229,7 @@ impl SharedSnapshot {
             }
         }
         Ok(Self {
+            id: next_id(),
             store: store.make_shared(),
             mapping: mapping.map(std::sync::Arc::new),
             memory_offset: header.len(),
@@ -262,15 +286,16 @@ impl SharedSnapshot {
     /// only the ones Linux's page map shows as ever touched are read (~460 of ~3,800). A snapshot
     /// with a [`MappedImage`] maps its memory over `heap` instead (copy-on-write, its working set
     /// copied). `memory_offset` is where the caller found the memory in the snapshot, as a check.
-    /// `reused`: `heap` holds the pages of a sandbox restored from the same snapshot before (see
-    /// `isolate/spare_memory.rs`), so a page holding data is compared first and copied only if it
-    /// differs: most of them are still the snapshot's. Every byte is written or checked either way.
-    /// Returns the address range mapped, if the memory was mapped rather than written.
+    /// `pages`: what `heap` holds. The pages of a sandbox restored from the same snapshot before
+    /// (see `isolate/spare_memory.rs`): a page holding data is compared first and copied only if it
+    /// differs (most of them are still the snapshot's), and only the pages it wrote are rewritten,
+    /// if the kernel recorded them (`Pages::ReusedWritten`). Every byte is written or checked
+    /// otherwise. Returns the address range mapped, if the memory was mapped rather than written.
     pub fn restore_into(
         &self,
         heap: &mut [u8],
         memory_offset: usize,
-        reused: bool,
+        pages: Pages,
     ) -> Result<Option<std::ops::Range<usize>>, String> {
         let snapshot = self.bytes();
         if memory_offset != self.memory_offset {
@@ -305,7 +330,13 @@ impl SharedSnapshot {
             return Ok(Some(start..start + len));
         }
         let heap = &mut heap[..len];
-        let touched = touched_pages(heap);
+        if let (Pages::ReusedWritten(written), None) = (pages, &self.overlay) {
+            self.write_written(heap, written);
+            return Ok(None);
+        }
+        let reused = !matches!(pages, Pages::Fresh);
+        // (A reused memory's pages are all touched: its page map is not read.)
+        let touched = if reused { None } else { touched_pages(heap) };
         let touched = touched.as_deref();
         let Some(overlay) = &self.overlay else {
             self.write_runs(heap, touched, reused);
@@ -320,6 +351,34 @@ impl SharedSnapshot {
         }
         overlay.delta.apply(heap)?;
         Ok(None)
+    }
+
+    /// Makes the byte ranges `written` of `heap` (a memory that held exactly this snapshot's memory
+    /// before they were written) the snapshot's again: the data copied, the zeros cleared.
+    fn write_written(&self, heap: &mut [u8], written: &[std::ops::Range<usize>]) {
+        let memory = &self.bytes()[self.memory_offset..];
+        for range in written {
+            let end = range.end.min(heap.len());
+            let mut at = range.start;
+            let mut run = self.runs.partition_point(|r| r.end <= at);
+            while at < end
+                && let Some(r) = self.runs.get(run)
+            {
+                let to = r.end.min(end);
+                if r.zero {
+                    heap[at..to].fill(0);
+                } else {
+                    heap[at..to].copy_from_slice(&memory[at..to]);
+                }
+                at = to;
+                run += 1;
+            }
+        }
+    }
+
+    /// This snapshot's number in the process.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Writes this snapshot's linear memory over `heap` as far as `heap` goes (see `restore_into`):
@@ -512,7 +571,7 @@ mod tests {
         heap[PAGE + 1] = 9;
         heap[9 * PAGE] = 9;
         heap[11 * PAGE] = 7;
-        snap.restore_into(&mut heap, 64, false).unwrap();
+        snap.restore_into(&mut heap, 64, Pages::Fresh).unwrap();
         assert_eq!(&heap[..memory.len()], &memory[..]);
         assert_eq!(
             heap[11 * PAGE],
@@ -526,8 +585,19 @@ mod tests {
         used[5] = 1; // a data page as in the snapshot
         used[2 * PAGE..3 * PAGE].fill(0x5a); // a zero page written
         used[10 * PAGE + 50] = 0x5a; // the short last page
-        snap.restore_into(&mut used, 64, true).unwrap();
+        let mut recorded = used.clone();
+        snap.restore_into(&mut used, 64, Pages::Reused).unwrap();
         assert_eq!(&used[..memory.len()], &memory[..]);
+        // The same, with the pages written recorded (two of them adjacent, one past the snapshot's
+        // memory, which is left alone): only they are rewritten.
+        recorded[7 * PAGE + 1] = 0x77; // not recorded as written: stays
+        let written = [2 * PAGE..4 * PAGE, 10 * PAGE..12 * PAGE];
+        let mut expected = memory.clone();
+        expected[7 * PAGE + 1] = 0x77;
+        snap.restore_into(&mut recorded, 64, Pages::ReusedWritten(&written))
+            .unwrap();
+        assert_eq!(&recorded[..memory.len()], &expected[..]);
+        assert_eq!(recorded[11 * PAGE], 7);
     }
 
     #[cfg(target_os = "linux")]
@@ -567,16 +637,19 @@ mod tests {
         let touched = touched_pages(&heap[..memory.len()]).expect("Linux has a page map");
         assert!(touched[10] && touched[50]);
         assert!(!touched[30] && !touched[63]);
-        snap.restore_into(heap, 64, false).unwrap();
+        snap.restore_into(heap, 64, Pages::Fresh).unwrap();
         assert_eq!(&heap[..memory.len()], &memory[..]);
     }
 
     #[test]
     fn restoring_refuses_a_small_memory_or_a_wrong_offset() {
         let snap = snapshot(&[1u8; 2 * PAGE]);
-        assert!(snap.restore_into(&mut vec![0u8; PAGE], 64, false).is_err());
         assert!(
-            snap.restore_into(&mut vec![0u8; 2 * PAGE], 60, false)
+            snap.restore_into(&mut vec![0u8; PAGE], 64, Pages::Fresh)
+                .is_err()
+        );
+        assert!(
+            snap.restore_into(&mut vec![0u8; 2 * PAGE], 60, Pages::Fresh)
                 .is_err()
         );
     }

@@ -477,6 +477,18 @@ impl Engine {
         spare_memory::taken()
     }
 
+    /// How many of those (in the process) rewrote only the pages the last sandbox wrote, as the
+    /// kernel recorded them (see `isolate/written_pages.rs`).
+    pub fn spare_memory_recorded_reuses(&self) -> u64 {
+        spare_memory::taken_recorded()
+    }
+
+    /// Whether this system lets the engine record which pages a sandbox wrote (userfaultfd with
+    /// asynchronous write-protection); without it, reused pages are compared one by one.
+    pub fn records_sandbox_writes(&self) -> bool {
+        spare_memory::can_record_writes()
+    }
+
     /// Like [`release_free_memory`](Self::release_free_memory), at most once a second in the
     /// process: for what drops sandboxes often (session threads).
     pub fn release_free_memory_now_and_then(&self) {

@@ -9,7 +9,9 @@
 //! ArrayBuffer allocator), `cow.rs` (copy-on-write mappings of shared bytes), `output.rs` (what comes
 //! back, capped in Rust), `outcome.rs` (how a call ended, by who caused it), `callbacks.rs` (V8
 //! callbacks that cannot panic), `session.rs` (a session's files and image, between calls),
-//! `spare_memory.rs` (a dropped sandbox's restored memory, moved to the next one).
+//! `spare_memory.rs` (a dropped sandbox's restored memory, moved to the next one),
+//! `written_pages.rs` (which pages of a memory were written since it was restored, as the kernel
+//! records them).
 
 mod boot;
 pub(crate) mod callbacks;
@@ -21,6 +23,8 @@ pub(crate) mod output;
 mod session;
 pub(crate) mod spare_memory;
 pub(crate) mod watchdog;
+#[cfg(target_os = "linux")]
+mod written_pages;
 
 pub use self::boot::ParkedSandbox;
 use self::boot::Starting;

@@ -6,30 +6,66 @@
 //!
 //! What a used page held must never reach the next sandbox: the spare replaces exactly the bytes the
 //! restore then makes the snapshot's (each page holding data compared with the snapshot's and copied
-//! where it differs, each page the snapshot has zeros in cleared where it is not zeros:
-//! `SharedSnapshot::restore_into`), and a spare of another length is unmapped instead. A range is
+//! where it differs, each page the snapshot has zeros in cleared where it is not zeros; or, where
+//! the kernel recorded the pages written since the spare's own restore from that same snapshot,
+//! those pages rewritten: `SharedSnapshot::restore_into`), and a spare of another length is
+//! unmapped instead. A range is
 //! given up only while the memory it belongs to is alive (its backing store is held by the sandbox's
 //! budget until the isolate is disposed), and the hole it leaves is mapped again at once, so V8
 //! finds memory there to unmap.
 //!
 //! Only threads that opt in keep a spare ([`keep_on_this_thread`]: the pool's workers, which boot the
 //! next sandbox right after dropping one), at most one, and [`release`] gives it back to the system.
+//!
+//! Where the kernel can record writes (`written_pages.rs`), the restored memory is watched from the
+//! end of its restore ([`record_writes`]) and the spare carries the list of pages written since and
+//! the snapshot it was restored from: a restore of that same snapshot into it then rewrites only
+//! those pages, instead of comparing all ~75 MiB of a pre-imported sandbox's.
 
 use std::cell::{Cell, RefCell};
 use std::ops::Range;
 
+#[cfg(target_os = "linux")]
+use super::written_pages::Recorder;
 #[cfg(target_os = "linux")]
 use crate::sandbox::engine::memory_image::PAGE;
 
 thread_local! {
     static ENABLED: Cell<bool> = const { Cell::new(false) };
     static SPARE: RefCell<Option<Spare>> = const { RefCell::new(None) };
+    /// This thread's recorder of writes: not tried yet, or what trying gave.
+    #[cfg(target_os = "linux")]
+    static RECORDER: RefCell<Option<Option<Recorder>>> = const { RefCell::new(None) };
+    /// The restored memories whose writes are being recorded, with their snapshot's number.
+    static RECORDING: RefCell<Vec<(Range<usize>, u64)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Pages moved out of a dropped sandbox's memory: an anonymous private mapping of `len` bytes.
 struct Spare {
     addr: usize,
     len: usize,
+    /// The snapshot they were restored from and the byte ranges written since, if recorded.
+    written: Option<(u64, Vec<Range<usize>>)>,
+}
+
+/// A spare moved into a new sandbox's memory (see [`take_into`]).
+pub(crate) struct Reused {
+    written: Option<(u64, Vec<Range<usize>>)>,
+}
+
+impl Reused {
+    /// The byte ranges written since the pages were restored from snapshot number `snapshot`, if
+    /// they were and the kernel recorded them (otherwise any page may differ from it).
+    /// (Counted in [`taken_recorded`] when it gives them.)
+    pub(crate) fn written_since(&self, snapshot: u64) -> Option<&[Range<usize>]> {
+        match &self.written {
+            Some((id, written)) if *id == snapshot => {
+                RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Some(written)
+            }
+            _ => None,
+        }
+    }
 }
 
 impl Drop for Spare {
@@ -47,6 +83,23 @@ static TAKEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0
 /// How many sandboxes have restored their snapshot into a dropped sandbox's pages (process-wide).
 pub(crate) fn taken() -> u64 {
     TAKEN.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// How many of those rewrote only the pages the kernel recorded as written.
+static RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many sandboxes have restored their snapshot into a dropped sandbox's pages rewriting only
+/// those it wrote (process-wide).
+pub(crate) fn taken_recorded() -> u64 {
+    RECORDED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Whether this system lets the process record writes to its memory (see `written_pages.rs`).
+pub(crate) fn can_record_writes() -> bool {
+    #[cfg(target_os = "linux")]
+    return Recorder::new().is_some();
+    #[cfg(not(target_os = "linux"))]
+    return false;
 }
 
 /// This thread keeps the restored memory of the sandboxes it drops for the next one it boots.
@@ -77,8 +130,81 @@ pub(crate) unsafe fn keep(_range: Range<usize>) {}
 
 /// Moves this thread's spare over `heap` (see the Linux version); not on this platform.
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn take_into(_heap: &mut [u8]) -> bool {
-    false
+pub(crate) fn take_into(_heap: &mut [u8]) -> Option<Reused> {
+    None
+}
+
+/// Records writes to a restored memory (see the Linux version); not on this platform.
+///
+/// # Safety
+/// As for the Linux version.
+#[cfg(not(target_os = "linux"))]
+pub(crate) unsafe fn record_writes(_range: Range<usize>, _snapshot: u64) {}
+
+/// Starts recording the writes to `range`, the memory just restored from snapshot number
+/// `snapshot` (its every byte the snapshot's), on a thread that keeps spares and where the kernel
+/// can record them; [`keep`] then hands the list to the next sandbox with the pages. A range
+/// recorded before that overlaps this one is forgotten (its memory is gone).
+///
+/// # Safety
+/// `range` must be page-aligned private anonymous memory mapped read-write (a WebAssembly memory
+/// the caller holds).
+#[cfg(target_os = "linux")]
+pub(crate) unsafe fn record_writes(range: Range<usize>, snapshot: u64) {
+    if !ENABLED.try_with(Cell::get).unwrap_or(false) {
+        return;
+    }
+    let _ = RECORDING.try_with(|recording| {
+        let Ok(mut recording) = recording.try_borrow_mut() else {
+            return;
+        };
+        recording.retain(|(r, _)| r.end <= range.start || range.end <= r.start);
+        let started = RECORDER
+            .try_with(|recorder| {
+                let Ok(mut recorder) = recorder.try_borrow_mut() else {
+                    return false;
+                };
+                let recorder = recorder.get_or_insert_with(|| {
+                    let made = Recorder::new();
+                    if made.is_none() {
+                        tracing::debug!(
+                            "the kernel cannot record a sandbox's writes here (userfaultfd); reused memory is compared page by page"
+                        );
+                    }
+                    made
+                });
+                // SAFETY: as the caller guarantees.
+                recorder
+                    .as_ref()
+                    .is_some_and(|r| unsafe { r.start(range.clone()) })
+            })
+            .unwrap_or(false);
+        if started {
+            recording.push((range, snapshot));
+        }
+    });
+}
+
+/// The snapshot `range` was restored from and the byte ranges written since, if they were recorded
+/// (the recording ends).
+#[cfg(target_os = "linux")]
+fn written_in(range: &Range<usize>) -> Option<(u64, Vec<Range<usize>>)> {
+    let snapshot = RECORDING
+        .try_with(|recording| {
+            let mut recording = recording.try_borrow_mut().ok()?;
+            let at = recording.iter().position(|(r, _)| r == range)?;
+            Some(recording.swap_remove(at).1)
+        })
+        .ok()
+        .flatten()?;
+    let written = RECORDER
+        .try_with(|recorder| {
+            let recorder = recorder.try_borrow().ok()?;
+            recorder.as_ref()?.as_ref()?.written(range.clone())
+        })
+        .ok()
+        .flatten()?;
+    Some((snapshot, written))
 }
 
 /// Moves the pages of `range` (the restored part of a sandbox's WebAssembly memory, about to be
@@ -96,6 +222,8 @@ pub(crate) unsafe fn keep(range: Range<usize>) {
     let len = range.end - range.start;
     // Any previous spare goes first: one per thread.
     release();
+    // Asked before the pages move (moving them ends their registration with the recorder).
+    let written = written_in(&range);
     let old = range.start as *mut libc::c_void;
     // A place of our own for the pages, at the same offset within a 2 MiB stretch as the memory (so
     // its transparent huge pages stay whole): reserved with room to align, the rest given back.
@@ -145,6 +273,7 @@ pub(crate) unsafe fn keep(range: Range<usize>) {
         let spare = Spare {
             addr: moved as usize,
             len,
+            written,
         };
         // Kept unless the thread is ending (then dropped here: unmapped).
         let _ = SPARE.try_with(move |s| {
@@ -187,20 +316,18 @@ fn reserve_like(like: usize, len: usize) -> Option<usize> {
 
 /// Moves this thread's spare over the start of `heap` if it is exactly `heap.len()` bytes long (the
 /// caller then makes every byte of `heap` the snapshot's); a spare of another length is unmapped.
-/// Whether it did.
+/// What was moved in, if anything was.
 #[cfg(target_os = "linux")]
-pub(crate) fn take_into(heap: &mut [u8]) -> bool {
-    let Some(spare) = take_spare() else {
-        return false;
-    };
+pub(crate) fn take_into(heap: &mut [u8]) -> Option<Reused> {
+    let mut spare = take_spare()?;
     let target = heap.as_mut_ptr();
     if spare.len != heap.len() || !(target as usize).is_multiple_of(PAGE) {
-        return false;
+        return None;
     }
     if spare.addr < target as usize + heap.len() && (target as usize) < spare.addr + spare.len {
         // Cannot happen (the spare is a mapping of its own); never unmap `heap`'s pages.
         std::mem::forget(spare);
-        return false;
+        return None;
     }
     // SAFETY: `heap` is memory this thread holds exclusively (a `&mut`) and whose every byte the
     // caller makes the snapshot's next; MREMAP_FIXED replaces its pages with the spare's (the same length, the
@@ -216,12 +343,13 @@ pub(crate) fn take_into(heap: &mut [u8]) -> bool {
         )
     };
     if moved == libc::MAP_FAILED {
-        return false;
+        return None;
     }
     // The pages now belong to `heap`.
+    let written = spare.written.take();
     std::mem::forget(spare);
     TAKEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    true
+    Some(Reused { written })
 }
 
 #[cfg(target_os = "linux")]
@@ -242,7 +370,7 @@ mod tests {
             // Not kept on a thread that did not opt in.
             // SAFETY: `old` is a live mapping nothing else uses.
             unsafe { keep(range.clone()) };
-            assert!(!take_into(Memory::new(pages).0));
+            assert!(take_into(Memory::new(pages).0).is_none());
             assert!(old.0.iter().all(|b| *b == 7));
 
             keep_on_this_thread();
@@ -251,14 +379,14 @@ mod tests {
             // The old range is mapped again, fresh.
             assert!(old.0.iter().all(|b| *b == 0));
             // A memory of another length does not get the pages (and the spare is gone).
-            assert!(!take_into(Memory::new(pages + 1).0));
-            assert!(!take_into(Memory::new(pages).0));
+            assert!(take_into(Memory::new(pages + 1).0).is_none());
+            assert!(take_into(Memory::new(pages).0).is_none());
 
             old.0.fill(9);
             // SAFETY: as above.
             unsafe { keep(range.clone()) };
             let next = Memory::new(pages);
-            assert!(take_into(next.0));
+            assert!(take_into(next.0).is_some());
             assert!(
                 next.0.iter().all(|b| *b == 9),
                 "the pages moved, not copied"
@@ -267,13 +395,57 @@ mod tests {
             assert!(old.0.iter().all(|b| *b == 0));
             old.0.fill(1);
             assert!(next.0.iter().all(|b| *b == 9));
-            assert!(!take_into(Memory::new(pages).0), "a spare is taken once");
+            assert!(
+                take_into(Memory::new(pages).0).is_none(),
+                "a spare is taken once"
+            );
 
             old.0.fill(3);
             // SAFETY: as above.
             unsafe { keep(range) };
             release();
-            assert!(!take_into(Memory::new(pages).0));
+            assert!(take_into(Memory::new(pages).0).is_none());
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_spare_carries_the_pages_written_since_its_restore_and_for_that_snapshot_only() {
+        std::thread::spawn(|| {
+            if super::super::written_pages::Recorder::new().is_none() {
+                eprintln!("userfaultfd with asynchronous write-protection is unavailable here");
+                return;
+            }
+            keep_on_this_thread();
+            let pages = 16;
+            let old = Memory::new(pages);
+            let range = old.0.as_ptr() as usize..old.0.as_ptr() as usize + pages * PAGE;
+            old.0.fill(7);
+            // SAFETY: `old` is a live private anonymous mapping nothing else uses.
+            unsafe { record_writes(range.clone(), 42) };
+            old.0[2 * PAGE + 1] = 8;
+            old.0[9 * PAGE] = 8;
+            // SAFETY: as above.
+            unsafe { keep(range.clone()) };
+            let next = Memory::new(pages);
+            let reused = take_into(next.0).expect("the spare");
+            assert_eq!(
+                reused.written_since(42),
+                Some(&[2 * PAGE..3 * PAGE, 9 * PAGE..10 * PAGE][..])
+            );
+            assert_eq!(reused.written_since(43), None, "another snapshot");
+
+            // Not recorded (another range was): any page may have been written.
+            let other = Memory::new(pages);
+            let other_start = other.0.as_ptr() as usize;
+            // SAFETY: as above.
+            unsafe { record_writes(other_start..other_start + pages * PAGE, 42) };
+            old.0.fill(3);
+            // SAFETY: as above.
+            unsafe { keep(range) };
+            let reused = take_into(Memory::new(pages).0).expect("the spare");
+            assert_eq!(reused.written_since(42), None);
         })
         .join()
         .unwrap();

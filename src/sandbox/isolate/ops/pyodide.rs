@@ -11,7 +11,7 @@ use deno_error::JsErrorBox;
 use super::{Phase, Role, boot, boot_mut, call_state, state};
 use crate::protocol::limits::shown;
 use crate::sandbox::engine::layer::LayerOrigin;
-use crate::sandbox::engine::memory_snapshot::SharedSnapshot;
+use crate::sandbox::engine::memory_snapshot::{Pages, SharedSnapshot};
 use crate::sandbox::engine::wasm::{CodegenAllowed, ModuleError};
 use crate::sandbox::isolate::spare_memory;
 
@@ -167,7 +167,8 @@ pub(super) fn op_sandbox_snapshot<'s, 'i>(
 /// Pyodide's snapshot restore, done by Rust: makes this instance's memory equal to the engine
 /// snapshot's linear memory (found at `memory_offset` of the snapshot), writing only the pages that
 /// hold data and clearing any zero page that instantiation wrote to, or mapping it copy-on-write (see
-/// `SharedSnapshot::restore_into`).
+/// `SharedSnapshot::restore_into`). On a pool worker the memory takes the last sandbox's pages first
+/// and, from the end of the restore, the kernel records the pages written (`spare_memory.rs`).
 #[op2(fast)]
 pub(super) fn op_sandbox_restore_memory(
     op_state: &mut OpState,
@@ -195,14 +196,28 @@ pub(super) fn op_sandbox_restore_memory(
         .byte_len()
         .checked_sub(memory_offset as usize)
         .filter(|len| *len <= heap.len());
-    let reused = copied_into_memory
-        && restored_len.is_some_and(|len| spare_memory::take_into(&mut heap[..len]));
+    let reused = restored_len
+        .filter(|_| copied_into_memory)
+        .and_then(|len| spare_memory::take_into(&mut heap[..len]));
+    // Reused pages: only those the last sandbox wrote, if the kernel recorded them, else all
+    // compared.
+    let pages = match &reused {
+        None => Pages::Fresh,
+        Some(reused) => reused
+            .written_since(snapshot.id())
+            .map_or(Pages::Reused, Pages::ReusedWritten),
+    };
     let b = boot_mut(op_state);
     b.mapped_memory = snapshot
-        .restore_into(heap, memory_offset as usize, reused)
+        .restore_into(heap, memory_offset as usize, pages)
         .map_err(JsErrorBox::generic)?;
     if copied_into_memory && b.mapped_memory.is_none() {
         b.restored_memory = restored_len.map(|len| base..base + len);
+        if let Some(len) = restored_len {
+            // SAFETY: `heap[..len]` is this sandbox's WebAssembly memory as its budget holds it
+            // (private anonymous memory, read-write), every byte of it now the snapshot's.
+            unsafe { spare_memory::record_writes(base..base + len, snapshot.id()) };
+        }
     }
     tracing::trace!(
         ms = started.elapsed().as_secs_f64() * 1e3,
