@@ -336,18 +336,6 @@ const SINGLE_IMPORT_LOOKUP: (&str, &str) = (
     "var res=wasmImports[prop];if(res!==undefined&&!res.stub){return res}",
 );
 
-/// `asm_js` whose library imports read the symbol table once per name, or `None` if this
-/// Pyodide's source does not resolve them as expected.
-fn with_single_import_lookup(asm_js: &str) -> Option<String> {
-    replace_each_once(asm_js, [SINGLE_IMPORT_LOOKUP])
-}
-
-/// `asm_js` whose immutable-global test captures no stack traces, or `None` if this Pyodide's
-/// source does not test as expected.
-fn with_cheap_immutable_global_check(asm_js: &str) -> Option<String> {
-    replace_each_once(asm_js, [IMMUTABLE_GLOBAL_CHECK])
-}
-
 /// One change to a served module: the patched source, or `None` where it does not apply.
 type Change = fn(&str) -> Option<String>;
 
@@ -384,11 +372,11 @@ fn serve_asm_js(asm_js: &str) -> String {
             "does not load shared libraries as expected; no snapshot with pre-imported packages",
         ),
         (
-            with_single_import_lookup,
+            |js| replace_each_once(js, [SINGLE_IMPORT_LOOKUP]),
             "does not resolve library imports as expected; each reads the symbol table three times",
         ),
         (
-            with_cheap_immutable_global_check,
+            |js| replace_each_once(js, [IMMUTABLE_GLOBAL_CHECK]),
             "does not tell immutable globals as expected; each test captures a stack trace",
         ),
     ];
