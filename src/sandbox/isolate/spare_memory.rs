@@ -184,9 +184,20 @@ pub(crate) unsafe fn record_writes(range: Range<usize>, snapshot: u64) {
             .unwrap_or(false);
         if started {
             recording.push((range, snapshot));
+            // A memory whose sandbox never finished booting is never kept (nor its entry taken
+            // out): the oldest entries go, so the list stays short (a forgotten memory is only
+            // compared page by page).
+            if recording.len() > MAX_RECORDING {
+                recording.remove(0);
+            }
         }
     });
 }
+
+/// Most restored memories a thread records the writes of at once (a worker holds its stock, at most a
+/// few sandboxes).
+#[cfg(target_os = "linux")]
+const MAX_RECORDING: usize = 16;
 
 /// The snapshot `range` was restored from and the byte ranges written since, if they were recorded
 /// (the recording ends).
@@ -438,6 +449,20 @@ mod tests {
                 Some(&[2 * PAGE..3 * PAGE, 9 * PAGE..10 * PAGE][..])
             );
             assert_eq!(reused.written_since(43), None, "another snapshot");
+
+            // At most MAX_RECORDING memories are recorded at once: the oldest is forgotten.
+            // SAFETY: as above.
+            unsafe { record_writes(range.clone(), 42) };
+            let others: Vec<Memory> = (0..MAX_RECORDING).map(|_| Memory::new(1)).collect();
+            for other in &others {
+                let start = other.0.as_ptr() as usize;
+                // SAFETY: as above.
+                unsafe { record_writes(start..start + PAGE, 42) };
+            }
+            // SAFETY: as above.
+            unsafe { keep(range.clone()) };
+            let reused = take_into(Memory::new(pages).0).expect("the spare");
+            assert_eq!(reused.written_since(42), None);
 
             // Not recorded (another range was): any page may have been written.
             let other = Memory::new(pages);
