@@ -317,11 +317,9 @@ fn with_restored_package_index(asm_js: &str) -> Option<String> {
     replace_each_once(asm_js, [RESTORED_PACKAGE_INDEX_CALL_SITE])
 }
 
-/// Emscripten tells a shared library's data symbols (immutable globals, relocated by its memory
-/// base) from its mutable globals by assigning each its own value and catching the TypeError: one
-/// exception per data symbol, ~1,000 per pre-imported sandbox's relinking, each capturing a stack
-/// trace (~2 ms of a sandbox's start-up together). The change keeps the test and its answer and
-/// captures no stack for those errors.
+/// Emscripten tells a library's data symbols (immutable globals) from mutable ones by assigning each
+/// its own value and catching the TypeError: ~1,000 exceptions per pre-imported sandbox, each with
+/// a stack trace (~2 ms together). The change keeps the test and captures no stack for them.
 const IMMUTABLE_GLOBAL_CHECK: (&str, &str) = (
     "var isImmutableGlobal=val=>{if(val instanceof WebAssembly.Global){try{val.value=val.value}catch{return true}}return false};",
     "var isImmutableGlobal=val=>{if(val instanceof WebAssembly.Global){var limit=Error.stackTraceLimit;Error.stackTraceLimit=0;try{val.value=val.value}catch{return true}finally{Error.stackTraceLimit=limit}}return false};",
