@@ -37,6 +37,7 @@ thread_local! {
     #[cfg(target_os = "linux")]
     static RECORDER: RefCell<Option<Option<Recorder>>> = const { RefCell::new(None) };
     /// The restored memories whose writes are being recorded, with their snapshot's number.
+    #[cfg(target_os = "linux")]
     static RECORDING: RefCell<Vec<(Range<usize>, u64)>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -50,22 +51,9 @@ struct Spare {
 
 /// A spare moved into a new sandbox's memory (see [`take_into`]).
 pub(crate) struct Reused {
-    written: Option<(u64, Vec<Range<usize>>)>,
-}
-
-impl Reused {
-    /// The byte ranges written since the pages were restored from snapshot number `snapshot`, if
-    /// they were and the kernel recorded them (otherwise any page may differ from it).
-    /// (Counted in [`taken_recorded`] when it gives them.)
-    pub(crate) fn written_since(&self, snapshot: u64) -> Option<&[Range<usize>]> {
-        match &self.written {
-            Some((id, written)) if *id == snapshot => {
-                RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                Some(written)
-            }
-            _ => None,
-        }
-    }
+    /// The byte ranges written since the pages were restored from the snapshot being restored now,
+    /// if they were and the kernel recorded them (otherwise any page may differ from it).
+    pub(crate) written: Option<Vec<Range<usize>>>,
 }
 
 impl Drop for Spare {
@@ -130,7 +118,7 @@ pub(crate) unsafe fn keep(_range: Range<usize>) {}
 
 /// Moves this thread's spare over `heap` (see the Linux version); not on this platform.
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn take_into(_heap: &mut [u8]) -> Option<Reused> {
+pub(crate) fn take_into(_heap: &mut [u8], _snapshot: u64) -> Option<Reused> {
     None
 }
 
@@ -329,10 +317,11 @@ fn reserve_like(like: usize, len: usize) -> Option<usize> {
 }
 
 /// Moves this thread's spare over the start of `heap` if it is exactly `heap.len()` bytes long (the
-/// caller then makes every byte of `heap` the snapshot's); a spare of another length is unmapped.
-/// What was moved in, if anything was.
+/// caller then makes every byte of `heap` the snapshot numbered `snapshot`'s); a spare of another
+/// length is unmapped. What was moved in, if anything was: with the pages written since, if they
+/// were recorded and restored from that same snapshot (counted in [`taken_recorded`]).
 #[cfg(target_os = "linux")]
-pub(crate) fn take_into(heap: &mut [u8]) -> Option<Reused> {
+pub(crate) fn take_into(heap: &mut [u8], snapshot: u64) -> Option<Reused> {
     let mut spare = take_spare()?;
     let target = heap.as_mut_ptr();
     if spare.len != heap.len() || !(target as usize).is_multiple_of(PAGE) {
@@ -360,9 +349,16 @@ pub(crate) fn take_into(heap: &mut [u8]) -> Option<Reused> {
         return None;
     }
     // The pages now belong to `heap`.
-    let written = spare.written.take();
+    let written = spare
+        .written
+        .take()
+        .filter(|(id, _)| *id == snapshot)
+        .map(|(_, written)| written);
     std::mem::forget(spare);
     TAKEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if written.is_some() {
+        RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
     Some(Reused { written })
 }
 
@@ -384,7 +380,7 @@ mod tests {
             // Not kept on a thread that did not opt in.
             // SAFETY: `old` is a live mapping nothing else uses.
             unsafe { keep(range.clone()) };
-            assert!(take_into(Memory::new(pages).0).is_none());
+            assert!(take_into(Memory::new(pages).0, 1).is_none());
             assert!(old.0.iter().all(|b| *b == 7));
 
             keep_on_this_thread();
@@ -393,14 +389,14 @@ mod tests {
             // The old range is mapped again, fresh.
             assert!(old.0.iter().all(|b| *b == 0));
             // A memory of another length does not get the pages (and the spare is gone).
-            assert!(take_into(Memory::new(pages + 1).0).is_none());
-            assert!(take_into(Memory::new(pages).0).is_none());
+            assert!(take_into(Memory::new(pages + 1).0, 1).is_none());
+            assert!(take_into(Memory::new(pages).0, 1).is_none());
 
             old.0.fill(9);
             // SAFETY: as above.
             unsafe { keep(range.clone()) };
             let next = Memory::new(pages);
-            assert!(take_into(next.0).is_some());
+            assert!(take_into(next.0, 1).is_some());
             assert!(
                 next.0.iter().all(|b| *b == 9),
                 "the pages moved, not copied"
@@ -410,7 +406,7 @@ mod tests {
             old.0.fill(1);
             assert!(next.0.iter().all(|b| *b == 9));
             assert!(
-                take_into(Memory::new(pages).0).is_none(),
+                take_into(Memory::new(pages).0, 1).is_none(),
                 "a spare is taken once"
             );
 
@@ -418,7 +414,7 @@ mod tests {
             // SAFETY: as above.
             unsafe { keep(range) };
             release();
-            assert!(take_into(Memory::new(pages).0).is_none());
+            assert!(take_into(Memory::new(pages).0, 1).is_none());
         })
         .join()
         .unwrap();
@@ -443,12 +439,20 @@ mod tests {
             // SAFETY: as above.
             unsafe { keep(range.clone()) };
             let next = Memory::new(pages);
-            let reused = take_into(next.0).expect("the spare");
+            let reused = take_into(next.0, 42).expect("the spare");
             assert_eq!(
-                reused.written_since(42),
+                reused.written.as_deref(),
                 Some(&[2 * PAGE..3 * PAGE, 9 * PAGE..10 * PAGE][..])
             );
-            assert_eq!(reused.written_since(43), None, "another snapshot");
+
+            // Restored for another snapshot: the list is not given.
+            // SAFETY: as above.
+            unsafe { record_writes(range.clone(), 42) };
+            old.0[2 * PAGE] = 8;
+            // SAFETY: as above.
+            unsafe { keep(range.clone()) };
+            let reused = take_into(Memory::new(pages).0, 43).expect("the spare");
+            assert_eq!(reused.written, None, "another snapshot");
 
             // At most MAX_RECORDING memories are recorded at once: the oldest is forgotten.
             // SAFETY: as above.
@@ -461,8 +465,8 @@ mod tests {
             }
             // SAFETY: as above.
             unsafe { keep(range.clone()) };
-            let reused = take_into(Memory::new(pages).0).expect("the spare");
-            assert_eq!(reused.written_since(42), None);
+            let reused = take_into(Memory::new(pages).0, 42).expect("the spare");
+            assert_eq!(reused.written, None);
 
             // Not recorded (another range was): any page may have been written.
             let other = Memory::new(pages);
@@ -472,8 +476,8 @@ mod tests {
             old.0.fill(3);
             // SAFETY: as above.
             unsafe { keep(range) };
-            let reused = take_into(Memory::new(pages).0).expect("the spare");
-            assert_eq!(reused.written_since(42), None);
+            let reused = take_into(Memory::new(pages).0, 42).expect("the spare");
+            assert_eq!(reused.written, None);
         })
         .join()
         .unwrap();

@@ -198,26 +198,25 @@ pub(super) fn op_sandbox_restore_memory(
         .filter(|len| *len <= heap.len());
     let reused = restored_len
         .filter(|_| copied_into_memory)
-        .and_then(|len| spare_memory::take_into(&mut heap[..len]));
+        .and_then(|len| spare_memory::take_into(&mut heap[..len], snapshot.id()));
     // Reused pages: only those the last sandbox wrote, if the kernel recorded them, else all
     // compared.
     let pages = match &reused {
         None => Pages::Fresh,
         Some(reused) => reused
-            .written_since(snapshot.id())
+            .written
+            .as_deref()
             .map_or(Pages::Reused, Pages::ReusedWritten),
     };
     let b = boot_mut(op_state);
     b.mapped_memory = snapshot
         .restore_into(heap, memory_offset as usize, pages)
         .map_err(JsErrorBox::generic)?;
-    if copied_into_memory && b.mapped_memory.is_none() {
-        b.restored_memory = restored_len.map(|len| base..base + len);
-        if let Some(len) = restored_len {
-            // SAFETY: `heap[..len]` is this sandbox's WebAssembly memory as its budget holds it
-            // (private anonymous memory, read-write), every byte of it now the snapshot's.
-            unsafe { spare_memory::record_writes(base..base + len, snapshot.id()) };
-        }
+    if let Some(len) = restored_len.filter(|_| copied_into_memory && b.mapped_memory.is_none()) {
+        b.restored_memory = Some(base..base + len);
+        // SAFETY: `heap[..len]` is this sandbox's WebAssembly memory as its budget holds it
+        // (private anonymous memory, read-write), every byte of it now the snapshot's.
+        unsafe { spare_memory::record_writes(base..base + len, snapshot.id()) };
     }
     tracing::trace!(
         ms = started.elapsed().as_secs_f64() * 1e3,
