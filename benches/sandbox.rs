@@ -5,7 +5,9 @@
 //! long between boot and execution, as a prewarmed one does, `BENCH_PREINSTALL=pandas` to measure with
 //! packages in the package layer, `BENCH_PREIMPORT=pandas,matplotlib.pyplot` to restore sandboxes
 //! from the snapshot with those modules imported, `BENCH_CODE` to execute other code than `print(1)`,
-//! `BENCH_SPARE_MEMORY=1` to restore each sandbox into the pages of the one before, as pool workers do.
+//! `BENCH_SPARE_MEMORY=1` to restore each sandbox into the pages of the one before, as pool workers do,
+//! `BENCH_MAP_MEMORY=1` to map the pre-imported snapshot's memory copy-on-write
+//! (`workers.map_snapshot_memory`), `BENCH_HOLD=N` to also measure N ready sandboxes held at once.
 
 use std::time::{Duration, Instant};
 
@@ -14,6 +16,14 @@ use code_interpreter_mcp::packages::PackageSource;
 use code_interpreter_mcp::sandbox::{BootMode, Engine, EngineConfig, ExecRequest, Flavor};
 
 fn main() {
+    // The engine's warnings (a snapshot it could not take, say), and more with RUST_LOG.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .try_init();
     let iterations: usize = std::env::var("BENCH_ITERATIONS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -58,6 +68,8 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
         config.package_cache_dir =
             concat!(env!("CARGO_TARGET_TMPDIR"), "/bench-package-cache").into();
     }
+    // BENCH_MAP_MEMORY=1: the pre-imported snapshot's memory is mapped copy-on-write.
+    config.map_snapshot_memory = std::env::var("BENCH_MAP_MEMORY").as_deref() == Ok("1");
     // BENCH_PREIMPORT=pandas,...: sandboxes restore the snapshot with these modules imported.
     if let Ok(list) = std::env::var("BENCH_PREIMPORT") {
         config.preimport_modules = list.split(',').map(String::from).collect();
@@ -90,6 +102,31 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
 
     // One warm-up call, not counted.
     let _ = engine.execute(request());
+
+    // BENCH_HOLD=N: N ready sandboxes held at once, each settled as a pool's stock holds them; what
+    // each adds to the process (proportional set size, anonymous memory), averaged over the N. (One
+    // sandbox at a time would undercount: it reuses what the one before it freed.)
+    if let Some(n) = std::env::var("BENCH_HOLD")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        let (pss, anon) = (rollup_kib("Pss:"), rollup_kib("Anonymous:"));
+        let mut held: Vec<_> = (0..n)
+            .map(|_| {
+                let mut sandbox = engine.boot_flavor(flavor).expect("boot");
+                sandbox.collect_garbage();
+                sandbox
+            })
+            .collect();
+        let per = |now: u64, before: u64| now.saturating_sub(before) as f64 / n as f64 / 1024.0;
+        println!(
+            "{n} ready sandboxes held: {:.1} MiB proportional set size, {:.1} MiB anonymous each",
+            per(rollup_kib("Pss:"), pss),
+            per(rollup_kib("Anonymous:"), anon),
+        );
+        // (The isolates of one thread go newest first.)
+        while held.pop().is_some() {}
+    }
 
     let mut boots = Vec::with_capacity(iterations);
     let mut runs = Vec::with_capacity(iterations);
