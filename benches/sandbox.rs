@@ -7,7 +7,9 @@
 //! from the snapshot with those modules imported, `BENCH_CODE` to execute other code than `print(1)`,
 //! `BENCH_SPARE_MEMORY=1` to restore each sandbox into the pages of the one before, as pool workers do,
 //! `BENCH_MAP_MEMORY=1` to map the pre-imported snapshot's memory copy-on-write
-//! (`workers.map_snapshot_memory`), `BENCH_HOLD=N` to also measure N ready sandboxes held at once.
+//! (`workers.map_snapshot_memory`), `BENCH_HOLD=N` to also measure N ready sandboxes held at once,
+//! `BENCH_TRIM=1` to have each ready sandbox give back the mapped pages it holds unchanged before it
+//! is held or runs (as an idle pool's stock does after `workers.idle_give_back_s`).
 
 use std::time::{Duration, Instant};
 
@@ -103,6 +105,9 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
     // One warm-up call, not counted.
     let _ = engine.execute(request());
 
+    // BENCH_TRIM=1: each ready sandbox gives back the mapped pages it holds unchanged.
+    let trim = std::env::var("BENCH_TRIM").as_deref() == Ok("1");
+
     // BENCH_HOLD=N: N ready sandboxes held at once, each settled as a pool's stock holds them; what
     // each adds to the process (proportional set size, anonymous memory), averaged over the N. (One
     // sandbox at a time would undercount: it reuses what the one before it freed.)
@@ -111,10 +116,14 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
         .and_then(|v| v.parse::<u64>().ok())
     {
         let (pss, anon) = (rollup_kib("Pss:"), rollup_kib("Anonymous:"));
+        let mut given = Vec::new();
         let mut held: Vec<_> = (0..n)
             .map(|_| {
                 let mut sandbox = engine.boot_flavor(flavor).expect("boot");
                 sandbox.collect_garbage();
+                if trim {
+                    given.push(sandbox.give_back_unchanged_memory() as u64 / 1024);
+                }
                 sandbox
             })
             .collect();
@@ -124,6 +133,9 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
             per(rollup_kib("Pss:"), pss),
             per(rollup_kib("Anonymous:"), anon),
         );
+        if trim {
+            report_kib("memory given back", &mut given);
+        }
         // (The isolates of one thread go newest first.)
         while held.pop().is_some() {}
     }
@@ -147,6 +159,9 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
             // As a prewarmed worker does with a sandbox it holds.
             sandbox.collect_garbage();
             std::thread::sleep(idle);
+        }
+        if trim {
+            sandbox.give_back_unchanged_memory();
         }
         let started = Instant::now();
         let result = sandbox.run(request(), None);

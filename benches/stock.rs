@@ -3,13 +3,17 @@
 //! - `burst`: `STOCK_BURST` (default 6) calls back to back, then a pause of 1.5 s (the agent
 //!   thinking), repeated `STOCK_ROUNDS` (default 4) times per server;
 //! - `run`: `STOCK_RUN` (default 40) calls back to back without a pause, longer than any stock;
-//! - `paced`: calls 150 ms apart.
+//! - `paced`: calls 150 ms apart;
+//! - `lull` (with `STOCK_LULL=N`): N calls, each after `STOCK_LULL_MS` (default 5000) idle, the
+//!   server's proportional set size read just before each.
 //!
 //! Set-ups (`STOCK_SETUPS`, comma-separated, default `before,default`): `before` (one prewarmed
 //! worker with one ready sandbox: the pool before the stock), `default` (the shipped defaults),
 //! `pPrR` (two workers, P prewarmed with R ready sandboxes each, e.g. `p2r8`; `p2r4q2`: 2 of them
 //! when they are pre-imported ones); a name ending in
-//! `+packages` (e.g. `default+packages`) gets the packages below without `STOCK_PREIMPORT`. Each is run `STOCK_REPEATS` (default 2) times, alternating, so drift
+//! `+packages` (e.g. `default+packages`) gets the packages below without `STOCK_PREIMPORT`; `+map`
+//! maps the pre-imported memory (`workers.map_snapshot_memory`, giving back nothing), `+giveN` maps
+//! it and has an idle stock give back after N s (`workers.idle_give_back_s`). Each is run `STOCK_REPEATS` (default 2) times, alternating, so drift
 //! hits them alike. Workloads: `print(1)`, and with `STOCK_PREIMPORT=1` also numpy, pandas and a
 //! matplotlib PNG with `preinstall_packages = ["pandas", "matplotlib"]` and
 //! `preimport_modules = ["pandas", "matplotlib.pyplot"]` (the pool keeps pre-imported sandboxes).
@@ -48,21 +52,34 @@ fn env_usize(name: &str, default: usize) -> usize {
 /// optionally `pPrRqQ` (Q of them when they are pre-imported ones, else the default);
 /// `default`: the shipped defaults; `before`: `p1r1`, the pool before the stock.
 fn pool_env(setup: &str) -> Vec<(&'static str, String)> {
-    let setup = setup.trim_end_matches("+packages");
+    let mut parts = setup.split('+');
+    let setup = parts.next().unwrap_or_default();
+    let mut env = Vec::new();
+    for option in parts {
+        let give_back = match option {
+            "packages" => continue,
+            "map" => "0",
+            _ => option.strip_prefix("give").unwrap_or_else(|| {
+                panic!("set-up option +{option}: expected +packages, +map or +giveN")
+            }),
+        };
+        env.push(("CODE_INTERPRETER_MCP_MAP_SNAPSHOT_MEMORY", "true".into()));
+        env.push(("CODE_INTERPRETER_MCP_IDLE_GIVE_BACK_S", give_back.into()));
+    }
     let spec = if setup == "before" { "p1r1" } else { setup };
     if spec == "default" {
-        return Vec::new();
+        return env;
     }
     let (prewarmed, ready) = spec
         .strip_prefix('p')
         .and_then(|s| s.split_once('r'))
         .unwrap_or_else(|| panic!("set-up {setup}: expected before, default or pPrR (e.g. p2r4)"));
     let (ready, preimported) = ready.split_once('q').unwrap_or((ready, ""));
-    let mut env = vec![
+    env.extend([
         ("CODE_INTERPRETER_MCP_MAX_WORKERS", "2".into()),
         ("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", prewarmed.into()),
         ("CODE_INTERPRETER_MCP_READY_SANDBOXES", ready.into()),
-    ];
+    ]);
     if !preimported.is_empty() {
         env.push((
             "CODE_INTERPRETER_MCP_READY_PREIMPORTED_SANDBOXES",
@@ -73,7 +90,7 @@ fn pool_env(setup: &str) -> Vec<(&'static str, String)> {
 }
 
 fn start(setup: &str, preimport: bool) -> fixture::Server {
-    let preimport = preimport || setup.ends_with("+packages");
+    let preimport = preimport || setup.contains("+packages");
     let mut command = fixture::server_command();
     command
         .env("CODE_INTERPRETER_MCP_LOG_FORMAT", "json")
@@ -130,6 +147,13 @@ fn main() {
     let rounds = env_usize("STOCK_ROUNDS", 4);
     let run = env_usize("STOCK_RUN", 40);
     let repeats = env_usize("STOCK_REPEATS", 2);
+    let lull = env_usize("STOCK_LULL", 0);
+    let lull_pause = Duration::from_millis(env_usize("STOCK_LULL_MS", 5000) as u64);
+    let patterns: &[&str] = if lull > 0 {
+        &["burst", "run", "paced", "lull"]
+    } else {
+        &["burst", "run", "paced"]
+    };
     let preimport = std::env::var("STOCK_PREIMPORT").as_deref() == Ok("1");
     let setups: Vec<String> = std::env::var("STOCK_SETUPS")
         .unwrap_or_else(|_| "before,default".into())
@@ -145,6 +169,7 @@ fn main() {
     // (set-up, workload, pattern) -> samples; set-up -> idle RSS and creation times.
     let mut cells: BTreeMap<(String, &str, &str), Cell> = BTreeMap::new();
     let mut rss: BTreeMap<(String, &str), Vec<f64>> = BTreeMap::new();
+    let mut lull_pss: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut boots: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let http = reqwest::blocking::Client::builder()
         .timeout(Duration::from_secs(300))
@@ -181,6 +206,14 @@ fn main() {
                     record("paced", fixture::timed_run(&http, &server.url, code));
                     std::thread::sleep(Duration::from_millis(150));
                 }
+                for _ in 0..lull {
+                    std::thread::sleep(lull_pause);
+                    lull_pss
+                        .entry(setup.clone())
+                        .or_default()
+                        .push(pss_mib(server.child.id()));
+                    record("lull", fixture::timed_run(&http, &server.url, code));
+                }
             }
             boots
                 .entry(setup.clone())
@@ -191,15 +224,16 @@ fn main() {
     println!(
         "stock benchmark: concurrency 1, fresh sandbox per call; burst = {burst} back to back then 1.5 s+ pause (x{rounds}), run = {run} back to back, paced = 150 ms apart; {repeats} alternating repeats; p50/p90 ms, share under 10 ms"
     );
-    println!(
-        "{:<9} {:<11} {:>22} {:>22} {:>22}",
-        "set-up", "workload", "burst", "run", "paced"
-    );
+    print!("{:<9} {:<11}", "set-up", "workload");
+    for pattern in patterns {
+        print!(" {pattern:>22}");
+    }
+    println!();
     let mut p50s: BTreeMap<(String, &str, &str), f64> = BTreeMap::new();
     for setup in &setups {
         for (name, _) in &workloads {
             print!("{setup:<9} {name:<11}");
-            for pattern in ["burst", "run", "paced"] {
+            for pattern in patterns {
                 let cell = cells.get_mut(&(setup.clone(), *name, pattern)).unwrap();
                 let fast = cell
                     .samples
@@ -231,12 +265,22 @@ fn main() {
             b.get(b.len() / 2).copied().unwrap_or(f64::NAN),
             b.len()
         );
+        if let Some(pss) = lull_pss.get_mut(setup) {
+            pss.sort_by(f64::total_cmp);
+            println!(
+                "  {setup:<9} proportional set size after {} ms idle: p50 {:.0} MiB (min {:.0}, max {:.0})",
+                lull_pause.as_millis(),
+                pss[pss.len() / 2],
+                pss[0],
+                pss[pss.len() - 1]
+            );
+        }
     }
     if setups.iter().any(|s| s == "before") {
         println!("p50 ratios against `before` (lower is faster):");
         for setup in setups.iter().filter(|s| *s != "before") {
             for (name, _) in &workloads {
-                let ratios: Vec<String> = ["burst", "run", "paced"]
+                let ratios: Vec<String> = patterns
                     .iter()
                     .map(|p| {
                         let a = p50s[&(setup.clone(), *name, *p)];
@@ -248,4 +292,16 @@ fn main() {
             }
         }
     }
+}
+
+/// The proportional set size of process `pid` (MiB), from `/proc/PID/smaps_rollup`.
+fn pss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Pss:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        })
+        .map_or(f64::NAN, |kib| kib / 1024.0)
 }

@@ -48,6 +48,11 @@ pub trait Backend: Send + Sync + 'static {
     /// (its stock full, no job waiting): the backend may give freed memory back to the system.
     fn rest(&self) {}
 
+    /// Called on each ready sandbox of a worker that has stayed idle for the configured time
+    /// (`WorkerSettings::idle_give_back`) after it rested: the sandbox may give back memory it can
+    /// get again on demand, at some cost to the call that takes it.
+    fn give_back(&self, _sandbox: &mut Self::Sandbox) {}
+
     /// How many sandboxes of `flavor` a prewarmed worker keeps ready, given `settings` (a kind that
     /// holds more memory may be kept fewer of).
     fn stock_size(&self, _flavor: Self::Flavor, settings: &WorkerSettings) -> usize {

@@ -29,6 +29,8 @@ struct Fake {
     out_of_order: Arc<AtomicUsize>,
     /// How many sandboxes had been booted at each rest.
     rests: Mutex<Vec<usize>>,
+    /// The sandboxes that gave back memory, in order.
+    given_back: Mutex<Vec<usize>>,
     /// When set, the next boot reports its start and waits for the release.
     boot_gate: Mutex<Option<(Sender<()>, Receiver<()>)>>,
     /// The same for the next settling.
@@ -140,6 +142,10 @@ impl Backend for Fake {
         self.rests.lock().unwrap().push(boots);
     }
 
+    fn give_back(&self, sandbox: &mut FakeSandbox) {
+        self.given_back.lock().unwrap().push(sandbox.number);
+    }
+
     /// Flavor 2 stands for a kind that holds more memory: one is kept ready.
     fn stock_size(&self, flavor: u8, settings: &WorkerSettings) -> usize {
         if flavor == 2 {
@@ -189,6 +195,7 @@ fn stocked_pool(
             prewarmed_workers: prewarmed,
             ready_sandboxes,
             ready_preimported_sandboxes: ready_sandboxes,
+            idle_give_back: None,
         },
     )
     .expect("pool starts")
@@ -461,6 +468,7 @@ fn boot_failures_fail_the_job_or_the_start() {
             prewarmed_workers: 1,
             ready_sandboxes: 1,
             ready_preimported_sandboxes: 1,
+            idle_give_back: None,
         },
     )
     .err()
@@ -557,6 +565,10 @@ fn a_worker_rests_once_its_stock_is_full_and_again_only_after_more_work() {
     // With nothing to do, the worker does not rest again and again.
     std::thread::sleep(super::worker::REST_PAUSE * 3);
     assert_eq!(rests(), [3]);
+    assert!(
+        fake.given_back.lock().unwrap().is_empty(),
+        "no memory is given back unless configured"
+    );
     // A call, then the refill of its sandbox, then one rest.
     let mut t = pool.submit(FakeJob::quick("call")).unwrap();
     assert_eq!(block_on(t.wait()).result.unwrap(), ("call", 3));
@@ -646,4 +658,38 @@ fn the_whole_stock_follows_the_flavor_of_the_last_call() {
     pool.shutdown();
     wait_until("the worker to exit", || pool.workers_exited());
     assert_eq!(fake.out_of_order.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn an_idle_worker_has_its_stock_give_back_memory_once_per_idle_spell() {
+    let fake = Arc::new(Fake::default());
+    let pause = Duration::from_millis(100);
+    let pool = Pool::start(
+        fake.clone(),
+        WorkerSettings {
+            max_workers: 1,
+            queue_capacity: 8,
+            prewarmed_workers: 1,
+            ready_sandboxes: 2,
+            ready_preimported_sandboxes: 2,
+            idle_give_back: Some(pause),
+        },
+    )
+    .expect("pool starts");
+    let given_back = || fake.given_back.lock().unwrap().clone();
+    // The whole stock, once the worker has rested and then stayed idle for the pause.
+    wait_until("the stock to give back", || !given_back().is_empty());
+    assert_eq!(given_back(), [1, 2]);
+    assert_eq!(fake.rests.lock().unwrap().clone(), [2]);
+    // Not again while nothing happens.
+    std::thread::sleep(super::worker::REST_PAUSE + pause * 3);
+    assert_eq!(given_back(), [1, 2]);
+    // A call takes the newest; its replacement is booted, and the next idle spell gives back the
+    // stock as it is then.
+    let mut t = pool.submit(FakeJob::quick("call")).unwrap();
+    assert_eq!(block_on(t.wait()).result.unwrap(), ("call", 2));
+    wait_until("the stock to give back again", || given_back().len() == 4);
+    assert_eq!(given_back(), [1, 2, 1, 3]);
+    pool.shutdown();
+    wait_until("the worker to exit", || pool.workers_exited());
 }

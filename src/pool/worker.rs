@@ -78,6 +78,10 @@ impl<F: Copy + PartialEq, S> Stock<F, S> {
         Some(sandbox)
     }
 
+    fn iter_mut(&mut self) -> impl Iterator<Item = &mut S> {
+        self.sandboxes.iter_mut().map(|(_, sandbox, _)| sandbox)
+    }
+
     fn has_unsettled(&self) -> bool {
         self.sandboxes.iter().any(|(_, _, settled)| !settled)
     }
@@ -190,6 +194,9 @@ impl<B: Backend> Worker<B> {
         let mut refill_failed = false;
         // Whether the worker has called or booted since it last rested.
         let mut rest_due = true;
+        // Whether the stock is to give back memory once the worker has stayed idle long enough
+        // (set when it rests, cleared when it gives back).
+        let mut give_back_due = false;
         loop {
             let refill = (self.prewarmed && !refill_failed)
                 .then(|| {
@@ -203,9 +210,10 @@ impl<B: Backend> Worker<B> {
                 })
                 .flatten();
             let settle = (self.prewarmed && stock.has_unsettled()).then_some(SETTLE_PAUSE);
+            let give_back = self.settings.idle_give_back.filter(|_| give_back_due);
             let wake_after = match (refill, settle) {
                 (Some(r), Some(s)) => Some(r.min(s)),
-                (r, s) => r.or(s).or(rest_due.then_some(REST_PAUSE)),
+                (r, s) => r.or(s).or(rest_due.then_some(REST_PAUSE)).or(give_back),
             };
             // A prewarmed worker boots for its stock, not for a job: a job waits for whichever
             // worker has a sandbox first, not for this worker's boot (see `next_job`).
@@ -225,9 +233,17 @@ impl<B: Backend> Worker<B> {
                     guard.set(WorkerState::Idle);
                     continue;
                 }
-                Next::Woken if refill.is_none() => {
+                Next::Woken if refill.is_none() && rest_due => {
                     self.backend.rest();
                     rest_due = false;
+                    give_back_due = stock.len() > 0;
+                    continue;
+                }
+                Next::Woken if refill.is_none() => {
+                    for sandbox in stock.iter_mut() {
+                        self.backend.give_back(sandbox);
+                    }
+                    give_back_due = false;
                     continue;
                 }
                 Next::Woken => {

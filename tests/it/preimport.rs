@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use code_interpreter_mcp::sandbox::{Engine, EngineConfig};
+use code_interpreter_mcp::sandbox::{Engine, EngineConfig, Flavor};
 use sha2::{Digest, Sha256};
 
 use crate::common::{engine_config, ok, request, returned_file, temp_dir};
@@ -214,6 +214,26 @@ fn the_restored_memory_is_each_sandboxs_own_whether_mapped_or_copied() {
         let line = |out: &str| out.lines().next().unwrap_or_default().to_string();
         assert_eq!(line(&first.stdout), line(&ok(&second).stdout), "map: {map}");
         assert!(!second.stdout.contains(&"5a".repeat(64)), "map: {map}");
+        // A ready sandbox left idle gives back the pages of a mapped memory it holds unchanged
+        // (as a pool's stock does after `workers.idle_give_back_s`), and reads and runs the same.
+        let mut idle = engine.boot_flavor(Flavor::Preimported).expect("boot");
+        idle.collect_garbage();
+        let given = idle.give_back_unchanged_memory();
+        if map {
+            assert!(given > 8 << 20, "given back: {given} bytes");
+            assert_eq!(idle.give_back_unchanged_memory(), 0, "all of it at once");
+        } else {
+            assert_eq!(given, 0, "a copied memory has nothing to give back");
+        }
+        let after = idle.run(
+            request(&format!(
+                "{probe}import pandas as pd\nprint(pd.DataFrame({{'k': [1, 1, 2], 'v': [1, 2, 3]}}).groupby('k').v.sum().to_dict())"
+            )),
+            None,
+        );
+        assert_eq!(line(&ok(&after).stdout), line(&second.stdout), "map: {map}");
+        assert!(after.stdout.ends_with("{1: 3, 2: 3}\n"), "{}", after.stdout);
+        drop(idle);
         if !map {
             assert!(
                 engine.spare_memory_reuses() > reuses,
@@ -347,5 +367,64 @@ fn preinstalled_packages_are_pre_imported_by_default_unless_turned_off() {
             "import sys\nbefore = 'numpy' in sys.modules\nimport numpy as np\n(before, int(np.arange(4).sum()))"
         ),
         "(False, 6)"
+    );
+}
+
+/// With the pre-imported memory mapped, a server whose worker has stayed idle for
+/// `workers.idle_give_back_s` has its ready pre-imported sandbox give back the pages it holds
+/// unchanged (the pool's `Backend::give_back`), and the next call on that sandbox runs as any.
+#[test]
+fn an_idle_servers_mapped_stock_gives_back_memory_and_the_next_call_runs_as_usual() {
+    use crate::fixture::{Server, call_stateless, server_command};
+
+    let cache = temp_dir("preimport-give-back");
+    let mut command = server_command();
+    command
+        .env("CODE_INTERPRETER_MCP_LOG_FORMAT", "json")
+        .env("RUST_LOG", "warn,code_interpreter_mcp::pool=debug")
+        .env("CODE_INTERPRETER_MCP_PACKAGE_CACHE_DIR", &cache)
+        .env("CODE_INTERPRETER_MCP_PREINSTALL_PACKAGES", "pandas")
+        .env("CODE_INTERPRETER_MCP_PREIMPORT_MODULES", "pandas")
+        .env("CODE_INTERPRETER_MCP_MAP_SNAPSHOT_MEMORY", "true")
+        .env("CODE_INTERPRETER_MCP_IDLE_GIVE_BACK_S", "1")
+        .env("CODE_INTERPRETER_MCP_MAX_WORKERS", "1")
+        .env("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "1")
+        .env("CODE_INTERPRETER_MCP_READY_SANDBOXES", "1");
+    let server = Server::spawn(&mut command, true);
+    server.wait_ready();
+    let pandas = serde_json::json!({"code": "import pandas as pd\nint(pd.DataFrame({'k': [1, 1, 2], 'v': [1, 2, 3]}).groupby('k').v.sum()[1])"});
+    let result = |reply: serde_json::Value| reply["result"]["structuredContent"]["result"].clone();
+    // The first pandas call makes the worker keep pre-imported sandboxes.
+    assert_eq!(result(call_stateless(&server, pandas.clone())), "3");
+    // What the pre-imported stock gave back, once the worker has stayed idle (a plain sandbox,
+    // copied, gives back nothing).
+    let given_back = || -> f64 {
+        server
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|e| e["fields"]["message"] == "an idle ready sandbox gave back memory")
+            .filter_map(|e| e["fields"]["mib"].as_f64())
+            .fold(0.0, f64::max)
+    };
+    let deadline = Instant::now() + std::time::Duration::from_secs(60);
+    while given_back() < 8.0 {
+        assert!(
+            Instant::now() < deadline,
+            "no ready pre-imported sandbox gave back memory: {:?}",
+            server.log.lock().unwrap()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(result(call_stateless(&server, pandas.clone())), "3");
+    assert_eq!(
+        result(call_stateless(
+            &server,
+            serde_json::json!({"code": "import sys\n'pd' in dir() or 'k' in globals()"})
+        )),
+        "False",
+        "nothing of the earlier calls is left"
     );
 }

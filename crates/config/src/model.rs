@@ -283,6 +283,13 @@ pub struct WorkersConfig {
     /// with it, ready_preimported_sandboxes = 2 costs what 1 does without.
     /// Environment: CODE_INTERPRETER_MCP_MAP_SNAPSHOT_MEMORY
     pub map_snapshot_memory: bool,
+    /// With map_snapshot_memory: seconds a worker stays idle before its ready sandboxes give back
+    /// the mapped pages they hold unchanged (the pages copied up front and not written since), 0
+    /// for never (0 to 86400). A ready sandbox with pandas and matplotlib then holds ~21 MB instead
+    /// of ~50 MB; the first call on it after that takes longer (a pandas groupby ~10 ms), as it
+    /// copies the pages it writes when it writes them (docs/performance.md).
+    /// Environment: CODE_INTERPRETER_MCP_IDLE_GIVE_BACK_S
+    pub idle_give_back_s: u64,
     /// Memory budget per sandbox outside the V8 heap, in MB: ArrayBuffers and typed arrays, in-memory
     /// file data, network responses and Python's WebAssembly memory, together. Exceeding it ends the
     /// call with MemoryLimitExceeded (a file write past it fails with ENOSPC first). A sandbox uses at
@@ -476,6 +483,7 @@ impl Default for WorkersConfig {
             wasm_memory_limit_mb: 2048,
             boot: BootMode::Snapshot,
             map_snapshot_memory: false,
+            idle_give_back_s: 30,
             sandbox_memory_limit_mb: 2560,
             setup_timeout_s: 60,
         }

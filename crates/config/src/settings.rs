@@ -89,6 +89,9 @@ pub struct WorkerSettings {
     pub ready_sandboxes: usize,
     /// Of those, when they are of the kind with pre-imported modules (at least 1).
     pub ready_preimported_sandboxes: usize,
+    /// How long a worker stays idle before its ready sandboxes give back the memory they hold
+    /// unchanged (`Backend::give_back`); `None` for never.
+    pub idle_give_back: Option<std::time::Duration>,
 }
 
 /// Stateful sessions.

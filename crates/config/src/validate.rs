@@ -62,6 +62,12 @@ const RANGES: &[Range] = &[
         unit: " s",
     },
     Range {
+        key: "workers.idle_give_back_s",
+        value: |c| c.workers.idle_give_back_s,
+        allowed: 0..=86_400,
+        unit: " s",
+    },
+    Range {
         key: "workers.max_workers",
         value: |c| c.workers.max_workers,
         allowed: 1..=1024,
@@ -486,6 +492,8 @@ fn settings(
             prewarmed_workers: w.prewarmed() as usize,
             ready_sandboxes: w.ready_sandboxes as usize,
             ready_preimported_sandboxes: w.ready_preimported_sandboxes as usize,
+            idle_give_back: (w.map_snapshot_memory && w.idle_give_back_s > 0)
+                .then(|| Duration::from_secs(w.idle_give_back_s)),
         },
         sessions: s.enabled.then(|| SessionSettings {
             max_sessions: s.max_sessions as usize,

@@ -195,6 +195,7 @@ fn every_environment_override_applies_after_files() {
         // (snapshot, not the default's spelling of it: preimport_modules below needs it)
         ("CODE_INTERPRETER_MCP_BOOT", "snapshot"),
         ("CODE_INTERPRETER_MCP_MAP_SNAPSHOT_MEMORY", "true"),
+        ("CODE_INTERPRETER_MCP_IDLE_GIVE_BACK_S", "45"),
         ("CODE_INTERPRETER_MCP_SANDBOX_MEMORY_LIMIT_MB", "1500"),
         ("CODE_INTERPRETER_MCP_SETUP_TIMEOUT_S", "20"),
         ("CODE_INTERPRETER_MCP_SESSIONS_ENABLED", "false"),
@@ -273,6 +274,7 @@ fn every_environment_override_applies_after_files() {
     assert_eq!(c.workers.wasm_memory_limit_mb, 1024);
     assert_eq!(c.workers.boot, BootMode::Snapshot);
     assert!(c.workers.map_snapshot_memory);
+    assert_eq!(c.workers.idle_give_back_s, 45);
     assert_eq!(
         loaded.sources["workers.boot"],
         Source::Env("CODE_INTERPRETER_MCP_BOOT".into())

@@ -13,6 +13,11 @@
 //! 0.87x, a call 1-5 ms slower). Opt-in (`workers.map_snapshot_memory`): by default the memory is
 //! copied, which keeps calls fastest.
 //!
+//! A ready sandbox that waits long (its worker idle for `workers.idle_give_back_s`) gives back the
+//! pages it still holds unchanged (`give_back_unchanged`: the working set's pages not written since,
+//! read from the file and compared): ~50 -> ~21 MiB each with pandas and matplotlib, for a first call
+//! that then copies the pages it writes as it writes them (a pandas groupby ~10 ms slower).
+//!
 //! Linux's page map (`/proc/self/pagemap`) says which pages of a mapping are a process's own; it is
 //! also how a restore tells pages never touched (see `memory_snapshot::restore_into`).
 
@@ -107,6 +112,67 @@ impl MappedImage {
         Ok(false)
     }
 
+    /// Gives back the pages of a mapped memory that are its own but hold the file's bytes again
+    /// (the working set copied up front and not written since, or pages written back to what they
+    /// were): the kernel drops its copy, and the page reads as the file's again. `memory` is the
+    /// address range `map_over` mapped. The file is read, not mapped, for the comparison, so that
+    /// it does not bring the file's pages into the process. Returns how many bytes were given back.
+    ///
+    /// # Safety
+    /// `memory` must be a mapping that `map_over` made from this image, which nothing writes
+    /// meanwhile (the sandbox is idle on this thread).
+    pub unsafe fn give_back_unchanged(&self, memory: Range<usize>) -> usize {
+        #[cfg(target_os = "linux")]
+        {
+            let Some(pages) = page_map(memory.start, memory.len()) else {
+                return 0;
+            };
+            // Runs of the pages that are the memory's own, each compared with the file's bytes.
+            let mut given = 0;
+            let mut i = 0;
+            while i < pages.len() {
+                if !pages[i].written() {
+                    i += 1;
+                    continue;
+                }
+                let first = i;
+                while i < pages.len() && pages[i].written() && i - first < 256 {
+                    i += 1;
+                }
+                let run = first * PAGE..i * PAGE;
+                let Ok(file) = self.file.read_at(self.memory_start + run.start, run.len()) else {
+                    return given;
+                };
+                // SAFETY: by the caller, `memory` (which holds `run`) is readable and nothing
+                // writes it meanwhile.
+                let own = unsafe {
+                    std::slice::from_raw_parts((memory.start + run.start) as *const u8, run.len())
+                };
+                let mut same: Option<Range<usize>> = None;
+                for (page, (own, file)) in own.chunks(PAGE).zip(file.chunks(PAGE)).enumerate() {
+                    let at = run.start + page * PAGE;
+                    if own == file {
+                        match &mut same {
+                            Some(r) => r.end = at + PAGE,
+                            None => same = Some(at..at + PAGE),
+                        }
+                    } else if let Some(r) = same.take() {
+                        given += drop_pages(memory.start, r);
+                    }
+                }
+                if let Some(r) = same {
+                    given += drop_pages(memory.start, r);
+                }
+            }
+            given
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = memory;
+            0
+        }
+    }
+
     /// Sets the working set, once: the pages of a mapped memory at `memory` (its address range) that
     /// are the sandbox's own. Returns how many bytes that is.
     pub fn measure_working_set(&self, memory: Range<usize>) -> usize {
@@ -128,6 +194,22 @@ impl MappedImage {
         let _ = self.working_set.set(set);
         bytes
     }
+}
+
+/// Drops the pages `pages` (offsets, whole pages) of the private file mapping at `start`, which
+/// then read as the file's again. Returns how many bytes it dropped.
+#[cfg(target_os = "linux")]
+fn drop_pages(start: usize, pages: Range<usize>) -> usize {
+    // SAFETY: whole pages of a private file mapping whose bytes equal the file's (the caller
+    // compared them): dropping the copies changes no byte anyone reads.
+    let advised = unsafe {
+        libc::madvise(
+            (start + pages.start) as *mut libc::c_void,
+            pages.len(),
+            libc::MADV_DONTNEED,
+        )
+    };
+    if advised == 0 { pages.len() } else { 0 }
 }
 
 /// One page's entry in Linux's page map.
@@ -298,5 +380,36 @@ pub(crate) mod tests {
             &bytes[offset..],
             "and equal to the snapshot"
         );
+    }
+
+    #[test]
+    fn an_idle_sandbox_gives_back_the_pages_it_holds_unchanged_and_keeps_what_it_changed() {
+        let (bytes, offset) = snapshot(8);
+        let image = image(&bytes, offset);
+        let memory_len = 8 * PAGE;
+        let measured = Memory::new(8);
+        assert!(image.map_over(measured.0, memory_len).unwrap());
+        for page in [1, 6, 7] {
+            measured.0[page * PAGE] = 9;
+        }
+        image.measure_working_set(measured.range());
+        let sandbox = Memory::new(8);
+        assert!(image.map_over(sandbox.0, memory_len).unwrap());
+        assert_eq!(sandbox.written(), [1, 6, 7]);
+        sandbox.0[6 * PAGE] = 0xee; // changed
+        sandbox.0[7 * PAGE] = 0xee;
+        sandbox.0[7 * PAGE] = 7; // written back to what it was
+        // SAFETY: the mapping `map_over` made from this image; nothing else uses it.
+        let given = unsafe { image.give_back_unchanged(sandbox.range()) };
+        assert_eq!(given, 2 * PAGE, "pages 1 and 7");
+        assert_eq!(sandbox.written(), [6]);
+        let mut expected = bytes[offset..].to_vec();
+        expected[6 * PAGE] = 0xee;
+        assert_eq!(&sandbox.0[..memory_len], &expected[..]);
+        // Nothing more to give back; a page given back is copied again when written.
+        // SAFETY: as above.
+        assert_eq!(unsafe { image.give_back_unchanged(sandbox.range()) }, 0);
+        sandbox.0[PAGE] = 3;
+        assert_eq!(sandbox.written(), [1, 6]);
     }
 }

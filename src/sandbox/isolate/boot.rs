@@ -153,10 +153,14 @@ impl Starting {
         super::callbacks::after_boot(sandbox.runtime.v8_isolate());
         // From here on, the start-up ops refuse (their JavaScript callers stay reachable).
         // The snapshot it restored is not needed any more: for a session resumed from its image
-        // that is the image's own memory (tens of MB), which the sandbox must not keep alive.
+        // that is the image's own memory (tens of MB), which the sandbox must not keep alive. A
+        // memory mapped from a snapshot keeps it, to give back its unchanged pages (the engine's
+        // pre-imported snapshot, alive anyway).
         sandbox.with::<BootState, _>(|b| {
             b.phase = OpPhase::Booted;
-            if let Role::Sandbox { snapshot, .. } = &mut b.role {
+            if let Role::Sandbox { snapshot, .. } = &mut b.role
+                && b.mapped_memory.is_none()
+            {
                 *snapshot = None;
             }
         });

@@ -133,6 +133,20 @@ impl Sandbox {
         )
     }
 
+    /// Gives back the pages of a mapped memory that hold the snapshot's bytes again (see
+    /// `engine/memory_image.rs`): a ready sandbox that waits long then holds only what its boot
+    /// changed. Returns how many bytes; 0 where the memory was copied.
+    pub fn give_back_unchanged_memory(&mut self) -> usize {
+        self.with::<BootState, _>(|b| {
+            match (&b.mapped_memory, b.restore_from().and_then(|s| s.image())) {
+                // SAFETY: the range the snapshot's `restore_into` mapped from this image for this
+                // sandbox, which runs nothing while the isolate's state is borrowed here.
+                (Some(memory), Some(image)) => unsafe { image.give_back_unchanged(memory.clone()) },
+                _ => 0,
+            }
+        })
+    }
+
     /// What `f` takes out of the sandbox's role (what a snapshot maker or an installer produced).
     pub(crate) fn take_role<T>(&self, f: impl FnOnce(&mut Role) -> T) -> T {
         self.with::<BootState, _>(|b| f(&mut b.role))
