@@ -1,5 +1,6 @@
-//! The shared memory snapshot against snapshots made in the test: how V8 counts it, what the engine keeps
-//! of it, and restoring it (equal to a copy, reading only what it must, refusing what does not fit).
+//! The shared memory snapshot against snapshots made in the test: how V8 counts it, what the
+//! engine keeps of it, and restoring it (equal to a copy, reading only what it must, refusing what
+//! does not fit).
 
 use super::*;
 
