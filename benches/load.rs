@@ -55,15 +55,11 @@ fn pss_per_worker(mode: &str) -> f64 {
         );
         // Let the prewarmed workers' post-boot garbage collection finish.
         std::thread::sleep(Duration::from_millis(500));
-        pss_mib(server.server.child.id())
+        fixture::pss_mib(server.server.child.id())
     };
     let one = pss_with("1");
     let four = pss_with("4");
     (four - one) / 3.0
-}
-
-fn pss_mib(pid: u32) -> f64 {
-    proc_mib(pid, "smaps_rollup", "Pss:")
 }
 
 /// `CODE_INTERPRETER_MCP_PACKAGE_BASE_URL` if set, else the team's local mirror next to the checkout
@@ -77,20 +73,6 @@ fn package_base_url() -> String {
             String::new()
         }
     })
-}
-
-fn rss_mib(pid: u32) -> f64 {
-    proc_mib(pid, "status", "VmRSS:")
-}
-
-/// A "`key` N kB" line of `/proc/<pid>/<file>`, in MiB (NaN if absent).
-fn proc_mib(pid: u32, file: &str, key: &str) -> f64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).unwrap_or_default();
-    text.lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(f64::NAN)
 }
 
 fn call(http: &reqwest::blocking::Client, url: &str) -> Duration {
@@ -170,7 +152,7 @@ fn main() {
         let started = start(mode);
         let server = &started.server;
         let server_start_to_ready = started.start_to_ready;
-        let rss_ready = rss_mib(server.child.id());
+        let rss_ready = fixture::rss_mib(server.child.id());
         // Sequential calls, with a pause so a prewarmed worker can prepare the next sandbox.
         let mut c1 = Vec::new();
         let http = reqwest::blocking::Client::new();
@@ -184,7 +166,7 @@ fn main() {
         }
         c1.sort();
         let (c8, wall) = drive(&server.url, calls, 8);
-        let rss_loaded = rss_mib(server.child.id());
+        let rss_loaded = fixture::rss_mib(server.child.id());
         let boots = started.server.logged_boot_ms();
         drop(started);
         rows.push(Row {

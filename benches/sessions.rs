@@ -73,20 +73,10 @@ fn show(label: &str, samples: &[Duration]) {
     );
 }
 
-/// Proportional set size of `pid` in MiB.
-fn pss_mib(pid: u32) -> f64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
-    text.lines()
-        .find_map(|l| l.strip_prefix("Pss:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(f64::NAN)
-}
-
 /// The server's PSS after a pause that lets garbage collection settle.
 fn settled_pss(server: &fixture::Server) -> f64 {
     std::thread::sleep(Duration::from_millis(1500));
-    pss_mib(server.child.id())
+    fixture::pss_mib(server.child.id())
 }
 
 fn main() {

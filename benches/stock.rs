@@ -211,7 +211,7 @@ fn main() {
                     lull_pss
                         .entry(setup.clone())
                         .or_default()
-                        .push(pss_mib(server.child.id()));
+                        .push(fixture::pss_mib(server.child.id()));
                     record("lull", fixture::timed_run(&http, &server.url, code));
                 }
             }
@@ -292,16 +292,4 @@ fn main() {
             }
         }
     }
-}
-
-/// The proportional set size of process `pid` (MiB), from `/proc/PID/smaps_rollup`.
-fn pss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Pss:"))
-                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-        })
-        .map_or(f64::NAN, |kib| kib / 1024.0)
 }

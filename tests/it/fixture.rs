@@ -255,17 +255,26 @@ pub fn call_tool_with(
     message(response)
 }
 
-/// Runs `code` with `run_python_code` over `http` and returns the round trip, asserting success.
 /// A process's resident set size (VmRSS), MiB (NaN if it cannot be read).
 pub fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+    proc_mib(pid, "status", "VmRSS:")
+}
+
+/// A process's proportional set size (`Pss` of its `smaps_rollup`), MiB (NaN if it cannot be read).
+pub fn pss_mib(pid: u32) -> f64 {
+    proc_mib(pid, "smaps_rollup", "Pss:")
+}
+
+/// A "`key` N kB" line of `/proc/<pid>/<file>`, in MiB (NaN if absent).
+fn proc_mib(pid: u32, file: &str, key: &str) -> f64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
+/// Runs `code` with `run_python_code` over `http` and returns the round trip, asserting success.
 pub fn timed_run(http: &reqwest::blocking::Client, url: &str, code: &str) -> std::time::Duration {
     let started = std::time::Instant::now();
     let reply = call_tool_with(http, url, "run_python_code", json!({"code": code}));
