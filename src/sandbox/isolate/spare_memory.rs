@@ -9,10 +9,10 @@
 //! where it differs, each page the snapshot has zeros in cleared where it is not zeros; or, where
 //! the kernel recorded the pages written since the spare's own restore from that same snapshot,
 //! those pages rewritten: `SharedSnapshot::restore_into`), and a spare of another length is
-//! unmapped instead. A range is
-//! given up only while the memory it belongs to is alive (its backing store is held by the sandbox's
-//! budget until the isolate is disposed), and the hole it leaves is mapped again at once, so V8
-//! finds memory there to unmap.
+//! unmapped instead. A range is given up only while the memory it belongs to is alive (its backing
+//! store is held by the sandbox's budget until the isolate is disposed), and it stays mapped
+//! without its pages (`MREMAP_DONTUNMAP`), so V8 finds memory there to unmap and no other thread's
+//! new mapping can land in a hole meanwhile.
 //!
 //! Only threads that opt in keep a spare ([`keep_on_this_thread`]: the pool's workers, which boot the
 //! next sandbox right after dropping one), at most one, and [`release`] gives it back to the system.
@@ -210,7 +210,7 @@ fn written_in(range: &Range<usize>) -> Option<(u64, Vec<Range<usize>>)> {
 }
 
 /// Moves the pages of `range` (the restored part of a sandbox's WebAssembly memory, about to be
-/// discarded with its isolate) out as this thread's spare, and maps fresh memory in their place.
+/// discarded with its isolate) out as this thread's spare, leaving the range mapped without them.
 ///
 /// # Safety
 /// `range` must be readable and writable memory of a WebAssembly memory that stays alive until this
@@ -232,44 +232,25 @@ pub(crate) unsafe fn keep(range: Range<usize>) {
     let Some(place) = reserve_like(range.start, len) else {
         return;
     };
-    // SAFETY (for the calls below): the caller guarantees `range` is this memory's, unused from now
-    // on, and `place` is a mapping of `len` bytes this function just made. mremap moves the memory's
-    // pages over `place` (it fails, changing nothing, unless the range is one mapping); the fresh
-    // anonymous mapping then fills the hole, so the memory's owner finds its whole range mapped
-    // when it unmaps it.
+    // SAFETY: the caller guarantees `range` is this memory's, unused from now on, and `place` is a
+    // mapping of `len` bytes this function just made. mremap moves the memory's pages over `place`
+    // (it fails, changing nothing, unless the range is one mapping) and, with MREMAP_DONTUNMAP,
+    // leaves the range mapped as it was, without pages (read as zeros), so the memory's owner finds
+    // its whole range mapped when it unmaps it. The range is never a hole, not even for a moment:
+    // another thread's new mapping could be placed in one, and would then be lost to whatever
+    // filled it (what the first version, which mapped fresh memory over the hole, risked).
     unsafe {
         let moved = libc::mremap(
             old,
             len,
             len,
-            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP,
             place as *mut libc::c_void,
         );
         if moved == libc::MAP_FAILED {
+            // (Also before Linux 5.7, which has no MREMAP_DONTUNMAP: no spare is kept.)
             libc::munmap(place as *mut libc::c_void, len);
             tracing::debug!(len, "a sandbox's memory could not be moved aside");
-            return;
-        }
-        let refill = libc::mmap(
-            old,
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE,
-            -1,
-            0,
-        );
-        if refill == libc::MAP_FAILED {
-            // Put the pages back rather than leave a hole in the memory.
-            let back = libc::mremap(
-                moved,
-                len,
-                len,
-                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
-                old,
-            );
-            if back == libc::MAP_FAILED {
-                libc::munmap(moved, len);
-            }
             return;
         }
         let spare = Spare {
@@ -386,7 +367,7 @@ mod tests {
             keep_on_this_thread();
             // SAFETY: as above.
             unsafe { keep(range.clone()) };
-            // The old range is mapped again, fresh.
+            // The old range is still mapped, without pages.
             assert!(old.0.iter().all(|b| *b == 0));
             // A memory of another length does not get the pages (and the spare is gone).
             assert!(take_into(Memory::new(pages + 1).0, 1).is_none());
