@@ -8,8 +8,10 @@
 //! `BENCH_SPARE_MEMORY=1` to restore each sandbox into the pages of the one before, as pool workers do,
 //! `BENCH_MAP_MEMORY=1` to map the pre-imported snapshot's memory copy-on-write
 //! (`workers.map_snapshot_memory`), `BENCH_HOLD=N` to also measure N ready sandboxes held at once,
-//! `BENCH_TRIM=1` to have each ready sandbox give back the mapped pages it holds unchanged before it
-//! is held or runs (as an idle pool's stock does after `workers.idle_give_back_s`).
+//! `BENCH_TRIM=1` to have each ready sandbox give back the pages it holds unchanged before it is
+//! held or runs (as an idle pool's stock does after `workers.idle_give_back_s`), `BENCH_FILE=0` to
+//! copy the pre-imported memory from an anonymous store instead of the sealed file that a copied
+//! memory gives back to (`workers.idle_give_back_s = 0`).
 
 use std::time::{Duration, Instant};
 
@@ -72,6 +74,9 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
     }
     // BENCH_MAP_MEMORY=1: the pre-imported snapshot's memory is mapped copy-on-write.
     config.map_snapshot_memory = std::env::var("BENCH_MAP_MEMORY").as_deref() == Ok("1");
+    // BENCH_FILE=0: a copied memory is copied from an anonymous store, not from the sealed file
+    // an idle sandbox gives back to (`workers.idle_give_back_s = 0`).
+    config.give_back_idle_memory = std::env::var("BENCH_FILE").as_deref() != Ok("0");
     // BENCH_PREIMPORT=pandas,...: sandboxes restore the snapshot with these modules imported.
     if let Ok(list) = std::env::var("BENCH_PREIMPORT") {
         config.preimport_modules = list.split(',').map(String::from).collect();
@@ -122,7 +127,9 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
                 let mut sandbox = engine.boot_flavor(flavor).expect("boot");
                 sandbox.collect_garbage();
                 if trim {
-                    given.push(sandbox.give_back_unchanged_memory() as u64 / 1024);
+                    given.push(
+                        sandbox.give_back_unchanged_memory().expect("given back") as u64 / 1024,
+                    );
                 }
                 sandbox
             })
@@ -161,7 +168,7 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
             std::thread::sleep(idle);
         }
         if trim {
-            sandbox.give_back_unchanged_memory();
+            sandbox.give_back_unchanged_memory().expect("given back");
         }
         let started = Instant::now();
         let result = sandbox.run(request(), None);

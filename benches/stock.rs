@@ -12,9 +12,10 @@
 //! `pPrR` (two workers, P prewarmed with R ready sandboxes each, e.g. `p2r8`; `p2r4q2`: 2 of them
 //! when they are pre-imported ones); a name ending in
 //! `+packages` (e.g. `default+packages`) gets the packages below without `STOCK_PREIMPORT`; `+map`
-//! maps the pre-imported memory (`workers.map_snapshot_memory`, giving back nothing), `+giveN` maps
-//! it and has an idle stock give back after N s (`workers.idle_give_back_s`). Each is run `STOCK_REPEATS` (default 2) times, alternating, so drift
-//! hits them alike. Workloads: `print(1)`, and with `STOCK_PREIMPORT=1` also numpy, pandas and a
+//! maps the pre-imported memory (`workers.map_snapshot_memory`), `+giveN` has an idle stock give
+//! back memory after N s (`workers.idle_give_back_s`; `+give0`: never; the default 30 s is longer
+//! than a lull), e.g. `default+map+give3`. Each is run `STOCK_REPEATS` (default 2) times,
+//! alternating, so drift hits them alike. Workloads: `print(1)`, and with `STOCK_PREIMPORT=1` also numpy, pandas and a
 //! matplotlib PNG with `preinstall_packages = ["pandas", "matplotlib"]` and
 //! `preimport_modules = ["pandas", "matplotlib.pyplot"]` (the pool keeps pre-imported sandboxes).
 //! Reports p50/p90 ms per pattern, the share of calls under 10 ms, the idle RSS of the server with
@@ -56,15 +57,16 @@ fn pool_env(setup: &str) -> Vec<(&'static str, String)> {
     let setup = parts.next().unwrap_or_default();
     let mut env = Vec::new();
     for option in parts {
-        let give_back = match option {
-            "packages" => continue,
-            "map" => "0",
-            _ => option.strip_prefix("give").unwrap_or_else(|| {
-                panic!("set-up option +{option}: expected +packages, +map or +giveN")
-            }),
-        };
-        env.push(("CODE_INTERPRETER_MCP_MAP_SNAPSHOT_MEMORY", "true".into()));
-        env.push(("CODE_INTERPRETER_MCP_IDLE_GIVE_BACK_S", give_back.into()));
+        match option {
+            "packages" => {}
+            "map" => env.push(("CODE_INTERPRETER_MCP_MAP_SNAPSHOT_MEMORY", "true".into())),
+            _ => {
+                let seconds = option.strip_prefix("give").unwrap_or_else(|| {
+                    panic!("set-up option +{option}: expected +packages, +map or +giveN")
+                });
+                env.push(("CODE_INTERPRETER_MCP_IDLE_GIVE_BACK_S", seconds.into()));
+            }
+        }
     }
     let spec = if setup == "before" { "p1r1" } else { setup };
     if spec == "default" {

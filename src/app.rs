@@ -41,6 +41,7 @@ pub fn engine_config(settings: &EngineSettings) -> EngineConfig {
         extra_ca_certs: settings.extra_ca_certs.clone(),
         boot: settings.boot,
         map_snapshot_memory: settings.map_snapshot_memory,
+        give_back_idle_memory: settings.give_back_idle_memory,
         sandbox_memory_limit_mb: settings.sandbox_memory_limit_mb,
         setup_timeout: settings.setup_timeout,
         table_rows: settings.table_rows,

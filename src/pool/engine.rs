@@ -45,14 +45,15 @@ impl Backend for Engine {
         sandbox.collect_garbage();
     }
 
-    /// A sandbox whose memory is mapped gives back the pages it holds unchanged
-    /// (`Sandbox::give_back_unchanged_memory`); a copied one has nothing to give back.
-    fn give_back(&self, sandbox: &mut Sandbox) {
-        let bytes = sandbox.give_back_unchanged_memory();
+    /// A sandbox gives back the pages of its memory that hold the snapshot's bytes
+    /// (`Sandbox::give_back_unchanged_memory`).
+    fn give_back(&self, sandbox: &mut Sandbox) -> Result<(), String> {
+        let bytes = sandbox.give_back_unchanged_memory()?;
         tracing::debug!(
             mib = bytes as f64 / f64::from(1 << 20),
             "an idle ready sandbox gave back memory"
         );
+        Ok(())
     }
 
     fn run(

@@ -50,8 +50,12 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Called on each ready sandbox of a worker that has stayed idle for the configured time
     /// (`WorkerSettings::idle_give_back`) after it rested: the sandbox may give back memory it can
-    /// get again on demand, at some cost to the call that takes it.
-    fn give_back(&self, _sandbox: &mut Self::Sandbox) {}
+    /// get again on demand, at some cost to the call that takes it. An error means the sandbox
+    /// cannot be used any more: the worker drops its stock (newest first, as V8 requires) and boots
+    /// a new one.
+    fn give_back(&self, _sandbox: &mut Self::Sandbox) -> Result<(), String> {
+        Ok(())
+    }
 
     /// How many sandboxes of `flavor` a prewarmed worker keeps ready, given `settings` (a kind that
     /// holds more memory may be kept fewer of).

@@ -240,10 +240,20 @@ impl<B: Backend> Worker<B> {
                     continue;
                 }
                 Next::Woken if refill.is_none() => {
+                    let mut failed = None;
                     for sandbox in stock.iter_mut() {
-                        self.backend.give_back(sandbox);
+                        if let Err(e) = self.backend.give_back(sandbox) {
+                            failed = Some(e);
+                            break;
+                        }
                     }
                     give_back_due = false;
+                    if let Some(e) = failed {
+                        tracing::error!(worker = self.index, error = %e, "a ready sandbox could not give back memory; the worker's ready sandboxes are replaced");
+                        guard.set(WorkerState::Initializing);
+                        stock.clear();
+                        guard.set(WorkerState::Idle);
+                    }
                     continue;
                 }
                 Next::Woken => {

@@ -188,19 +188,23 @@ for exports in libs.values():
 /// copied (the default), and when copied into the pages of the sandbox dropped before it (as pool
 /// workers do: `isolate/spare_memory.rs`, rewriting only the pages the kernel recorded as written
 /// where it can: `isolate/written_pages.rs`): bytes a call reads and then overwrites are as they
-/// were in the next sandbox, and the modules work the same every way.
+/// were in the next sandbox, and the modules work the same every way. An idle ready sandbox gives
+/// back what it holds unchanged, mapped or copied (a copied memory becomes a mapping of the
+/// snapshot's file, the pages that differ written back), unless the engine keeps no file.
 #[test]
 fn the_restored_memory_is_each_sandboxs_own_whether_mapped_or_copied() {
     let cache = temp_dir("preimport-mapped");
     let probe = "import pandas, pyodide_js\nheap = pyodide_js._module.HEAPU8\nat = [16 << 20, 32 << 20, 48 << 20, heap.length - (1 << 20)]\nprint([bytes(heap.subarray(a, a + 64).to_py()).hex() for a in at])\n";
     let mut seen = Vec::new();
-    for map in [true, false] {
+    for (map, give_back) in [(true, true), (false, true), (false, false)] {
+        let case = format!("map: {map}, give back: {give_back}");
         let engine = Engine::new(EngineConfig {
             map_snapshot_memory: map,
+            give_back_idle_memory: give_back,
             ..config(&cache, &["pandas"])
         })
         .expect("engine");
-        assert!(engine.preimported(), "map: {map}");
+        assert!(engine.preimported(), "{case}");
         // This thread reuses a dropped sandbox's pages, as a pool worker does (only copied
         // memories are reused).
         engine.keep_spare_memory_on_this_thread();
@@ -212,28 +216,8 @@ fn the_restored_memory_is_each_sandboxs_own_whether_mapped_or_copied() {
         )));
         let second = engine.execute(request(probe));
         let line = |out: &str| out.lines().next().unwrap_or_default().to_string();
-        assert_eq!(line(&first.stdout), line(&ok(&second).stdout), "map: {map}");
-        assert!(!second.stdout.contains(&"5a".repeat(64)), "map: {map}");
-        // A ready sandbox left idle gives back the pages of a mapped memory it holds unchanged
-        // (as a pool's stock does after `workers.idle_give_back_s`), and reads and runs the same.
-        let mut idle = engine.boot_flavor(Flavor::Preimported).expect("boot");
-        idle.collect_garbage();
-        let given = idle.give_back_unchanged_memory();
-        if map {
-            assert!(given > 8 << 20, "given back: {given} bytes");
-            assert_eq!(idle.give_back_unchanged_memory(), 0, "all of it at once");
-        } else {
-            assert_eq!(given, 0, "a copied memory has nothing to give back");
-        }
-        let after = idle.run(
-            request(&format!(
-                "{probe}import pandas as pd\nprint(pd.DataFrame({{'k': [1, 1, 2], 'v': [1, 2, 3]}}).groupby('k').v.sum().to_dict())"
-            )),
-            None,
-        );
-        assert_eq!(line(&ok(&after).stdout), line(&second.stdout), "map: {map}");
-        assert!(after.stdout.ends_with("{1: 3, 2: 3}\n"), "{}", after.stdout);
-        drop(idle);
+        assert_eq!(line(&first.stdout), line(&ok(&second).stdout), "{case}");
+        assert!(!second.stdout.contains(&"5a".repeat(64)), "{case}");
         if !map {
             assert!(
                 engine.spare_memory_reuses() > reuses,
@@ -247,6 +231,43 @@ fn the_restored_memory_is_each_sandboxs_own_whether_mapped_or_copied() {
                 "the recorded writes were used where the kernel records them"
             );
         }
+        // A ready sandbox left idle (as a pool's stock after `workers.idle_give_back_s`) gives
+        // back the pages it holds unchanged, and reads and runs the same.
+        let mut idle = engine.boot_flavor(Flavor::Preimported).expect("boot");
+        idle.collect_garbage();
+        let given = idle.give_back_unchanged_memory().expect("given back");
+        if give_back {
+            assert!(given > 8 << 20, "{case}: given back {given} bytes");
+            assert_eq!(
+                idle.give_back_unchanged_memory(),
+                Ok(0),
+                "{case}: all of it at once"
+            );
+        } else {
+            assert_eq!(given, 0, "{case}: no file, nothing to give back");
+        }
+        // (Its writes after the give-back must stay its own too: it overwrites the probes last.)
+        let after = idle.run(
+            request(&format!(
+                "{probe}import pandas as pd\nprint(pd.DataFrame({{'k': [1, 1, 2], 'v': [1, 2, 3]}}).groupby('k').v.sum().to_dict())\nfor a in reversed(at):\n    heap.fill(0x5a, a, a + 65536)"
+            )),
+            None,
+        );
+        let mut lines = after.stdout.lines();
+        assert_eq!(lines.next(), second.stdout.lines().next(), "{case}");
+        assert_eq!(lines.next(), Some("{1: 3, 2: 3}"), "{}", after.stdout);
+        drop(idle);
+        let reuses = engine.spare_memory_reuses();
+        let next = engine.execute(request(probe));
+        assert_eq!(line(&ok(&next).stdout), line(&second.stdout), "{case}");
+        assert!(!next.stdout.contains(&"5a".repeat(64)), "{case}");
+        if !map {
+            assert_eq!(
+                engine.spare_memory_reuses() > reuses,
+                !give_back,
+                "{case}: a memory that became a mapping is no spare"
+            );
+        }
         assert_eq!(
             result(
                 &engine,
@@ -256,8 +277,8 @@ fn the_restored_memory_is_each_sandboxs_own_whether_mapped_or_copied() {
         );
         seen.push(second.stdout);
     }
-    assert_eq!(
-        seen[0], seen[1],
+    assert!(
+        seen.iter().all(|s| *s == seen[0]),
         "mapped and copied memories hold the same bytes"
     );
 }
@@ -370,22 +391,28 @@ fn preinstalled_packages_are_pre_imported_by_default_unless_turned_off() {
     );
 }
 
-/// With the pre-imported memory mapped, a server whose worker has stayed idle for
-/// `workers.idle_give_back_s` has its ready pre-imported sandbox give back the pages it holds
-/// unchanged (the pool's `Backend::give_back`), and the next call on that sandbox runs as any.
+/// A server whose worker has stayed idle for `workers.idle_give_back_s` has its ready
+/// pre-imported sandbox give back the pages it holds unchanged (the pool's `Backend::give_back`),
+/// its memory copied (the default) or mapped, and the next call on that sandbox runs as any.
 #[test]
-fn an_idle_servers_mapped_stock_gives_back_memory_and_the_next_call_runs_as_usual() {
+fn an_idle_servers_stock_gives_back_memory_copied_or_mapped_and_the_next_call_runs_as_usual() {
+    let cache = temp_dir("preimport-give-back");
+    for map in ["false", "true"] {
+        idle_server_gives_back(&cache, map);
+    }
+}
+
+fn idle_server_gives_back(cache: &Path, map: &str) {
     use crate::fixture::{Server, call_stateless, server_command};
 
-    let cache = temp_dir("preimport-give-back");
     let mut command = server_command();
     command
         .env("CODE_INTERPRETER_MCP_LOG_FORMAT", "json")
         .env("RUST_LOG", "warn,code_interpreter_mcp::pool=debug")
-        .env("CODE_INTERPRETER_MCP_PACKAGE_CACHE_DIR", &cache)
+        .env("CODE_INTERPRETER_MCP_PACKAGE_CACHE_DIR", cache)
         .env("CODE_INTERPRETER_MCP_PREINSTALL_PACKAGES", "pandas")
         .env("CODE_INTERPRETER_MCP_PREIMPORT_MODULES", "pandas")
-        .env("CODE_INTERPRETER_MCP_MAP_SNAPSHOT_MEMORY", "true")
+        .env("CODE_INTERPRETER_MCP_MAP_SNAPSHOT_MEMORY", map)
         .env("CODE_INTERPRETER_MCP_IDLE_GIVE_BACK_S", "1")
         .env("CODE_INTERPRETER_MCP_MAX_WORKERS", "1")
         .env("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "1")
@@ -396,8 +423,8 @@ fn an_idle_servers_mapped_stock_gives_back_memory_and_the_next_call_runs_as_usua
     let result = |reply: serde_json::Value| reply["result"]["structuredContent"]["result"].clone();
     // The first pandas call makes the worker keep pre-imported sandboxes.
     assert_eq!(result(call_stateless(&server, pandas.clone())), "3");
-    // What the pre-imported stock gave back, once the worker has stayed idle (a plain sandbox,
-    // copied, gives back nothing).
+    // What the pre-imported stock gave back, once the worker has stayed idle (a plain sandbox
+    // gives back nothing: its snapshot is kept in no file).
     let given_back = || -> f64 {
         server
             .log
@@ -413,18 +440,31 @@ fn an_idle_servers_mapped_stock_gives_back_memory_and_the_next_call_runs_as_usua
     while given_back() < 8.0 {
         assert!(
             Instant::now() < deadline,
-            "no ready pre-imported sandbox gave back memory: {:?}",
+            "map: {map}: no ready pre-imported sandbox gave back memory: {:?}",
             server.log.lock().unwrap()
         );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    assert_eq!(result(call_stateless(&server, pandas.clone())), "3");
+    assert!(
+        !server
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|line| line.contains("could not give back memory")),
+        "map: {map}"
+    );
+    assert_eq!(
+        result(call_stateless(&server, pandas.clone())),
+        "3",
+        "map: {map}"
+    );
     assert_eq!(
         result(call_stateless(
             &server,
             serde_json::json!({"code": "import sys\n'pd' in dir() or 'k' in globals()"})
         )),
         "False",
-        "nothing of the earlier calls is left"
+        "map: {map}: nothing of the earlier calls is left"
     );
 }

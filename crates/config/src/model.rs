@@ -260,7 +260,8 @@ pub struct WorkersConfig {
     pub ready_sandboxes: u64,
     /// Of those, how many a prewarmed worker keeps when they are sandboxes with pre-imported
     /// modules (1 to 64; at most ready_sandboxes). Each holds about 90 MB with pandas and
-    /// matplotlib (45 MB with map_snapshot_memory), against 26 MB for a plain one; two per worker
+    /// matplotlib (45 MB with map_snapshot_memory; ~20 MB once idle_give_back_s has passed),
+    /// against 26 MB for a plain one; two per worker
     /// serve a burst's first four data-science calls without a wait (docs/performance.md).
     /// Environment: CODE_INTERPRETER_MCP_READY_PREIMPORTED_SANDBOXES
     pub ready_preimported_sandboxes: u64,
@@ -283,11 +284,14 @@ pub struct WorkersConfig {
     /// with it, ready_preimported_sandboxes = 2 costs what 1 does without.
     /// Environment: CODE_INTERPRETER_MCP_MAP_SNAPSHOT_MEMORY
     pub map_snapshot_memory: bool,
-    /// With map_snapshot_memory: seconds a worker stays idle before its ready sandboxes give back
-    /// the mapped pages they hold unchanged (the pages copied up front and not written since), 0
-    /// for never (0 to 86400). A ready sandbox with pandas and matplotlib then holds ~21 MB instead
-    /// of ~50 MB; the first call on it after that takes longer (a pandas groupby ~10 ms), as it
-    /// copies the pages it writes when it writes them (docs/performance.md).
+    /// Seconds a worker stays idle before its ready pre-imported sandboxes give back the pages of
+    /// their memory that still hold the snapshot's bytes, 0 for never (0 to 86400). A copied memory
+    /// becomes a copy-on-write mapping of the snapshot (kept in a sealed in-memory file, which
+    /// costs no more than the copy the engine keeps otherwise) with only the pages that differ its
+    /// own; a mapped one drops the pages copied up front and not written since. A ready sandbox
+    /// with pandas and matplotlib then holds ~20 MB instead of ~90 MB (copied) or ~50 MB (mapped);
+    /// the first call on it after that takes a few ms longer (print(1) ~4, a pandas groupby ~10),
+    /// as it copies the pages it writes when it writes them (docs/performance.md).
     /// Environment: CODE_INTERPRETER_MCP_IDLE_GIVE_BACK_S
     pub idle_give_back_s: u64,
     /// Memory budget per sandbox outside the V8 heap, in MB: ArrayBuffers and typed arrays, in-memory

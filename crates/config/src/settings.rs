@@ -69,6 +69,9 @@ pub struct EngineSettings {
     pub boot: BootMode,
     /// Map the pre-imported snapshot's memory into sandboxes copy-on-write instead of copying it.
     pub map_snapshot_memory: bool,
+    /// Keep the pre-imported snapshot in a sealed file when its memory is copied too, so that idle
+    /// ready sandboxes can give back what they hold unchanged (`workers.idle_give_back_s` > 0).
+    pub give_back_idle_memory: bool,
     pub memory_limit_mb: u64,
     pub wasm_memory_limit_mb: u64,
     pub sandbox_memory_limit_mb: u64,

@@ -479,6 +479,7 @@ fn settings(
             runtime_package_installation: c.runtime_package_installation,
             boot: w.boot,
             map_snapshot_memory: w.map_snapshot_memory,
+            give_back_idle_memory: w.idle_give_back_s > 0,
             memory_limit_mb: w.memory_limit_mb,
             wasm_memory_limit_mb: w.wasm_memory_limit_mb,
             sandbox_memory_limit_mb: w.sandbox_memory_limit_mb,
@@ -492,7 +493,7 @@ fn settings(
             prewarmed_workers: w.prewarmed() as usize,
             ready_sandboxes: w.ready_sandboxes as usize,
             ready_preimported_sandboxes: w.ready_preimported_sandboxes as usize,
-            idle_give_back: (w.map_snapshot_memory && w.idle_give_back_s > 0)
+            idle_give_back: (w.idle_give_back_s > 0)
                 .then(|| Duration::from_secs(w.idle_give_back_s)),
         },
         sessions: s.enabled.then(|| SessionSettings {

@@ -33,6 +33,8 @@ struct Fake {
     rests: Mutex<Vec<usize>>,
     /// The sandboxes that gave back memory, in order.
     given_back: Mutex<Vec<usize>>,
+    /// Giving back fails (the sandbox is unusable after it).
+    fail_give_back: AtomicBool,
     /// When set, the next boot reports its start and waits for the release.
     boot_gate: Mutex<Option<(Sender<()>, Receiver<()>)>>,
     /// The same for the next settling.
@@ -144,8 +146,12 @@ impl Backend for Fake {
         self.rests.lock().unwrap().push(boots);
     }
 
-    fn give_back(&self, sandbox: &mut FakeSandbox) {
+    fn give_back(&self, sandbox: &mut FakeSandbox) -> Result<(), String> {
         self.given_back.lock().unwrap().push(sandbox.number);
+        if self.fail_give_back.load(Ordering::SeqCst) {
+            return Err("the memory is gone".into());
+        }
+        Ok(())
     }
 
     /// Flavor 2 stands for a kind that holds more memory: one is kept ready.

@@ -177,3 +177,44 @@ fn an_idle_worker_has_its_stock_give_back_memory_once_per_idle_spell() {
     pool.shutdown();
     wait_until("the worker to exit", || pool.workers_exited());
 }
+
+#[test]
+fn a_stock_that_fails_to_give_back_is_dropped_newest_first_and_booted_again() {
+    let fake = Arc::new(Fake::default());
+    fake.fail_give_back.store(true, Ordering::SeqCst);
+    let pause = Duration::from_millis(100);
+    let pool = Pool::start(
+        fake.clone(),
+        WorkerSettings {
+            max_workers: 1,
+            queue_capacity: 8,
+            prewarmed_workers: 1,
+            ready_sandboxes: 2,
+            ready_preimported_sandboxes: 2,
+            idle_give_back: Some(pause),
+        },
+    )
+    .expect("pool starts");
+    // The first sandbox fails: the whole stock goes (the second without being asked), and two
+    // new ones are booted.
+    wait_until("the stock to be replaced", || {
+        fake.boots.load(Ordering::SeqCst) >= 4
+    });
+    fake.fail_give_back.store(false, Ordering::SeqCst);
+    let given_back = fake.given_back.lock().unwrap().clone();
+    assert_eq!(given_back[0], 1);
+    assert!(!given_back.contains(&2), "{given_back:?}");
+    assert!(!fake.alive.lock().unwrap().contains(&1));
+    assert_eq!(fake.out_of_order.load(Ordering::SeqCst), 0);
+    // A call is served by the new stock.
+    let mut t = pool.submit(FakeJob::quick("call")).unwrap();
+    let (name, number) = block_on(t.wait()).result.unwrap();
+    assert_eq!(name, "call");
+    assert!(
+        number >= 4,
+        "served by a sandbox booted after the failure: {number}"
+    );
+    pool.shutdown();
+    wait_until("the worker to exit", || pool.workers_exited());
+    assert_eq!(fake.out_of_order.load(Ordering::SeqCst), 0);
+}

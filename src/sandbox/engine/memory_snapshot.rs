@@ -79,9 +79,24 @@ pub(crate) struct SharedSnapshot {
     /// For a session image: the snapshot it is a delta against, and the delta (the shared bytes
     /// are then the image's header followed by zeros never read).
     overlay: Option<Overlay>,
-    /// The bytes as a sealed file that sandboxes map their memory from, copy-on-write, instead of
-    /// copying it (the snapshot with pre-imported modules; see `memory_image.rs`).
+    /// The bytes as a sealed file that sandboxes map their memory from, copy-on-write (the snapshot
+    /// with pre-imported modules; see `memory_image.rs`): at restore if `maps`, otherwise once idle
+    /// (`map_copied`).
     image: Option<MappedImage>,
+    /// Whether a restore maps the image rather than copying the memory.
+    maps: bool,
+}
+
+/// How sandboxes get the memory of a snapshot with pre-imported modules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SnapshotMemory {
+    /// Copied into each sandbox's memory.
+    Copied,
+    /// Copied, from a sealed file that an idle ready sandbox then maps instead, giving back the
+    /// pages it holds unchanged (`SharedSnapshot::map_copied`).
+    CopiedFromFile,
+    /// Mapped copy-on-write from a sealed file, the working set copied (`memory_image.rs`).
+    Mapped,
 }
 
 /// A session image's memory: `base`'s, with the pages of `delta` over it.
@@ -139,14 +154,15 @@ unsafe impl Send for SharedSnapshot {}
 unsafe impl Sync for SharedSnapshot {}
 
 impl SharedSnapshot {
-    /// A snapshot with pre-imported modules, whose shared libraries `dylibs` records. With `map`,
-    /// its memory is mapped into sandboxes copy-on-write where the system allows (see
+    /// A snapshot with pre-imported modules, whose shared libraries `dylibs` records, its memory
+    /// given to sandboxes as `memory` says where the system allows (a sealed file needs Linux; see
     /// `memory_image.rs`): most of its ~90 MB is pandas' and matplotlib's objects, of which a call
     /// writes a small part.
-    pub fn with_dylibs(bytes: Vec<u8>, dylibs: DylibRecord, map: bool) -> Self {
+    pub fn with_dylibs(bytes: Vec<u8>, dylibs: DylibRecord, memory: SnapshotMemory) -> Self {
         let offset = memory_offset(&bytes).unwrap_or(bytes.len());
         let runs = zero_runs(&bytes[offset..]);
-        let snapshot = match map.then(|| mapped_store(&bytes, offset, &runs)).flatten() {
+        let file = memory != SnapshotMemory::Copied;
+        let snapshot = match file.then(|| mapped_store(&bytes, offset, &runs)).flatten() {
             Some((store, mapping, image)) => Self {
                 id: next_id(),
                 store,
@@ -157,6 +173,7 @@ impl SharedSnapshot {
                 digest: std::sync::OnceLock::new(),
                 overlay: None,
                 image: Some(image),
+                maps: memory == SnapshotMemory::Mapped,
             },
             None => Self::sparse(bytes, offset, runs),
         };
@@ -196,6 +213,7 @@ impl SharedSnapshot {
             digest: std::sync::OnceLock::new(),
             overlay: None,
             image: None,
+            maps: false,
         }
     }
 
@@ -238,6 +256,7 @@ impl SharedSnapshot {
             digest: std::sync::OnceLock::new(),
             overlay: Some(Overlay { base, delta }),
             image: None,
+            maps: false,
         })
     }
 
@@ -256,9 +275,15 @@ impl SharedSnapshot {
         )
     }
 
-    /// The sealed file sandboxes map this snapshot's memory from, if they do.
+    /// The sealed file sandboxes map this snapshot's memory from, if they do (at restore, or once
+    /// idle).
     pub fn image(&self) -> Option<&MappedImage> {
         self.image.as_ref()
+    }
+
+    /// Whether a restore maps this snapshot's memory rather than copying it.
+    pub fn maps_memory(&self) -> bool {
+        self.maps && self.image.is_some()
     }
 
     /// A short digest of the snapshot's bytes (computed once).
@@ -323,7 +348,7 @@ impl SharedSnapshot {
         {
             return Err("the snapshot cannot be restored over itself".into());
         }
-        if let Some(image) = &self.image
+        if let Some(image) = self.image.as_ref().filter(|_| self.maps)
             && image.map_over(heap, len)?
         {
             let start = heap.as_ptr() as usize;

@@ -24,7 +24,7 @@ pub(crate) mod wasm;
 use std::sync::Arc;
 use std::time::Instant;
 
-use self::memory_snapshot::{DylibRecord, SharedSnapshot, SnapshotOrigin};
+use self::memory_snapshot::{DylibRecord, SharedSnapshot, SnapshotMemory, SnapshotOrigin};
 use self::shared::{BootMode, EngineConfig, EngineError, EngineShared};
 use self::snapshots::{Flavor, PreimportedSet};
 use crate::assets::Assets;
@@ -222,11 +222,15 @@ impl Engine {
             );
         }
         let packages = PreimportedSet::new(dylibs.modules().iter().cloned());
-        let candidate = Arc::new(SharedSnapshot::with_dylibs(
-            bytes,
-            dylibs,
-            self.shared.config.map_snapshot_memory,
-        ));
+        let config = &self.shared.config;
+        let memory = if config.map_snapshot_memory {
+            SnapshotMemory::Mapped
+        } else if config.give_back_idle_memory {
+            SnapshotMemory::CopiedFromFile
+        } else {
+            SnapshotMemory::Copied
+        };
+        let candidate = Arc::new(SharedSnapshot::with_dylibs(bytes, dylibs, memory));
         match self.check_preimported(&candidate, modules) {
             Ok(()) => {
                 tracing::info!(
@@ -255,9 +259,10 @@ impl Engine {
             .map_err(|e| e.to_string())?;
         let modules = serde_json::to_string(modules).map_err(|e| e.to_string())?;
         // A mapped memory's working set is what this call writes: everyday steps first.
-        let warm = match snapshot.image() {
-            Some(_) => format!("{WORKING_SET_PY}\nwarm()\n"),
-            None => String::new(),
+        let warm = if snapshot.maps_memory() {
+            format!("{WORKING_SET_PY}\nwarm()\n")
+        } else {
+            String::new()
         };
         let result = sandbox.run(
             ExecRequest {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::memory_snapshot::{DylibRecord, SharedSnapshot};
+use super::memory_snapshot::{DylibRecord, SharedSnapshot, SnapshotMemory};
 use super::shared::EngineError;
 use super::snapshots::Flavor;
 use super::{Engine, session_base, snapshot_files};
@@ -114,7 +114,9 @@ impl Engine {
             None => {
                 let memory = image.memory.to_vec();
                 match dylibs {
-                    Some(dylibs) => SharedSnapshot::with_dylibs(memory, dylibs, false),
+                    Some(dylibs) => {
+                        SharedSnapshot::with_dylibs(memory, dylibs, SnapshotMemory::Copied)
+                    }
                     None => SharedSnapshot::new(memory),
                 }
             }

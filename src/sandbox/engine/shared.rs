@@ -51,6 +51,10 @@ pub struct EngineConfig {
     /// Map the pre-imported snapshot's memory into sandboxes copy-on-write, its working set copied
     /// up front, instead of copying all of it (see `memory_image.rs`).
     pub map_snapshot_memory: bool,
+    /// Keep the pre-imported snapshot's bytes in a sealed file even when the memory is copied, so
+    /// that an idle ready sandbox can give back the pages it holds unchanged (`Sandbox::
+    /// give_back_unchanged_memory`, called by the pool after `workers.idle_give_back_s`).
+    pub give_back_idle_memory: bool,
     /// Memory budget per sandbox outside the V8 heap (see `memory.rs`), in MiB.
     pub sandbox_memory_limit_mb: u64,
     /// Time a call's set-up (input files, package loading) may take before its user code starts.

@@ -154,12 +154,12 @@ impl Starting {
         // From here on, the start-up ops refuse (their JavaScript callers stay reachable).
         // The snapshot it restored is not needed any more: for a session resumed from its image
         // that is the image's own memory (tens of MB), which the sandbox must not keep alive. A
-        // memory mapped from a snapshot keeps it, to give back its unchanged pages (the engine's
-        // pre-imported snapshot, alive anyway).
+        // snapshot kept in a sealed file is kept, for the memory to give back its unchanged pages
+        // once idle (the engine's pre-imported snapshot, alive anyway).
         sandbox.with::<BootState, _>(|b| {
             b.phase = OpPhase::Booted;
             if let Role::Sandbox { snapshot, .. } = &mut b.role
-                && b.mapped_memory.is_none()
+                && snapshot.as_ref().is_none_or(|s| s.image().is_none())
             {
                 *snapshot = None;
             }

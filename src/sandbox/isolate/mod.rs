@@ -133,16 +133,48 @@ impl Sandbox {
         )
     }
 
-    /// Gives back the pages of a mapped memory that hold the snapshot's bytes again (see
+    /// Gives back the pages of its memory that hold the snapshot's bytes (see
     /// `engine/memory_image.rs`): a ready sandbox that waits long then holds only what its boot
-    /// changed. Returns how many bytes; 0 where the memory was copied.
-    pub fn give_back_unchanged_memory(&mut self) -> usize {
+    /// changed. A mapped memory drops its copies of such pages; a copied one becomes a mapping of
+    /// the snapshot's sealed file with the pages that differ written back (`MappedImage::
+    /// map_copied`), if the engine keeps one (`give_back_idle_memory`), and is then no spare for the
+    /// next sandbox. Returns how many bytes. An error means the memory may have lost pages: the
+    /// sandbox must be dropped unused.
+    pub fn give_back_unchanged_memory(&mut self) -> Result<usize, String> {
         self.with::<BootState, _>(|b| {
-            match (&b.mapped_memory, b.restore_from().and_then(|s| s.image())) {
+            let Some(snapshot) = b.restore_from().cloned() else {
+                return Ok(0);
+            };
+            let Some(image) = snapshot.image() else {
+                return Ok(0);
+            };
+            if let Some(memory) = &b.mapped_memory {
                 // SAFETY: the range the snapshot's `restore_into` mapped from this image for this
                 // sandbox, which runs nothing while the isolate's state is borrowed here.
-                (Some(memory), Some(image)) => unsafe { image.give_back_unchanged(memory.clone()) },
-                _ => 0,
+                return Ok(unsafe { image.give_back_unchanged(memory.clone()) });
+            }
+            let Some(memory) = b.restored_memory.clone() else {
+                return Ok(0);
+            };
+            // The recorder of writes (if any) keeps the old pages' addresses: it forgets them
+            // first. Left unmapped, the memory's pages are then compared in full when it is kept
+            // as a spare.
+            spare_memory::forget(&memory);
+            // SAFETY: the range the snapshot's `restore_into` copied this image's memory into, in
+            // the WebAssembly memory the budget holds (private, read-write); the sandbox runs
+            // nothing while its state is borrowed here, and nothing else keeps the pages'
+            // addresses any more (the recorder forgot them just now).
+            match unsafe { image.map_copied(memory.clone()) } {
+                Ok(None) => Ok(0),
+                Ok(Some(given)) => {
+                    b.restored_memory = None;
+                    b.mapped_memory = Some(memory);
+                    Ok(given)
+                }
+                Err(e) => {
+                    b.restored_memory = None;
+                    Err(e)
+                }
             }
         })
     }

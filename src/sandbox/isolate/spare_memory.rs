@@ -182,6 +182,21 @@ pub(crate) unsafe fn record_writes(range: Range<usize>, snapshot: u64) {
     });
 }
 
+/// Stops recording the writes to `range` (its pages are about to be replaced): a memory kept as a
+/// spare then carries no list, and its pages are compared in full by the next restore.
+#[cfg(target_os = "linux")]
+pub(crate) fn forget(range: &Range<usize>) {
+    let _ = RECORDING.try_with(|recording| {
+        if let Ok(mut recording) = recording.try_borrow_mut() {
+            recording.retain(|(r, _)| r != range);
+        }
+    });
+}
+
+/// Stops recording the writes to `range` (see the Linux version); not on this platform.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn forget(_range: &Range<usize>) {}
+
 /// Most restored memories a thread records the writes of at once (a worker holds its stock, at most a
 /// few sandboxes).
 #[cfg(target_os = "linux")]
@@ -448,6 +463,15 @@ mod tests {
             unsafe { keep(range.clone()) };
             let reused = take_into(Memory::new(pages).0, 42).expect("the spare");
             assert_eq!(reused.written, None);
+
+            // Forgotten (its pages were to be replaced): no list either.
+            // SAFETY: as above.
+            unsafe { record_writes(range.clone(), 42) };
+            forget(&range);
+            // SAFETY: as above.
+            unsafe { keep(range.clone()) };
+            let reused = take_into(Memory::new(pages).0, 42).expect("the spare");
+            assert_eq!(reused.written, None, "forgotten");
 
             // Not recorded (another range was): any page may have been written.
             let other = Memory::new(pages);

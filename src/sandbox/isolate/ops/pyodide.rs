@@ -191,7 +191,7 @@ pub(super) fn op_sandbox_restore_memory(
     // only for the copy to overwrite them.
     let base = heap.as_ptr() as usize;
     let copied_into_memory =
-        snapshot.image().is_none() && state(op_state).budget.wasm_memory_data() == Some(base);
+        !snapshot.maps_memory() && state(op_state).budget.wasm_memory_data() == Some(base);
     let restored_len = snapshot
         .byte_len()
         .checked_sub(memory_offset as usize)
