@@ -148,18 +148,7 @@ fn the_whole_stock_follows_the_flavor_of_the_last_call() {
 fn an_idle_worker_has_its_stock_give_back_memory_once_per_idle_spell() {
     let fake = Arc::new(Fake::default());
     let pause = Duration::from_millis(100);
-    let pool = Pool::start(
-        fake.clone(),
-        WorkerSettings {
-            max_workers: 1,
-            queue_capacity: 8,
-            prewarmed_workers: 1,
-            ready_sandboxes: 2,
-            ready_preimported_sandboxes: 2,
-            idle_give_back: Some(pause),
-        },
-    )
-    .expect("pool starts");
+    let pool = giving_back(&fake, pause);
     let given_back = || fake.given_back.lock().unwrap().clone();
     // The whole stock, once the worker has rested and then stayed idle for the pause.
     wait_until("the stock to give back", || given_back().len() == 2);
@@ -183,18 +172,7 @@ fn a_stock_that_fails_to_give_back_is_dropped_newest_first_and_booted_again() {
     let fake = Arc::new(Fake::default());
     fake.fail_give_back.store(true, Ordering::SeqCst);
     let pause = Duration::from_millis(100);
-    let pool = Pool::start(
-        fake.clone(),
-        WorkerSettings {
-            max_workers: 1,
-            queue_capacity: 8,
-            prewarmed_workers: 1,
-            ready_sandboxes: 2,
-            ready_preimported_sandboxes: 2,
-            idle_give_back: Some(pause),
-        },
-    )
-    .expect("pool starts");
+    let pool = giving_back(&fake, pause);
     // The first sandbox fails: the whole stock goes (the second without being asked), and two
     // new ones are booted.
     wait_until("the stock to be replaced", || {
@@ -217,4 +195,20 @@ fn a_stock_that_fails_to_give_back_is_dropped_newest_first_and_booted_again() {
     pool.shutdown();
     wait_until("the worker to exit", || pool.workers_exited());
     assert_eq!(fake.out_of_order.load(Ordering::SeqCst), 0);
+}
+
+/// One prewarmed worker keeping two ready sandboxes, which give back memory after `pause` idle.
+fn giving_back(fake: &Arc<Fake>, pause: Duration) -> Pool<Fake> {
+    Pool::start(
+        fake.clone(),
+        WorkerSettings {
+            max_workers: 1,
+            queue_capacity: 8,
+            prewarmed_workers: 1,
+            ready_sandboxes: 2,
+            ready_preimported_sandboxes: 2,
+            idle_give_back: Some(pause),
+        },
+    )
+    .expect("pool starts")
 }

@@ -1,4 +1,4 @@
-// The package layer in a sandbox's MEMFS (the layer ops are in pyodide.rs): its files as slices of
+// The package layer in a sandbox's MEMFS (its ops are in layer.rs): its files as slices of
 // the sandbox's copy-on-write map of the layer, each directory made when first looked up; and the
 // installer that builds the layer at start-up.
 

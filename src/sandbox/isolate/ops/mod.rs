@@ -3,14 +3,15 @@
 //! thing. They come in pairs with the JavaScript that calls them:
 //! - [`web`] and `web.js`: the Web APIs Pyodide needs (encoding, URL, Base64, time, randomness, fetch);
 //! - [`call`] and `call.js` (with `runner.py`): one call's lifecycle;
-//! - [`pyodide`] and `pyodide.js`: booting Pyodide, the memory snapshot, the package layer (with
-//!   `dylink.js`: the shared libraries of a snapshot with pre-imported packages; `layer.js`: the
-//!   package layer in MEMFS).
+//! - [`pyodide`] and `pyodide.js`: booting Pyodide and the memory snapshot (with `dylink.js`: the
+//!   shared libraries of a snapshot with pre-imported packages);
+//! - [`layer`] and `layer.js`: the package layer in MEMFS, and the installer that builds it.
 //!
 //! `runtime.js` is the extension's entry point: it imports the three modules and hands `boot` and
 //! `run` to Rust through `op_sandbox_register`.
 
 mod call;
+mod layer;
 mod pyodide;
 mod web;
 
@@ -286,13 +287,13 @@ deno_core::extension!(
         pyodide::op_sandbox_compile_wasm,
         pyodide::op_sandbox_main_memory,
         pyodide::op_sandbox_memory_room,
-        pyodide::op_sandbox_layer_blob,
-        pyodide::op_sandbox_layer_capture,
-        pyodide::op_sandbox_layer_capture_loaded,
-        pyodide::op_sandbox_layer_index,
-        pyodide::op_sandbox_layer_dir,
-        pyodide::op_sandbox_layer_loaded,
-        pyodide::op_sandbox_layer_module,
+        layer::op_sandbox_layer_blob,
+        layer::op_sandbox_layer_capture,
+        layer::op_sandbox_layer_capture_loaded,
+        layer::op_sandbox_layer_index,
+        layer::op_sandbox_layer_dir,
+        layer::op_sandbox_layer_loaded,
+        layer::op_sandbox_layer_module,
         pyodide::op_sandbox_log,
         pyodide::op_sandbox_read_asset,
         pyodide::op_sandbox_read_asset_text,
