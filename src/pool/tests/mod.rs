@@ -197,16 +197,26 @@ fn stocked_pool(
 ) -> Pool<Fake> {
     Pool::start(
         backend.clone(),
-        WorkerSettings {
-            max_workers: workers,
-            queue_capacity: queue,
-            prewarmed_workers: prewarmed,
-            ready_sandboxes,
-            ready_preimported_sandboxes: ready_sandboxes,
-            idle_give_back: None,
-        },
+        settings(workers, queue, prewarmed, ready_sandboxes),
     )
     .expect("pool starts")
+}
+
+/// Pool settings: `prewarmed` of `workers` keep `ready_sandboxes` each; no idle give-back.
+fn settings(
+    workers: usize,
+    queue: usize,
+    prewarmed: usize,
+    ready_sandboxes: usize,
+) -> WorkerSettings {
+    WorkerSettings {
+        max_workers: workers,
+        queue_capacity: queue,
+        prewarmed_workers: prewarmed,
+        ready_sandboxes,
+        ready_preimported_sandboxes: ready_sandboxes,
+        idle_give_back: None,
+    }
 }
 
 /// Whether a worker with a ready sandbox waits for a job.
@@ -468,19 +478,9 @@ fn boot_failures_fail_the_job_or_the_start() {
         "a failed boot does not kill the worker"
     );
 
-    let error = Pool::start(
-        fake.clone(),
-        WorkerSettings {
-            max_workers: 2,
-            queue_capacity: 8,
-            prewarmed_workers: 1,
-            ready_sandboxes: 1,
-            ready_preimported_sandboxes: 1,
-            idle_give_back: None,
-        },
-    )
-    .err()
-    .unwrap();
+    let error = Pool::start(fake.clone(), settings(2, 8, 1, 1))
+        .err()
+        .unwrap();
     assert!(
         matches!(&error, PoolError::Prewarm { worker: 0, message } if message == "no sandbox today"),
         "{error}"

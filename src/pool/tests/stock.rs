@@ -199,16 +199,9 @@ fn a_stock_that_fails_to_give_back_is_dropped_newest_first_and_booted_again() {
 
 /// One prewarmed worker keeping two ready sandboxes, which give back memory after `pause` idle.
 fn giving_back(fake: &Arc<Fake>, pause: Duration) -> Pool<Fake> {
-    Pool::start(
-        fake.clone(),
-        WorkerSettings {
-            max_workers: 1,
-            queue_capacity: 8,
-            prewarmed_workers: 1,
-            ready_sandboxes: 2,
-            ready_preimported_sandboxes: 2,
-            idle_give_back: Some(pause),
-        },
-    )
-    .expect("pool starts")
+    let settings = WorkerSettings {
+        idle_give_back: Some(pause),
+        ..settings(1, 8, 1, 2)
+    };
+    Pool::start(fake.clone(), settings).expect("pool starts")
 }

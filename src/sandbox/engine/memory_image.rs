@@ -29,6 +29,10 @@ use std::sync::OnceLock;
 /// The granularity of mappings and of the page map: one OS page.
 pub(crate) const PAGE: usize = 4096;
 
+/// How much of the file is read at a time to compare a memory with it: 1 MiB.
+#[cfg(target_os = "linux")]
+const CHUNK: usize = 256 * PAGE;
+
 /// The snapshot's bytes as a sealed file that sandboxes map their memory from.
 pub(crate) struct MappedImage {
     #[cfg(target_os = "linux")]
@@ -138,29 +142,27 @@ impl MappedImage {
                     continue;
                 }
                 let first = i;
-                while i < pages.len() && pages[i].written() && i - first < 256 {
+                while i < pages.len() && pages[i].written() && (i - first) * PAGE < CHUNK {
                     i += 1;
                 }
                 let run = first * PAGE..i * PAGE;
-                let Ok(file) = self.file.read_at(self.memory_start + run.start, run.len()) else {
-                    return given;
-                };
+                let mut same: Option<Range<usize>> = None;
                 // SAFETY: by the caller, `memory` (which holds `run`) is readable and nothing
                 // writes it meanwhile.
-                let own = unsafe {
-                    std::slice::from_raw_parts((memory.start + run.start) as *const u8, run.len())
-                };
-                let mut same: Option<Range<usize>> = None;
-                for (page, (own, file)) in own.chunks(PAGE).zip(file.chunks(PAGE)).enumerate() {
-                    let at = run.start + page * PAGE;
-                    if own == file {
-                        match &mut same {
-                            Some(r) => r.end = at + PAGE,
-                            None => same = Some(at..at + PAGE),
+                let compared = unsafe {
+                    self.compare_pages(memory.start, run, |at, _, equal| {
+                        if equal {
+                            match &mut same {
+                                Some(r) => r.end = at + PAGE,
+                                None => same = Some(at..at + PAGE),
+                            }
+                        } else if let Some(r) = same.take() {
+                            given += drop_pages(memory.start, r);
                         }
-                    } else if let Some(r) = same.take() {
-                        given += drop_pages(memory.start, r);
-                    }
+                    })
+                };
+                if compared.is_err() {
+                    return given;
                 }
                 if let Some(r) = same {
                     given += drop_pages(memory.start, r);
@@ -201,25 +203,22 @@ impl MappedImage {
                 Some(pages) => pages.iter().filter(|p| p.written()).count() * PAGE,
                 None => return Ok(None),
             };
-            // SAFETY: by the caller, `memory` is readable and nothing writes it meanwhile.
-            let own = unsafe { std::slice::from_raw_parts(memory.start as *const u8, len) };
             // The pages that differ from the file's: their offsets, and their bytes.
             let mut differ: Vec<usize> = Vec::new();
             let mut saved: Vec<u8> = Vec::new();
-            const CHUNK: usize = 256 * PAGE;
             for at in (0..len).step_by(CHUNK) {
-                let end = (at + CHUNK).min(len);
-                let file = self
-                    .file
-                    .read_at(self.memory_start + at, end - at)
-                    .map_err(|e| format!("cannot read the snapshot's file: {e}"))?;
-                for (i, (own, file)) in own[at..end].chunks(PAGE).zip(file.chunks(PAGE)).enumerate()
-                {
-                    if own != file {
-                        differ.push(at + i * PAGE);
-                        saved.extend_from_slice(own);
-                    }
+                let run = at..(at + CHUNK).min(len);
+                // SAFETY: by the caller, `memory` (which holds `run`) is readable and nothing
+                // writes it meanwhile.
+                unsafe {
+                    self.compare_pages(memory.start, run, |at, own, equal| {
+                        if !equal {
+                            differ.push(at);
+                            saved.extend_from_slice(own);
+                        }
+                    })
                 }
+                .map_err(|e| format!("cannot read the snapshot's file: {e}"))?;
                 if saved.len() > len / 2 {
                     return Ok(None);
                 }
@@ -243,6 +242,32 @@ impl MappedImage {
             let _ = memory;
             Ok(None)
         }
+    }
+
+    /// Compares the pages `run` (byte offsets of the linear memory, whole pages, at most
+    /// [`CHUNK`] bytes) of the memory at address `start` with the file's, which are read, not
+    /// mapped (mapping them would bring the file's pages into the process): `each` gets each
+    /// page's offset, its bytes in the memory, and whether they equal the file's.
+    ///
+    /// # Safety
+    /// `start + run` must be readable memory that nothing writes meanwhile.
+    #[cfg(target_os = "linux")]
+    unsafe fn compare_pages(
+        &self,
+        start: usize,
+        run: Range<usize>,
+        mut each: impl FnMut(usize, &[u8], bool),
+    ) -> std::io::Result<()> {
+        let file = self
+            .file
+            .read_at(self.memory_start + run.start, run.len())?;
+        // SAFETY: as the caller guarantees.
+        let own =
+            unsafe { std::slice::from_raw_parts((start + run.start) as *const u8, run.len()) };
+        for (page, (own, file)) in own.chunks(PAGE).zip(file.chunks(PAGE)).enumerate() {
+            each(run.start + page * PAGE, own, own == file);
+        }
+        Ok(())
     }
 
     /// Sets the working set, once: the pages of a mapped memory at `memory` (its address range) that
