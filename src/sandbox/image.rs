@@ -80,6 +80,108 @@ impl SessionImage {
     }
 }
 
+/// The own global properties a sandbox's realm may have once booted, and the only global names a
+/// session image may refer to (see [`check_references`]): the ECMAScript built-ins, the Web APIs
+/// `web.js` installs, and what Pyodide leaves. A boot removes every other global before Pyodide
+/// starts (`sealRealm` in `pyodide.js`) and ends with Rust's check that none is left
+/// (`isolate/realm.rs`), on every path: fresh, parked then finished, restored and forked.
+#[rustfmt::skip]
+pub const REALM_GLOBALS: &[&str] = &[
+    // ECMAScript (V8 15)
+    "AggregateError", "Array", "ArrayBuffer", "AsyncDisposableStack", "Atomics", "BigInt",
+    "BigInt64Array", "BigUint64Array", "Boolean", "DataView", "Date", "DisposableStack", "Error",
+    "EvalError", "FinalizationRegistry", "Float16Array", "Float32Array", "Float64Array",
+    "Function", "Infinity", "Int16Array", "Int32Array", "Int8Array", "Intl", "Iterator", "JSON",
+    "Map", "Math", "NaN", "Number", "Object", "Promise", "Proxy", "RangeError", "ReferenceError",
+    "Reflect", "RegExp", "Set", "SharedArrayBuffer", "String", "SuppressedError", "Symbol",
+    "SyntaxError", "Temporal", "TypeError", "URIError", "Uint16Array", "Uint32Array",
+    "Uint8Array", "Uint8ClampedArray", "WeakMap", "WeakRef", "WeakSet", "WebAssembly",
+    "decodeURI", "decodeURIComponent", "encodeURI", "encodeURIComponent", "escape", "eval",
+    "globalThis", "isFinite", "isNaN", "parseFloat", "parseInt", "undefined", "unescape",
+    // Web APIs (web.js)
+    "AbortController", "AbortSignal", "Headers", "MessageChannel", "Request", "Response",
+    "TextDecoder", "TextEncoder", "URL", "URLSearchParams", "atob", "btoa", "clearInterval",
+    "clearTimeout", "console", "crypto", "fetch", "performance", "queueMicrotask", "setInterval",
+    "setTimeout",
+    // Pyodide's reader of its files and the lock file's wheels (pyodide.js; Rust serves only those)
+    "readbuffer",
+];
+
+/// The longest header (Pyodide's record of the JavaScript objects Python holds) an image may have.
+const MAX_HEADER_JSON: usize = 16 << 20;
+/// Pyodide's memory snapshot magic number (the header's first u32).
+const SNAPSHOT_MAGIC: u32 = 1_886_286_592;
+/// Where the header's JSON starts.
+const HEADER_JSON_AT: usize = 48;
+
+/// Checks what a session image's memory (Pyodide's snapshot header, at its start) refers to of the
+/// JavaScript world: each object Python held must be one of the few an image may name — nothing,
+/// Pyodide's API object or its `abortSignalAny`, the output streams, or a global of
+/// [`REALM_GLOBALS`] or one of its own properties (`["Math", "floor"]`). A path resolved against
+/// the global object (Pyodide's own `{path}` form) is never accepted: a restore would resolve it
+/// before the realm is checked. Decided here, in Rust, before a restore starts and when an image is
+/// made: whatever the session's code made of Pyodide's serializer, an image names nothing else.
+pub fn check_references(memory: &[u8]) -> Result<(), String> {
+    let word = |i: usize| {
+        memory
+            .get(i * 4..i * 4 + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .ok_or("the image's memory header is cut short")
+    };
+    if word(0)? != SNAPSHOT_MAGIC {
+        return Err("the image's memory is not a Pyodide memory snapshot".into());
+    }
+    let header_len = word(1)? as usize;
+    let json_len = word(2)? as usize;
+    if json_len > MAX_HEADER_JSON || HEADER_JSON_AT + json_len > header_len.min(memory.len()) {
+        return Err("the image's memory header is malformed".into());
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    struct Header {
+        hiwire_keys: Vec<Option<Held>>,
+        immortal_keys: Vec<String>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    enum Held {
+        #[serde(rename = "API")]
+        Api(bool),
+        #[serde(rename = "abortSignalAny")]
+        AbortSignalAny(bool),
+        #[serde(rename = "serialized")]
+        Serialized(Token),
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Token {
+        Stream(String),
+        Path(Vec<String>),
+    }
+    let json = &memory[HEADER_JSON_AT..HEADER_JSON_AT + json_len];
+    let header: Header = serde_json::from_slice(json).map_err(|_| {
+        "the image's record of the JavaScript objects Python holds is malformed".to_string()
+    })?;
+    let _ = header.immortal_keys;
+    for held in header.hiwire_keys.iter().flatten() {
+        let allowed = match held {
+            Held::Api(flag) | Held::AbortSignalAny(flag) => *flag,
+            Held::Serialized(Token::Stream(name)) => name == "stdout" || name == "stderr",
+            Held::Serialized(Token::Path(path)) => match path.as_slice() {
+                [] => true,
+                [global] | [global, _] => REALM_GLOBALS.contains(&global.as_str()),
+                _ => false,
+            },
+        };
+        if !allowed {
+            return Err(
+                "the image refers to a JavaScript object a session image may not name".into(),
+            );
+        }
+    }
+    Ok(())
+}
+
 /// `parts` (a payload in parts) as one buffer.
 pub fn join(parts: &[Bytes]) -> Bytes {
     let mut out = Vec::with_capacity(parts.iter().map(Bytes::len).sum());

@@ -21,6 +21,7 @@ mod notebook;
 mod packages;
 mod pool;
 mod preimport;
+mod restored_realm;
 mod server;
 mod session_image;
 mod sessions;

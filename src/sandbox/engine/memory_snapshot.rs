@@ -85,6 +85,9 @@ pub(crate) struct SharedSnapshot {
     image: Option<MappedImage>,
     /// Whether a restore maps the image rather than copying the memory.
     maps: bool,
+    /// Whether the bytes are a session's image (its own interpreter, whose code has run: see
+    /// [`of_session`](Self::of_session)), not one of the engine's snapshots.
+    session: bool,
 }
 
 /// How sandboxes get the memory of a snapshot with pre-imported modules.
@@ -174,6 +177,7 @@ impl SharedSnapshot {
                 overlay: None,
                 image: Some(image),
                 maps: memory == SnapshotMemory::Mapped,
+                session: false,
             },
             None => Self::sparse(bytes, offset, runs),
         };
@@ -181,6 +185,20 @@ impl SharedSnapshot {
             dylibs: Some(dylibs),
             ..snapshot
         }
+    }
+
+    /// These bytes marked as a session's image: a sandbox restored from them counts as one whose
+    /// user code has run from the start (its JavaScript and Python may be anything that code made).
+    pub fn of_session(self) -> Self {
+        Self {
+            session: true,
+            ..self
+        }
+    }
+
+    /// Whether these bytes are a session's image (see [`of_session`](Self::of_session)).
+    pub fn is_session(&self) -> bool {
+        self.session
     }
 
     /// The record of the shared libraries to relink, for a snapshot with pre-imported modules.
@@ -214,6 +232,7 @@ impl SharedSnapshot {
             overlay: None,
             image: None,
             maps: false,
+            session: false,
         }
     }
 
@@ -257,6 +276,7 @@ impl SharedSnapshot {
             overlay: Some(Overlay { base, delta }),
             image: None,
             maps: false,
+            session: false,
         })
     }
 

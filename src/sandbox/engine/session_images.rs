@@ -9,7 +9,7 @@ use super::memory_snapshot::{DylibRecord, SharedSnapshot, SnapshotMemory};
 use super::shared::EngineError;
 use super::snapshots::Flavor;
 use super::{Engine, session_base, snapshot_files};
-use crate::sandbox::image::SessionImage;
+use crate::sandbox::image::{SessionImage, check_references};
 use crate::sandbox::isolate::{ParkedSandbox, Sandbox};
 
 impl Engine {
@@ -66,7 +66,8 @@ impl Engine {
     }
 
     /// A session's sandbox restored from `image`: its interpreter as it was saved, its files back
-    /// under /workspace, saveable again. An image based on a snapshot is restored without building
+    /// under /workspace, saveable again. What the image names of the JavaScript world is checked
+    /// first (`image::check_references`). An image based on a snapshot is restored without building
     /// its memory in one piece: the base's pages and the changed ones are written straight into
     /// the new sandbox's memory. `parked`, when given, is the sandbox finished from it.
     pub fn restore_session(
@@ -108,10 +109,12 @@ impl Engine {
                 .unwrap_or(usize::MAX);
                 let delta =
                     session_base::Delta::parse(image.memory, max).map_err(EngineError::Boot)?;
+                check_references(delta.header()).map_err(EngineError::Boot)?;
                 based = Some((base.clone(), name));
                 SharedSnapshot::overlaid(base, delta, dylibs).map_err(EngineError::Boot)?
             }
             None => {
+                check_references(&image.memory).map_err(EngineError::Boot)?;
                 let memory = image.memory.to_vec();
                 match dylibs {
                     Some(dylibs) => {
@@ -122,7 +125,8 @@ impl Engine {
             }
         };
         let prepared = Instant::now();
-        let mut sandbox = self.boot_session(parked, Some(Arc::new(memory)), based)?;
+        let memory = Arc::new(memory.of_session());
+        let mut sandbox = self.boot_session(parked, Some(memory), based)?;
         tracing::debug!(
             boot_ms = prepared.elapsed().as_secs_f64() * 1e3,
             "session sandbox booted from its image"

@@ -106,7 +106,7 @@ impl Starting {
             None
         };
         let runtime = &mut self.runtime;
-        let call = runtime.call(&step);
+        let call = super::waker::released(runtime.call(&step));
         let booted = self.tokio.block_on(async {
             tokio::select! {
                 r = runtime.with_event_loop_promise(call, Default::default()) => Some(r),
@@ -134,7 +134,17 @@ impl Starting {
     }
 
     /// The booted sandbox: the start-up ops refuse from here on, and what the boot printed is gone.
-    pub(super) fn finish(self) -> Sandbox {
+    /// Every way a sandbox that runs user code comes to be ends here, with the check that its realm
+    /// reaches nothing a fresh sandbox cannot (`realm.rs`).
+    pub(super) fn finish(mut self) -> Result<Sandbox, EngineError> {
+        let user_realm = {
+            let state = self.runtime.op_state();
+            let state = state.borrow();
+            matches!(state.borrow::<BootState>().role, Role::Sandbox { .. })
+        };
+        if user_realm {
+            super::realm::check(&mut self.runtime).map_err(EngineError::Boot)?;
+        }
         let Self {
             runtime,
             tokio,
@@ -173,7 +183,7 @@ impl Starting {
             .op_state()
             .borrow_mut()
             .put(CallState::idle());
-        sandbox
+        Ok(sandbox)
     }
 
     /// Why booting failed, as precisely as the sandbox can say: a budget too small for Pyodide, or
@@ -242,6 +252,6 @@ impl ParkedSandbox {
             }
         }
         starting.drive(&shared, |e| &e.unpark, true)?;
-        Ok(starting.finish())
+        starting.finish()
     }
 }

@@ -20,8 +20,10 @@ pub(crate) mod memory;
 pub(crate) mod ops;
 pub(crate) mod outcome;
 pub(crate) mod output;
+mod realm;
 mod session;
 pub(crate) mod spare_memory;
+mod waker;
 pub(crate) mod watchdog;
 #[cfg(target_os = "linux")]
 mod written_pages;
@@ -212,7 +214,7 @@ impl Sandbox {
         let installer = matches!(role, Role::Installer { .. });
         let mut starting = Starting::new(&shared, role)?;
         starting.drive(&shared, |e| &e.boot, !installer)?;
-        Ok(starting.finish())
+        starting.finish()
     }
 
     /// Finishes the garbage collection that booting started, for a sandbox prepared ahead of a call:
@@ -322,7 +324,7 @@ impl Sandbox {
 
         let runtime = &mut self.runtime;
         let returned = self.tokio.block_on(async {
-            let call = runtime.call(&run);
+            let call = waker::released(runtime.call(&run));
             tokio::select! {
                 r = runtime.with_event_loop_promise(call, Default::default()) => Some(r.map(drop).map_err(|e| e.to_string())),
                 _ = watchdog.fired() => None,

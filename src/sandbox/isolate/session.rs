@@ -178,7 +178,7 @@ impl Sandbox {
             ]
         };
         let outcome = self.tokio.block_on(async {
-            let call = runtime.call_with_args(&inspect, &args);
+            let call = super::waker::released(runtime.call_with_args(&inspect, &args));
             tokio::select! {
                 r = runtime.with_event_loop_promise(call, Default::default()) => Some(r.map_err(|e| e.to_string())),
                 _ = watchdog.fired() => None,

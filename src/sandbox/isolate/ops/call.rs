@@ -149,7 +149,12 @@ pub(super) fn op_sandbox_image_part(
     };
     let image = &mut call_mut(op_state).image;
     match kind {
-        0 => image.memory = Some(data.to_vec()),
+        // What the header names of the JavaScript world is Rust's to decide, whatever the code made
+        // of Pyodide's serializer.
+        0 => match crate::sandbox::image::check_references(data) {
+            Ok(()) => image.memory = Some(data.to_vec()),
+            Err(reason) => image.refused = Some(reason),
+        },
         1 => image.files.push((name.to_string(), data.to_vec())),
         2 => {
             image.refused =
@@ -163,6 +168,9 @@ pub(super) fn op_sandbox_image_part(
         3 => image.dylibs = (!name.is_empty()).then(|| name.to_string()),
         4 => {
             let Some(mut memory) = image.memory.take() else {
+                if image.refused.is_some() {
+                    return Ok(());
+                }
                 return Err(JsErrorBox::type_error("the heap came before the header"));
             };
             match base {

@@ -7,7 +7,7 @@ import { core, primordials } from "ext:core/mod.js";
 import { setTimeOrigin } from "ext:sandbox/web.js";
 import { recordDylibs, relinkDylibs } from "ext:sandbox/dylink.js";
 import { buildLayer, copyLayer } from "ext:sandbox/layer.js";
-import { deserialize, prepareImages, writers } from "ext:sandbox/image.js";
+import { captureGlobals, checkHeld, deserialize, prepareImages, writers } from "ext:sandbox/image.js";
 
 const {
   op_sandbox_boot_config,
@@ -26,22 +26,6 @@ const {
   op_sandbox_wrapper_module,
   op_sandbox_write,
 } = core.ops;
-
-// Globals that must never be reachable from user code (Python's `js` module or JS evaluated by it).
-const FORBIDDEN_GLOBALS = [
-  "Deno",
-  "__bootstrap",
-  "__infra",
-  "__timers",
-  "process",
-  "Bun",
-  "require",
-  "module",
-  "window",
-  "read",
-  "load",
-  "os",
-];
 
 // Virtual directory under which Pyodide asks for its runtime files; served by op_sandbox_read_asset.
 const INDEX_URL = "/pyodide/";
@@ -91,7 +75,14 @@ if "matplotlib.font_manager" in sys.modules:
     sys.modules["matplotlib.font_manager"]._get_font.cache_clear()
 del name, modules
 gc.collect()`;
-const { ObjectGetOwnPropertyDescriptor, String: PrimordialString, StringPrototypeSlice } = primordials;
+const {
+  ObjectGetOwnPropertyDescriptor,
+  ReflectDeleteProperty,
+  ReflectOwnKeys,
+  SafeSet,
+  String: PrimordialString,
+  StringPrototypeSlice,
+} = primordials;
 
 /** The message of every refusal when runtime package installation is disabled. */
 const DISABLED = "Runtime package installation is disabled";
@@ -161,6 +152,11 @@ export async function boot(gate = null) {
   const cfg = op_sandbox_boot_config();
   autoLoad = cfg.autoLoad;
   delete globalThis.Deno;
+  const user = cfg.kind === "sandbox";
+  if (user) {
+    sealRealm(cfg.globals);
+    captureGlobals();
+  }
   defineShellGlobals();
   // Already evaluated if the isolate started from the V8 startup snapshot (see preloadPyodide).
   const { loadPyodide } = await import("asset:///pyodide.mjs");
@@ -171,6 +167,8 @@ export async function boot(gate = null) {
   // modules comes with the record of its shared libraries.
   let snapshot = null;
   let dylibs = null;
+  // Whether the snapshot is a session's image (its interpreter continues; nothing is reseeded).
+  let image = cfg.image;
   const takeSnapshot = (relink) => {
     snapshot = op_sandbox_snapshot();
     dylibs = relink ? JSON.parse(relink) : null;
@@ -186,7 +184,9 @@ export async function boot(gate = null) {
         gate.then(() => {
           setTimeOrigin();
           try {
-            resolve(takeSnapshot(op_sandbox_boot_config().relink));
+            const chosen = op_sandbox_boot_config();
+            image = chosen.image;
+            resolve(takeSnapshot(chosen.relink));
           } catch (error) {
             reject(error);
           }
@@ -294,7 +294,7 @@ export async function boot(gate = null) {
 
   const module = pyodide.pyimport("_sandbox_runner");
   // (A JavaScript null would reach Python as `jsnull`, not None: pass the message only when set.)
-  const options = { table_rows: cfg.tableRows, table_columns: cfg.tableColumns };
+  const options = { table_rows: cfg.tableRows, table_columns: cfg.tableColumns, reseed: !image };
   // (A JavaScript null would reach Python as `jsnull`, not None: the message only when set.)
   if (cfg.micropipUnavailable) options.micropip_unavailable = cfg.micropipUnavailable;
   module.prepare.callKwargs(options);
@@ -318,9 +318,14 @@ export async function boot(gate = null) {
     delete config.createPyodideModule;
     delete config._loadSnapshot;
   }
-  lockDown();
-  // A session's sandbox: what its image needs, taken now, before any user code exists.
-  if (cfg.saveable) prepareImages(pyodide, dylibs);
+  lockDown(cfg.globals);
+  // A session's sandbox: what its image needs, taken now, before any user code exists; and what
+  // Python holds of JavaScript is only what an image may name (a restored image's Python ran while
+  // Pyodide restored it).
+  if (cfg.saveable) {
+    prepareImages(pyodide, dylibs);
+    checkHeld();
+  }
 }
 
 /**
@@ -456,20 +461,39 @@ export function define(name, value) {
 }
 
 /**
- * Removes every host-facing global and Pyodide's native file-system mounts, routes WebAssembly
- * compilation through Rust, and makes MEMFS fail writes past the memory budget with ENOSPC.
+ * Seals a sandbox's realm before Pyodide starts: every global that `allowed` (Rust's list of what a
+ * user realm has, `sandbox/image.rs`) does not name is removed (deno_core's `Deno`, `__bootstrap`
+ * and the like), and WebAssembly is routed through Rust. A session image's Python runs while
+ * Pyodide restores it (Pyodide imports from the restored heap), so from here on nothing is reachable
+ * that a user realm does not have. Rust checks the realm again when the boot ends (`realm.rs`).
  */
-function lockDown() {
+function sealRealm(allowed) {
+  removeUnlisted(allowed);
   guardWebAssembly();
-  limitFileStorage(pyodide.FS);
   // No new properties on the two prototypes every array and object inherits from: deno_core builds
   // arrays with index writes that would run a setter defined there (an index accessor on
   // Array.prototype re-entering a promise-rejection callback aborts the process).
   Object.preventExtensions(Array.prototype);
   Object.preventExtensions(Object.prototype);
-  for (const name of FORBIDDEN_GLOBALS) {
-    delete globalThis[name];
+}
+
+/** Removes every own global (string-keyed) that `allowed` does not name. */
+function removeUnlisted(allowed) {
+  const keep = new SafeSet(allowed);
+  for (const name of ReflectOwnKeys(globalThis)) {
+    if (typeof name === "string" && !keep.has(name)) ReflectDeleteProperty(globalThis, name);
   }
+}
+
+/**
+ * Removes what the boot itself defined on the global object (the shell functions Pyodide read its
+ * files with) and anything else not on `allowed`, Pyodide's native file-system mounts, and makes
+ * MEMFS fail writes past the memory budget with ENOSPC.
+ */
+function lockDown(allowed) {
+  removeMemoryConstructor();
+  limitFileStorage(pyodide.FS);
+  removeUnlisted(allowed);
   for (const api of ["mountNodeFS", "mountNativeFS"]) {
     delete pyodide[api];
   }
@@ -527,10 +551,35 @@ function guardWebAssembly() {
     const module = compile(source);
     return { module, instance: await instantiate(module, imports) };
   };
-  const memoryPrototype = WA.Memory.prototype;
-  delete WA.Memory;
-  delete memoryPrototype.constructor;
+  // While Pyodide starts it makes one memory of one page (a shared one to sleep on); then the
+  // constructor goes (see `removeMemoryConstructor`). Until then, at most that.
+  const OriginalMemory = WA.Memory;
+  let memoriesLeft = 1;
+  function Memory(descriptor) {
+    if (new.target === undefined) throw new TypeError("WebAssembly.Memory must be invoked with 'new'");
+    const pages = Number(descriptor?.maximum);
+    if (memoriesLeft <= 0 || !(pages <= 1)) {
+      throw new TypeError("a sandbox has exactly one WebAssembly memory, Python's");
+    }
+    memoriesLeft--;
+    return new OriginalMemory({ initial: 1, maximum: 1, shared: descriptor.shared === true });
+  }
+  Memory.prototype = OriginalMemory.prototype;
+  Object.defineProperty(OriginalMemory.prototype, "constructor", {
+    value: Memory,
+    writable: true,
+    configurable: true,
+    enumerable: false,
+  });
+  WA.Memory = Memory;
+  removeMemoryConstructor = () => {
+    delete WA.Memory;
+    delete OriginalMemory.prototype.constructor;
+  };
 }
+
+/** Removes the `WebAssembly.Memory` constructor, once Pyodide has started (see `guardWebAssembly`). */
+let removeMemoryConstructor = null;
 
 /** ENOSPC in Emscripten's (WASI's) errno numbering. */
 const ENOSPC = 51;

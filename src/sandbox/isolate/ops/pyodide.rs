@@ -8,7 +8,7 @@ use std::sync::Arc;
 use deno_core::{OpState, op2, v8};
 use deno_error::JsErrorBox;
 
-use super::{Phase, Role, boot, boot_mut, call_state, state};
+use super::{Phase, Role, boot, boot_mut, call_state, state, state_mut};
 use crate::protocol::limits::shown;
 use crate::sandbox::engine::layer::LayerOrigin;
 use crate::sandbox::engine::memory_snapshot::{Pages, SharedSnapshot};
@@ -94,6 +94,11 @@ struct BootConfig {
     /// Why `import micropip` fails, on a server whose package layer has none (else null).
     micropip_unavailable: Option<&'static str>,
     env: std::collections::BTreeMap<&'static str, &'static str>,
+    /// The globals a sandbox's realm keeps (`image::REALM_GLOBALS`); every other one is removed
+    /// before Pyodide starts.
+    globals: &'static [&'static str],
+    /// Whether the snapshot being restored is a session's image (nothing is reseeded).
+    image: bool,
 }
 
 #[op2]
@@ -140,6 +145,10 @@ pub(super) fn op_sandbox_boot_config(op_state: &mut OpState) -> Result<BootConfi
         ]
         .into_iter()
         .collect(),
+        globals: crate::sandbox::image::REALM_GLOBALS,
+        image: b
+            .restore_from()
+            .is_some_and(|snapshot| snapshot.is_session()),
     })
 }
 
@@ -154,7 +163,14 @@ pub(super) fn op_sandbox_snapshot<'s, 'i>(
     b.booting("op_sandbox_snapshot")?;
     let snapshot = b
         .restore_from()
-        .ok_or_else(|| JsErrorBox::generic("no memory snapshot"))?;
+        .ok_or_else(|| JsErrorBox::generic("no memory snapshot"))?
+        .clone();
+    // A session's image holds its own interpreter, whose code has run: from the restore on, any of
+    // its JavaScript and Python may be that code's (what it compiles is not kept for others, its
+    // set-up runs within its timeout).
+    if snapshot.is_session() {
+        state_mut(op_state).user_code_ran = true;
+    }
     let (buffer, mapping) = snapshot.array_buffer(scope);
     if let Some(mapping) = mapping {
         state(op_state)

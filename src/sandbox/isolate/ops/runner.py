@@ -236,10 +236,11 @@ def _report(report, success, result, truncated, error_type, message, traceback):
     report(success, result, truncated or display.figures_truncated(), error_type, message, traceback)
 
 
-def prepare(micropip_unavailable=None, table_rows=20, table_columns=20):
+def prepare(micropip_unavailable=None, table_rows=20, table_columns=20, reseed=True):
     """Per-sandbox set-up after a snapshot restore (or a full boot); `micropip_unavailable`: why
     micropip cannot be imported, on a server whose package layer has none; the table size of
-    DataFrames displayed as Markdown."""
+    DataFrames displayed as Markdown; `reseed`: false for a session restored from its image, whose
+    random streams continue where they were."""
     notebook.prepare()
     display.prepare()
     display.configure(table_rows, table_columns)
@@ -248,10 +249,11 @@ def prepare(micropip_unavailable=None, table_rows=20, table_columns=20):
         sys.meta_path.insert(0, _UnavailableFinder)
     # The snapshot froze whatever random state existed: draw fresh OS entropy (numpy's legacy
     # global generator too, when numpy was pre-imported into the snapshot).
-    random.seed()
-    np_random = sys.modules.get("numpy.random")
-    if np_random is not None:
-        np_random.seed()
+    if reseed:
+        random.seed()
+        np_random = sys.modules.get("numpy.random")
+        if np_random is not None:
+            np_random.seed()
     # matplotlib, if pre-imported, made its config directory in a file system that did not survive.
     mpl = sys.modules.get("matplotlib")
     if mpl is not None:
