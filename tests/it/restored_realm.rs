@@ -171,11 +171,21 @@ fn a_patched_serializer_changes_neither_the_image_nor_whether_it_can_be_made() {
 }
 
 /// Python that Pyodide runs while it restores the session: it sets `LD_LIBRARY_PATH` through the
-/// restored `os.environ`, whose class the session replaced. `extra` runs there too.
+/// restored `os.environ`, whose class the session replaced. It records the globals it sees and
+/// tries to make a memory of its own; `extra` runs there too (`restore_again()` asks for the memory
+/// to be restored once more).
 fn hook(extra: &str) -> String {
     format!(
         "import os, js\n\
          seen = []\n\
+         def restore_again():\n\
+         \x20   import pyodide_js\n\
+         \x20   module = pyodide_js._module\n\
+         \x20   try:\n\
+         \x20       module.sandboxRestoreMemory(module.HEAP8)\n\
+         \x20       return 'restored again'\n\
+         \x20   except Exception:\n\
+         \x20       return 'no second restore'\n\
          class Env(type(os.environ)):\n\
          \x20   def __setitem__(self, key, value):\n\
          \x20       if key == 'LD_LIBRARY_PATH':\n\
@@ -186,18 +196,24 @@ fn hook(extra: &str) -> String {
          \x20           except Exception as e:\n\
          \x20               seen.append('no memory')\n\
          {extra}\n\
+         \x20           import gc\n\
+         \x20           gc.collect()\n\
          \x20       super().__setitem__(key, value)\n\
          os.environ.__class__ = Env\n"
     )
 }
 
+/// The image of a session that set up [`hook`] with `extra`.
+fn hooked(engine: &code_interpreter_mcp::sandbox::Engine, extra: &str) -> SessionImage {
+    let mut session = engine.boot_session_flavor(None, Flavor::Plain).unwrap();
+    run(&mut session, &hook(extra));
+    session.save_image().unwrap()
+}
+
 #[test]
 fn python_a_restore_runs_finds_the_realm_already_sealed() {
     let engine = crate::common::engine();
-    let mut session = engine.boot_session_flavor(None, Flavor::Plain).unwrap();
-    run(&mut session, &hook(""));
-    let image = session.save_image().unwrap();
-    drop(session);
+    let image = hooked(engine, "");
     let mut restored = engine.restore_session(None, image).unwrap();
     let seen = run(&mut restored, "'\\n'.join(seen)").unwrap();
     assert!(
@@ -213,16 +229,25 @@ fn python_a_restore_runs_finds_the_realm_already_sealed() {
     assert!(seen.ends_with("no memory"), "{seen}");
     drop(restored);
 
-    // A global the restore's Python makes permanent fails the realm check: the image is refused.
-    let mut session = engine.boot_session_flavor(None, Flavor::Plain).unwrap();
-    run(
-        &mut session,
-        &hook(
-            "\x20           js.Object.defineProperty(js.globalThis, 'leak', js.JSON.parse('{\"value\":1,\"configurable\":false}'))",
-        ),
+    // The memory restored a second time, as the restore's Python asks: refused. (What that Python
+    // holds afterwards may fail the boot's own check: then its output is in the error.)
+    let image = hooked(
+        engine,
+        "\x20           seen.append(restore_again())\n\x20           print(seen[-1], flush=True)",
     );
-    let image = session.save_image().unwrap();
-    drop(session);
+    match engine.restore_session(None, image) {
+        Ok(mut restored) => {
+            let seen = run(&mut restored, "'\\n'.join(seen)").unwrap();
+            assert!(seen.ends_with("no second restore"), "{seen}");
+        }
+        Err(error) => assert!(error.to_string().contains("no second restore"), "{error}"),
+    }
+
+    // A global the restore's Python makes permanent fails the realm check: the image is refused.
+    let image = hooked(
+        engine,
+        "\x20           js.Object.defineProperty(js.globalThis, 'leak', js.JSON.parse('{\"value\":1,\"configurable\":false}'))",
+    );
     let error = engine.restore_session(None, image).err().expect("refused");
     assert!(
         error

@@ -29,6 +29,12 @@ pub(crate) struct BootState {
     /// it was copied into the memory the budget holds: given to the next sandbox as spare memory
     /// when this one is dropped (see `spare_memory.rs`).
     pub restored_memory: Option<std::ops::Range<usize>>,
+    /// Whether the snapshot's bytes were handed out (`op_sandbox_snapshot` serves them once: a
+    /// session image's Python runs while Pyodide restores it and must not get them again).
+    pub snapshot_taken: bool,
+    /// Whether the memory was restored (`op_sandbox_restore_memory` runs once, for the same reason:
+    /// a second restore would take spare memory and map the image again under the running one).
+    pub memory_restored: bool,
 }
 
 impl BootState {
@@ -39,6 +45,8 @@ impl BootState {
             mappings: 0,
             mapped_memory: None,
             restored_memory: None,
+            snapshot_taken: false,
+            memory_restored: false,
         }
     }
 
@@ -159,8 +167,11 @@ pub(super) fn op_sandbox_snapshot<'s, 'i>(
     scope: &mut v8::PinScope<'s, 'i>,
     op_state: &mut OpState,
 ) -> Result<v8::Local<'s, v8::Value>, JsErrorBox> {
-    let b = boot(op_state);
+    let b = boot_mut(op_state);
     b.booting("op_sandbox_snapshot")?;
+    if std::mem::replace(&mut b.snapshot_taken, true) {
+        return Err(JsErrorBox::generic("the memory snapshot was taken already"));
+    }
     let snapshot = b
         .restore_from()
         .ok_or_else(|| JsErrorBox::generic("no memory snapshot"))?
@@ -193,6 +204,9 @@ pub(super) fn op_sandbox_restore_memory(
 ) -> Result<(), JsErrorBox> {
     let b = boot_mut(op_state);
     b.booting("op_sandbox_restore_memory")?;
+    if std::mem::replace(&mut b.memory_restored, true) {
+        return Err(JsErrorBox::generic("the memory was restored already"));
+    }
     let snapshot = b
         .restore_from()
         .ok_or_else(|| JsErrorBox::generic("no memory snapshot"))?
