@@ -170,6 +170,9 @@ impl Tasks {
             .with_ttl_ms(u64::try_from(self.settings.ttl.as_millis()).unwrap_or(u64::MAX))
             .with_poll_interval_ms(POLL_INTERVAL_MS)
             .with_status_message("queued");
+        // A task stops at its TTL whether or not anyone polls it (the manager expires it only
+        // when asked): its code ends and its slot is free at once.
+        let deadline = tokio::time::Instant::now() + self.settings.ttl;
         let ticket = Waiting::enter(self);
         self.working.fetch_add(1, Ordering::SeqCst);
         telemetry::tasks_working(self.working.load(Ordering::SeqCst));
@@ -182,7 +185,9 @@ impl Tasks {
                     started,
                     end: TaskEnd::Failed,
                 };
-                let outcome = tasks.run(&interpreter, args, caller, ticket, &ctx).await;
+                let outcome = tasks
+                    .run(&interpreter, args, caller, ticket, deadline, &ctx)
+                    .await;
                 ending.end = match &outcome {
                     Ok(_) => TaskEnd::Completed,
                     Err(TaskExit::Cancelled) => TaskEnd::Cancelled,
@@ -196,13 +201,15 @@ impl Tasks {
     }
 
     /// A task's life: wait for a running slot, run the call while its status follows the output,
-    /// and settle as completed (the result), cancelled, or failed (the server shut down).
+    /// and settle as completed (the result), cancelled, or failed (the server shut down, or its
+    /// TTL came at `deadline`: the code is stopped as a cancellation stops it).
     async fn run(
         &self,
         interpreter: &CodeInterpreter,
         args: RunPythonCodeArgs,
         caller: crate::sessions::Caller,
         ticket: Waiting,
+        deadline: tokio::time::Instant,
         ctx: &TaskContext,
     ) -> Result<CallToolResult, TaskExit> {
         let permit = {
@@ -214,6 +221,10 @@ impl Tasks {
                     permit = &mut acquire => break permit.map_err(|_| shutting_down())?,
                     () = ctx.cancelled() => return Err(TaskExit::Cancelled),
                     () = self.closing.cancelled() => return Err(shutting_down()),
+                    () = tokio::time::sleep_until(deadline) => {
+                        ctx.set_status_message("expired before it could run");
+                        return Err(expired());
+                    }
                     _ = tick.tick() => ctx.set_status_message(ticket.status()),
                 }
             }
@@ -243,6 +254,10 @@ impl Tasks {
                 () = self.stopping.cancelled() => {
                     ctx.set_status_message(status(&live, started, "stopped by the shutdown after"));
                     return Err(shutting_down());
+                }
+                () = tokio::time::sleep_until(deadline) => {
+                    ctx.set_status_message(status(&live, started, "expired (tasks.ttl_s) after"));
+                    return Err(expired());
                 }
                 _ = tick.tick() => ctx.set_status_message(status(&live, started, "running for")),
             }
@@ -376,6 +391,15 @@ impl Drop for Waiting {
 fn shutting_down() -> TaskExit {
     TaskExit::Error(ErrorData::internal_error(
         "the server is shutting down: this task did not finish; run it again (on another replica)"
+            .to_string(),
+        None,
+    ))
+}
+
+/// Why a task that reached its TTL failed.
+fn expired() -> TaskExit {
+    TaskExit::Error(ErrorData::internal_error(
+        "task expired: its TTL (tasks.ttl_s) elapsed before it completed, and its code was stopped"
             .to_string(),
         None,
     ))

@@ -309,6 +309,46 @@ fn tasks_expire_are_bounded_and_visible_only_to_their_token() {
 }
 
 #[test]
+fn an_expired_task_stops_its_code_and_frees_its_worker_unpolled() {
+    let port = free_port().to_string();
+    let server = Server::start(&[
+        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "1"),
+        ("CODE_INTERPRETER_MCP_TASKS_TTL_S", "2"),
+        ("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true"),
+        ("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", &port),
+    ]);
+    let metric = |series: &str| value(&scrape(port.parse().unwrap()).1, series);
+    let task = start(
+        &server,
+        json!({"code": "while True:\n    pass", "timeout_ms": 600_000}),
+    );
+    // Past its TTL, never polled: it has failed on its own and the one worker is free.
+    thread::sleep(Duration::from_millis(2600));
+    assert_eq!(
+        metric(r#"code_interpreter_mcp_tasks_ended_total{status="failed"}"#),
+        1.0
+    );
+    let began = Instant::now();
+    let reply = call_stateless(&server, json!({"code": "6 * 7"}));
+    assert_eq!(
+        reply["result"]["structuredContent"]["result"], "42",
+        "{reply}"
+    );
+    assert!(
+        began.elapsed() < Duration::from_secs(3),
+        "the worker was held: {:?}",
+        began.elapsed()
+    );
+    // (rmcp keeps the expired entry until asked: then it answers failed, or forgets it.)
+    let reply = request(&server, "tasks/get", json!({"taskId": task}), None);
+    if let Some(state) = reply.get("result") {
+        assert_eq!(state["status"], "failed", "{reply}");
+    } else {
+        assert_eq!(reply["error"]["code"], -32602, "{reply}");
+    }
+}
+
+#[test]
 fn legacy_clients_that_declare_the_extension_get_tasks_too() {
     let server = Server::start(&[]);
     let http = client();
