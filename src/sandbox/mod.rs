@@ -26,6 +26,7 @@ pub use engine::memory_snapshot::SnapshotOrigin;
 pub use engine::shared::{BootMode, EngineConfig, EngineError};
 pub use engine::snapshots::Flavor;
 pub use image::{SessionImage, join};
+pub use isolate::output::valid_image;
 pub use isolate::{FileListing, FileRead, MAX_LISTED_FILES, ParkedSandbox, Sandbox};
 pub use types::{
     Display, DisplaySource, ErrorKind, ErrorType, ExecError, ExecRequest, ExecResult, InputFile,

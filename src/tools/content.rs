@@ -8,7 +8,7 @@
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 use rmcp::model::{ContentBlock, Resource, ResourceContents};
 
-use crate::sandbox::{Display, OutputFile};
+use crate::sandbox::{Display, OutputFile, valid_image};
 
 /// Image types clients render from Base64 image content.
 const INLINE_IMAGE_TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
@@ -68,7 +68,10 @@ pub fn file_blocks(
     for file in files {
         let size = decoded_len(&file.content_base64);
         if size <= max_inline_bytes {
-            if INLINE_IMAGE_TYPES.contains(&file.mime_type.as_str()) {
+            // (A file is named by its path: an image block only for bytes that are that image.)
+            if INLINE_IMAGE_TYPES.contains(&file.mime_type.as_str())
+                && valid_image(&file.mime_type, &file.content_base64)
+            {
                 blocks.push(ContentBlock::image(
                     file.content_base64.clone(),
                     file.mime_type.clone(),

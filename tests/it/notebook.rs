@@ -213,6 +213,50 @@ pd.DataFrame({"n": range(1000), "sq": [i * i for i in range(1000)]})
 }
 
 #[test]
+fn an_image_that_is_not_one_never_becomes_an_image_block() {
+    let server = Server::start(&[]);
+    let code = r#"
+class Garbage:
+    def _repr_png_(self):
+        return "!!! not base64 <script>alert(1)</script>"
+    def _repr_markdown_(self):
+        return "garbage"
+class Svg:
+    def _repr_png_(self):
+        return b'<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>'
+class Png:
+    def _repr_png_(self):
+        return b"\x89PNG\r\n\x1a\n" + bytes(16)
+display(Garbage(), Svg(), Png())
+open("fake.png", "w").write("<svg/>")
+"#;
+    let reply = call_stateless(&server, json!({"code": code}));
+    let r = structured(&reply);
+    assert_eq!(r["success"], true, "{r}");
+    assert_eq!(r["output_truncated"], true, "{r}");
+    let stderr = r["stderr"].as_str().unwrap();
+    assert_eq!(
+        stderr.matches("is not a valid image/png image").count(),
+        2,
+        "{stderr}"
+    );
+    let images: Vec<&Value> = content(&reply)
+        .iter()
+        .filter(|b| b["type"] == "image")
+        .collect();
+    assert_eq!(
+        images.len(),
+        1,
+        "only the real PNG: {}",
+        reply["result"]["content"]
+    );
+    assert_eq!(images[0]["data"], "iVBORw0KGgoAAAAAAAAAAAAAAAAAAAAA");
+    assert!(block_kinds(&reply).contains(&"text".to_string()));
+    // The fake PNG file is still returned as a file, not as an image block.
+    assert_eq!(r["files"][0]["path"], "fake.png", "{r}");
+}
+
+#[test]
 fn plotly_and_seaborn_figures_are_captured_in_a_session() {
     let index = mirror_index("nb-figures-index");
     let envs = index.envs();

@@ -137,24 +137,53 @@ fn mime_ok(mime: &str) -> bool {
     mime.len() <= 100 && mime.split_once('/').is_some_and(|(t, s)| ok(t) && ok(s))
 }
 
+/// Whether `base64` decodes to an image of type `mime` (PNG, JPEG, GIF or WebP, by its signature);
+/// anything else under those types (text, SVG, garbage) would be an invalid image block.
+pub fn valid_image(mime: &str, base64: &str) -> bool {
+    use base64::engine::general_purpose::STANDARD;
+    let Ok(bytes) = STANDARD.decode(base64) else {
+        return false;
+    };
+    match mime {
+        "image/png" => bytes.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "image/jpeg" => bytes.starts_with(&[0xff, 0xd8, 0xff]),
+        "image/gif" => bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a"),
+        "image/webp" => bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WEBP",
+        _ => false,
+    }
+}
+
+/// The representations published as images, each checked with [`valid_image`].
+const IMAGE_TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+
 impl DisplayCollector {
-    /// One published message: a bundle (JSON), or `clear` (the call's `clear_output()`).
-    pub fn publish(&mut self, text: &str) {
+    /// One published message: a bundle (JSON), or `clear` (the call's `clear_output()`). Returns a
+    /// note for the call's stderr when a representation was dropped as not what its type says (an
+    /// image that is not one).
+    pub fn publish(&mut self, text: &str) -> Option<String> {
         if text == "clear" {
             self.displays.clear();
             self.bytes = 0;
-            return;
+            return None;
         }
         let Ok(published) = serde_json::from_str::<Published>(text) else {
             self.truncated = true;
-            return;
+            return None;
         };
         if self.displays.len() >= MAX_DISPLAYS {
             self.truncated = true;
-            return;
+            return None;
         }
         let mut data = std::collections::BTreeMap::new();
+        let mut note = None;
         for (mime, value) in published.data {
+            if IMAGE_TYPES.contains(&mime.as_str()) && !valid_image(&mime, &value) {
+                self.truncated = true;
+                note = Some(format!(
+                    "[a displayed {mime} was left out: it is not a valid {mime} image in Base64]\n"
+                ));
+                continue;
+            }
             if !mime_ok(&mime)
                 || value.len() > MAX_DISPLAY_VALUE_BYTES
                 || self.bytes + value.len() > MAX_DISPLAY_TOTAL_BYTES
@@ -171,6 +200,7 @@ impl DisplayCollector {
                 data,
             });
         }
+        note
     }
 
     pub fn truncated(&self) -> bool {
@@ -241,6 +271,27 @@ impl FileCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_image_of_its_type_is_a_valid_image() {
+        use super::valid_image;
+        assert!(valid_image("image/png", "iVBORw0KGgo="));
+        assert!(!valid_image("image/png", "!!! not base64 <script>"));
+        assert!(
+            !valid_image("image/png", "PHN2Zy8+"),
+            "SVG under a PNG type"
+        );
+        assert!(
+            !valid_image("image/jpeg", "iVBORw0KGgo="),
+            "PNG under a JPEG type"
+        );
+        assert!(valid_image("image/jpeg", "/9j/4A=="));
+        assert!(valid_image("image/gif", "R0lGODlh"));
+        assert!(
+            !valid_image("image/svg+xml", "PHN2Zy8+"),
+            "not a raster type"
+        );
+    }
 
     #[test]
     fn buffer_keeps_only_the_limit_and_whole_characters() {

@@ -106,7 +106,13 @@ pub(super) fn op_sandbox_file_read(op_state: &mut OpState, status: u32, #[buffer
 /// One rich output the runner published (a JSON bundle), or `clear`; kept within the limits.
 #[op2(fast)]
 pub(super) fn op_sandbox_display(op_state: &mut OpState, #[string] text: &str) {
-    call_mut(op_state).displays.publish(text);
+    let s = call_mut(op_state);
+    if let Some(note) = s.displays.publish(text) {
+        s.stderr.push(note.as_bytes());
+        if let Some(live) = &s.live {
+            live.push(2, note.as_bytes());
+        }
+    }
 }
 
 /// The runner's report; the first one counts, capped to the limits.
