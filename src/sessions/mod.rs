@@ -318,7 +318,9 @@ impl<B: Backend> Sessions<B> {
             Some(owner) if owner != here.as_str() && !owner.is_empty() => {
                 SessionError::OtherReplica {
                     id: short(id).to_string(),
-                    owner: crate::protocol::limits::shown(owner),
+                    // (Its first characters only: the prefix of an id the client made up may be
+                    // another session's whole random part.)
+                    owner: id::shown_replica(owner),
                     here: if here.is_empty() {
                         "a server without replica_id".into()
                     } else {

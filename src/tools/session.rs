@@ -235,15 +235,35 @@ fn parse_cursor(cursor: &str) -> Option<(usize, usize)> {
     (session <= 100_000 && skip <= MAX_LISTED_FILES).then_some((session, skip))
 }
 
-/// A `session://` URI as errors show it: the session id shortened as in logs (it is the session's
-/// credential, and rmcp logs error data), the path cut at 200 characters.
+/// A URI as errors show it (rmcp logs error data at WARN, and logs reach more people than the
+/// client): of a `session://` URI only the session id's short form as in logs (an id is its
+/// session's credential) and the path's length, of any other only its scheme and length; with the
+/// first bytes of its SHA-256, so that an operator can match the line with the URI a client
+/// reports. Nothing else of the client's text: a path can name another session.
 fn shown_uri(uri: &str) -> String {
-    let Some(rest) = uri.strip_prefix("session://") else {
-        return crate::protocol::limits::shown(uri);
-    };
-    let (id, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let path: String = path.chars().take(200).collect();
-    format!("session://{}…/{path}", short(id))
+    use sha2::Digest as _;
+    let digest = hex::encode(&sha2::Sha256::digest(uri.as_bytes())[..4]);
+    match uri.strip_prefix("session://") {
+        Some(rest) => {
+            let (id, path) = rest.split_once('/').unwrap_or((rest, ""));
+            let id: String = short(id).chars().take(70).collect();
+            format!(
+                "session://{id}…/({} characters, #{digest})",
+                path.chars().count()
+            )
+        }
+        None => {
+            let scheme: String = uri
+                .split(':')
+                .next()
+                .unwrap_or_default()
+                .chars()
+                .filter(char::is_ascii_alphanumeric)
+                .take(16)
+                .collect();
+            format!("{scheme}:({} characters, #{digest})", uri.chars().count())
+        }
+    }
 }
 
 /// resources/read of a `session://` URI: the file as text (text types) or a Base64 blob, at most

@@ -296,6 +296,31 @@ fn images_come_back_as_image_content_and_session_files_as_links() {
 }
 
 #[test]
+fn client_uris_reach_the_log_only_in_short_form() {
+    let server = Server::spawn(&mut crate::fixture::server_command(), true);
+    let a = new_session(&server, "open('f', 'w').write('a')");
+    let b = new_session(&server, "open('f', 'w').write('b')");
+    let random = b.rsplit('.').next().unwrap().to_string();
+    for uri in [
+        format!("session://{a}/../{b}/f"),
+        format!("session://{a}/{b}/f"),
+        format!("session://{random}.x/f"),
+        format!("file:///{b}/f"),
+    ] {
+        let reply = request_stateless(&server, "resources/read", json!({"uri": uri}));
+        assert!(reply.get("error").is_some(), "{uri}: {reply}");
+        assert!(!reply.to_string().contains(&random), "{uri}: {reply}");
+    }
+    thread::sleep(Duration::from_millis(300));
+    let log = server.log.lock().unwrap().join("\n");
+    assert!(
+        log.contains("response error"),
+        "rmcp logged the errors: {log}"
+    );
+    assert!(!log.contains(&random), "{log}");
+}
+
+#[test]
 fn session_files_are_listed_and_readable_as_resources_in_both_eras() {
     let server = Server::start(&[]);
     let id = new_session(&server, PNG_CODE);
