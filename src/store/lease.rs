@@ -17,6 +17,8 @@ use super::{Store, StoreError, seal, unix_ms};
 
 /// Generations kept behind the current one (older ones are deleted by the writer of a new one).
 const KEEP: usize = 2;
+/// The largest lease record read (a record is a few dozen bytes).
+const MAX_RECORD: u64 = 64 << 10;
 
 /// What a lease generation records.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,19 +76,17 @@ impl Store {
     }
 
     async fn read(&self, id: &str, generation: u64) -> Result<Option<Record>, StoreError> {
-        match self.objects.get(&generation_path(id, generation)).await {
-            Ok(got) => {
-                let bytes = got.bytes().await.map_err(|e| self.backend(e))?;
-                // A record that does not parse is treated as released (it can only be a damaged
-                // write of a holder that then died).
-                Ok(Some(serde_json::from_slice(&bytes).unwrap_or(Record {
-                    holder: String::new(),
-                    expires_ms: 0,
-                })))
-            }
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(self.backend(e)),
-        }
+        let bytes = self
+            .fetch(&generation_path(id, generation), MAX_RECORD)
+            .await?;
+        // A record that does not parse is treated as released (it can only be a damaged write of
+        // a holder that then died).
+        Ok(bytes.map(|bytes| {
+            serde_json::from_slice(&bytes).unwrap_or(Record {
+                holder: String::new(),
+                expires_ms: 0,
+            })
+        }))
     }
 
     /// Writes generation `generation` if nobody has: whether this writer won.
@@ -244,8 +244,7 @@ impl Store {
                 .iter()
                 .max_by_key(|m| m.location.filename().map(str::to_string));
             if let Some(meta) = newest
-                && let Ok(got) = self.objects.get(&meta.location).await
-                && let Ok(bytes) = got.bytes().await
+                && let Ok(Some(bytes)) = self.fetch(&meta.location, MAX_RECORD).await
                 && let Ok(record) = serde_json::from_slice::<Record>(&bytes)
                 && !record.holder.is_empty()
                 && record.expires_ms > now
@@ -255,6 +254,14 @@ impl Store {
             for meta in &leases {
                 let _ = self.objects.delete(&meta.location).await;
             }
+            self.forget_generation(&name);
+            let _ = self
+                .objects
+                .delete(&ObjectPath::from(format!(
+                    "{name}{}",
+                    super::GENERATION_SUFFIX
+                )))
+                .await;
             match self
                 .objects
                 .delete(&ObjectPath::from(format!("{name}{}", super::SUFFIX)))

@@ -9,8 +9,9 @@
 pub mod lease;
 pub mod seal;
 
-use std::path::Path;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -33,6 +34,10 @@ pub fn unix_ms() -> u64 {
 
 /// The suffix of every image's object name.
 const SUFFIX: &str = ".img";
+/// The suffix of the object beside an image that holds its generation (see [`Store::load`]).
+const GENERATION_SUFFIX: &str = ".gen";
+/// At most this many sessions' newest generations are remembered in the process.
+const MAX_REMEMBERED: usize = 100_000;
 
 /// A session store.
 #[derive(Clone)]
@@ -42,6 +47,11 @@ pub struct Store {
     location: String,
     /// The engine key images are made and accepted by.
     engine: String,
+    /// The directory, for a directory store: its files are read without following links or
+    /// blocking (see [`read_regular`]).
+    dir: Option<PathBuf>,
+    /// The newest generation of each session image this process saved or loaded, by image name.
+    generations: Arc<Mutex<HashMap<String, u64>>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -91,6 +101,7 @@ impl Store {
         s3_options: &[(&str, &str)],
     ) -> Result<Self, StoreError> {
         let url = url.trim();
+        let mut local_dir = None;
         let (objects, location): (Arc<dyn ObjectStore>, String) = if let Some(rest) =
             url.strip_prefix("s3://")
         {
@@ -164,13 +175,82 @@ impl Store {
                 .map_err(|e| StoreError::Url(format!("{}: {e}", dir.display())))?;
             let local = LocalFileSystem::new_with_prefix(&dir)
                 .map_err(|e| StoreError::Url(format!("{}: {e}", dir.display())))?;
+            local_dir = Some(dir.clone());
             (Arc::new(local), dir.display().to_string())
         };
         Ok(Self {
             objects,
             location,
             engine: engine.to_string(),
+            dir: local_dir,
+            generations: Arc::default(),
         })
+    }
+
+    /// The object at `path`, if there is one, of at most `most` bytes (else `TooLarge`). A
+    /// directory store reads it with [`read_regular`]: a link, a FIFO or any other non-regular
+    /// file in the store is an error at once, never a read that blocks.
+    pub(crate) async fn fetch(
+        &self,
+        path: &ObjectPath,
+        most: u64,
+    ) -> Result<Option<Bytes>, StoreError> {
+        if let Some(dir) = &self.dir {
+            let file = dir.join(path.as_ref());
+            return tokio::task::spawn_blocking(move || read_regular(&file, most))
+                .await
+                .map_err(|e| StoreError::Seal(e.to_string()))?
+                .map_err(|e| match e {
+                    ReadError::NotRegular => StoreError::Open(OpenError::NotRegular),
+                    ReadError::TooLarge(size) => StoreError::Open(OpenError::TooLarge(size, most)),
+                    ReadError::Io(e) => self.backend(object_store::Error::Generic {
+                        store: "LocalFileSystem",
+                        source: Box::new(e),
+                    }),
+                });
+        }
+        let got = match self.objects.get(path).await {
+            Ok(got) => got,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.backend(e)),
+        };
+        if got.meta.size > most {
+            return Err(OpenError::TooLarge(got.meta.size, most).into());
+        }
+        got.bytes().await.map(Some).map_err(|e| self.backend(e))
+    }
+
+    fn generation_path(id: &str) -> ObjectPath {
+        ObjectPath::from(format!("{}{GENERATION_SUFFIX}", seal::name(id)))
+    }
+
+    fn remembered(&self, id: &str) -> u64 {
+        let known = self
+            .generations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        known.get(&seal::name(id)).copied().unwrap_or(0)
+    }
+
+    fn remember(&self, id: &str, generation: u64) {
+        let mut known = self
+            .generations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if known.len() >= MAX_REMEMBERED {
+            known.clear();
+        }
+        let entry = known.entry(seal::name(id)).or_default();
+        *entry = (*entry).max(generation);
+    }
+
+    /// Forgets session `id`'s generation (its images are deleted).
+    pub(crate) fn forget_generation(&self, name: &str) {
+        let mut known = self
+            .generations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        known.remove(name);
     }
 
     /// Where the store is (for logs).
@@ -189,14 +269,15 @@ impl Store {
         }
     }
 
-    /// Seals `payload` as session `id`'s image and stores it (replacing an older one); the bytes
-    /// stored.
+    /// Seals `payload` as session `id`'s image and stores it (replacing an older one), as the
+    /// session's next generation (recorded beside it); the bytes stored.
     pub async fn save(&self, id: &str, payload: Vec<Bytes>) -> Result<u64, StoreError> {
         let created_ms = unix_ms();
+        let generation = self.remembered(id) + 1;
         let (id_owned, engine) = (id.to_string(), self.engine.clone());
         let sealed = tokio::task::spawn_blocking(move || {
             let started = std::time::Instant::now();
-            let sealed = seal::seal(&id_owned, &engine, created_ms, &payload);
+            let sealed = seal::seal(&id_owned, &engine, created_ms, generation, &payload);
             tracing::debug!(
                 ms = started.elapsed().as_secs_f64() * 1e3,
                 "session image sealed"
@@ -211,29 +292,39 @@ impl Store {
             .put(&Self::path(id), PutPayload::from(sealed))
             .await
             .map_err(|e| self.backend(e))?;
+        self.remember(id, generation);
+        self.objects
+            .put(
+                &Self::generation_path(id),
+                PutPayload::from(generation.to_string().into_bytes()),
+            )
+            .await
+            .map_err(|e| self.backend(e))?;
         Ok(bytes)
     }
 
     /// Session `id`'s image, if the store has one: opened (made by this engine for this id,
-    /// intact, at most `max_plain` bytes).
+    /// intact, at most `max_plain` bytes) and not older than the session's newest generation — as
+    /// this process last saved or loaded it, or as recorded beside the image — so that an older
+    /// image put back in place of a newer one is refused (`OpenError::Replayed`).
     pub async fn load(&self, id: &str, max_plain: u64) -> Result<Option<Bytes>, StoreError> {
-        let got = match self.objects.get(&Self::path(id)).await {
-            Ok(got) => got,
-            Err(object_store::Error::NotFound { .. }) => return Ok(None),
-            Err(e) => return Err(self.backend(e)),
-        };
         // (A sealed image is never much larger than what it holds.)
         let most = max_plain
             .saturating_add(max_plain / 8)
             .saturating_add(1 << 20);
-        if got.meta.size > most {
-            return Err(OpenError::TooLarge(got.meta.size, most).into());
-        }
-        let sealed = got.bytes().await.map_err(|e| self.backend(e))?;
-        let (id, engine) = (id.to_string(), self.engine.clone());
-        let payload = tokio::task::spawn_blocking(move || {
+        let Some(sealed) = self.fetch(&Self::path(id), most).await? else {
+            return Ok(None);
+        };
+        let recorded = self
+            .fetch(&Self::generation_path(id), 32)
+            .await?
+            .and_then(|text| std::str::from_utf8(&text).ok()?.trim().parse().ok())
+            .unwrap_or(0);
+        let newest = self.remembered(id).max(recorded);
+        let (id_owned, engine) = (id.to_string(), self.engine.clone());
+        let (payload, generation) = tokio::task::spawn_blocking(move || {
             let started = std::time::Instant::now();
-            let payload = seal::open(&id, &engine, sealed, max_plain);
+            let payload = seal::open(&id_owned, &engine, sealed, max_plain, newest);
             tracing::debug!(
                 ms = started.elapsed().as_secs_f64() * 1e3,
                 "session image opened"
@@ -242,11 +333,24 @@ impl Store {
         })
         .await
         .map_err(|e| StoreError::Seal(e.to_string()))??;
+        self.remember(id, generation);
         Ok(Some(payload))
     }
 
-    /// Whether the store holds an image for session `id`.
+    /// Whether the store holds an image for session `id` (a directory store looks without
+    /// opening it).
     pub async fn exists(&self, id: &str) -> Result<bool, StoreError> {
+        if let Some(dir) = &self.dir {
+            let file = dir.join(Self::path(id).as_ref());
+            return match std::fs::symlink_metadata(&file) {
+                Ok(_) => Ok(true),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+                Err(e) => Err(self.backend(object_store::Error::Generic {
+                    store: "LocalFileSystem",
+                    source: Box::new(e),
+                })),
+            };
+        }
         match self.objects.head(&Self::path(id)).await {
             Ok(_) => Ok(true),
             Err(object_store::Error::NotFound { .. }) => Ok(false),
@@ -254,12 +358,17 @@ impl Store {
         }
     }
 
-    /// Deletes session `id`'s image (nothing to delete is not an error).
+    /// Deletes session `id`'s image and its generation record (nothing to delete is not an
+    /// error).
     pub async fn delete(&self, id: &str) -> Result<(), StoreError> {
-        match self.objects.delete(&Self::path(id)).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(self.backend(e)),
+        self.forget_generation(&seal::name(id));
+        for path in [Self::path(id), Self::generation_path(id)] {
+            match self.objects.delete(&path).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(self.backend(e)),
+            }
         }
+        Ok(())
     }
 
     /// How many images the store holds.
@@ -273,4 +382,50 @@ impl Store {
             .map_err(|e| self.backend(e))?;
         Ok(listed.len())
     }
+}
+
+/// Why [`read_regular`] read nothing.
+enum ReadError {
+    /// A link, a FIFO, a device, a directory: not a regular file.
+    NotRegular,
+    /// A regular file of this many bytes, more than allowed.
+    TooLarge(u64),
+    Io(std::io::Error),
+}
+
+/// The regular file at `path`, if there is one, of at most `most` bytes, read without following a
+/// link (`O_NOFOLLOW`) and without blocking on a FIFO or device (`O_NONBLOCK`, then `fstat`): any
+/// other kind of file, or a larger one, is an error at once.
+fn read_regular(path: &Path, most: u64) -> Result<Option<Bytes>, ReadError> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path);
+    let file = match file {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        // ELOOP: the last component is a link.
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(ReadError::NotRegular),
+        Err(e) => return Err(ReadError::Io(e)),
+    };
+    let meta = file.metadata().map_err(ReadError::Io)?;
+    if !meta.is_file() {
+        return Err(ReadError::NotRegular);
+    }
+    if meta.len() > most {
+        return Err(ReadError::TooLarge(meta.len()));
+    }
+    let mut bytes = Vec::new();
+    bytes
+        .try_reserve_exact(meta.len() as usize)
+        .map_err(|e| ReadError::Io(std::io::Error::other(e)))?;
+    file.take(most + 1)
+        .read_to_end(&mut bytes)
+        .map_err(ReadError::Io)?;
+    if bytes.len() as u64 > most {
+        return Err(ReadError::TooLarge(bytes.len() as u64));
+    }
+    Ok(Some(bytes.into()))
 }

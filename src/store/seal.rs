@@ -40,6 +40,11 @@ pub struct Header {
     pub plain_len: u64,
     /// The AES-GCM nonce, hex (random per image).
     pub nonce: String,
+    /// The image's place among its session's images, counting from 1 (0: made before images were
+    /// counted); authenticated with the rest of the header, so that an older image put back in
+    /// place of a newer one is recognised (see `Store::load`).
+    #[serde(default)]
+    pub generation: u64,
 }
 
 /// Why a sealed image was refused.
@@ -55,6 +60,12 @@ pub enum OpenError {
     Damaged(String),
     #[error("the image holds {0} bytes, more than the {1} allowed")]
     TooLarge(u64, u64),
+    #[error(
+        "the stored image is an older one (generation {0}) than the session's newest ({1}): it was put back, and is refused"
+    )]
+    Replayed(u64, u64),
+    #[error("the stored image is not a regular file")]
+    NotRegular,
 }
 
 /// The name under which a session's image is stored: a hash of the id (hex), which says nothing
@@ -77,7 +88,13 @@ fn key(id: &str) -> LessSafeKey {
 
 /// Seals `payload` (in parts, as if joined) for session `id`, made by `engine`. The digest is
 /// computed on a second thread while the payload is compressed.
-pub fn seal(id: &str, engine: &str, created_ms: u64, payload: &[Bytes]) -> Result<Vec<u8>, String> {
+pub fn seal(
+    id: &str,
+    engine: &str,
+    created_ms: u64,
+    generation: u64,
+    payload: &[Bytes],
+) -> Result<Vec<u8>, String> {
     let mut nonce = [0u8; NONCE_LEN];
     getrandom::fill(&mut nonce).map_err(|e| format!("no randomness for the nonce: {e}"))?;
     let plain_len: usize = payload.iter().map(Bytes::len).sum();
@@ -86,6 +103,7 @@ pub fn seal(id: &str, engine: &str, created_ms: u64, payload: &[Bytes]) -> Resul
         created_ms,
         plain_len: plain_len as u64,
         nonce: hex::encode(nonce),
+        generation,
     };
     let header = serde_json::to_vec(&header).map_err(|e| e.to_string())?;
     let mut sealed = Vec::new();
@@ -156,9 +174,16 @@ pub fn header(sealed: &[u8]) -> Result<(Header, usize), OpenError> {
     Ok((header, MAGIC.len() + 4 + len))
 }
 
-/// Opens `sealed` for session `id`: the payload, if it was made by `engine` for this id, is intact,
-/// and is at most `max_plain` bytes once decompressed.
-pub fn open(id: &str, engine: &str, sealed: Bytes, max_plain: u64) -> Result<Bytes, OpenError> {
+/// Opens `sealed` for session `id`: the payload and its generation, if it was made by `engine` for
+/// this id, is intact, is at most `max_plain` bytes once decompressed, and is not older than
+/// `newest` (the session's newest generation known).
+pub fn open(
+    id: &str,
+    engine: &str,
+    sealed: Bytes,
+    max_plain: u64,
+    newest: u64,
+) -> Result<(Bytes, u64), OpenError> {
     let (header, start) = header(&sealed)?;
     if header.engine != engine {
         return Err(OpenError::OtherEngine(header.engine));
@@ -180,6 +205,10 @@ pub fn open(id: &str, engine: &str, sealed: Bytes, max_plain: u64) -> Result<Byt
             body,
         )
         .map_err(|_| OpenError::Sealed)?;
+    // (The generation is known genuine only now: it is part of what the tag authenticates.)
+    if header.generation < newest {
+        return Err(OpenError::Replayed(header.generation, newest));
+    }
     let (digest, compressed) = plain
         .split_first_chunk::<32>()
         .ok_or_else(|| OpenError::Damaged("no digest".into()))?;
@@ -198,7 +227,7 @@ pub fn open(id: &str, engine: &str, sealed: Bytes, max_plain: u64) -> Result<Byt
     if Sha256::digest(&payload).as_slice() != digest {
         return Err(OpenError::Damaged("sha256 mismatch".into()));
     }
-    Ok(payload.into())
+    Ok((payload.into(), header.generation))
 }
 
 #[cfg(test)]
@@ -219,26 +248,37 @@ mod tests {
     #[test]
     fn a_sealed_image_opens_with_its_id_and_engine_only() {
         let payload = payload();
-        let sealed = seal(ID, "engine-a", 1, &[Bytes::from(payload.clone())]).unwrap();
+        let sealed = seal(ID, "engine-a", 1, 3, &[Bytes::from(payload.clone())]).unwrap();
         assert!(
             sealed.len() < payload.len() / 4,
             "compressed: {}",
             sealed.len()
         );
         assert_eq!(
-            open(ID, "engine-a", sealed.clone().into(), 1 << 30).unwrap(),
-            payload
+            open(ID, "engine-a", sealed.clone().into(), 1 << 30, 0).unwrap(),
+            (Bytes::from(payload), 3)
+        );
+        // Not when a newer generation of the session is known: it was put back.
+        assert_eq!(
+            open(ID, "engine-a", sealed.clone().into(), 1 << 30, 4),
+            Err(OpenError::Replayed(3, 4))
         );
         assert_eq!(
-            open("r1.another-id", "engine-a", sealed.clone().into(), 1 << 30),
+            open(
+                "r1.another-id",
+                "engine-a",
+                sealed.clone().into(),
+                1 << 30,
+                0
+            ),
             Err(OpenError::Sealed)
         );
         assert_eq!(
-            open(ID, "engine-b", sealed.clone().into(), 1 << 30),
+            open(ID, "engine-b", sealed.clone().into(), 1 << 30, 0),
             Err(OpenError::OtherEngine("engine-a".into()))
         );
         assert_eq!(
-            open(ID, "engine-a", sealed.clone().into(), 1000),
+            open(ID, "engine-a", sealed.clone().into(), 1000, 0),
             Err(OpenError::TooLarge(1 << 20, 1000))
         );
         // The payload is not readable in the sealed bytes, nor is the id.
@@ -251,6 +291,7 @@ mod tests {
             ID,
             "engine-a",
             1,
+            1,
             &[
                 Bytes::from_static(b"state of a "),
                 Bytes::from_static(b"session"),
@@ -262,7 +303,7 @@ mod tests {
             let mut changed = sealed.clone();
             changed[at] ^= 0x40;
             assert!(
-                open(ID, "engine-a", changed.into(), 1 << 20).is_err(),
+                open(ID, "engine-a", changed.into(), 1 << 20, 0).is_err(),
                 "byte {at}"
             );
         }
@@ -271,12 +312,13 @@ mod tests {
                 ID,
                 "engine-a",
                 sealed[..sealed.len() - 1].to_vec().into(),
-                1 << 20
+                1 << 20,
+                0
             )
             .is_err()
         );
         assert_eq!(
-            open(ID, "engine-a", Bytes::new(), 1 << 20),
+            open(ID, "engine-a", Bytes::new(), 1 << 20, 0),
             Err(OpenError::Format)
         );
     }

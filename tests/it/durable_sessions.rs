@@ -137,6 +137,104 @@ fn a_session_is_spilled_resumed_forked_and_kept_through_a_restart() {
     wait_for_images(&store, before - 1);
 }
 
+/// The one image in `dir`.
+fn the_image(dir: &Path) -> std::path::PathBuf {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "img"))
+        .expect("an image")
+}
+
+/// Waits until the image at `path` is no longer `old` (the session was saved again).
+fn wait_for_change(path: &Path, old: &[u8]) {
+    let started = Instant::now();
+    while std::fs::read(path).is_ok_and(|now| now == old) {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "not saved again"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn an_image_put_back_or_replaced_by_a_fifo_is_refused_at_once() {
+    let store = temp_dir("durable-replay");
+    let store_url = store.display().to_string();
+    let envs = [
+        (
+            "CODE_INTERPRETER_MCP_SESSIONS_STORE_URL",
+            store_url.as_str(),
+        ),
+        ("CODE_INTERPRETER_MCP_SESSIONS_SPILL_AFTER_S", "1"),
+    ];
+    let server = Server::start(&envs);
+    let id = in_session(&server, "new", "x = 1")["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_for_images(&store, 1);
+    let path = the_image(&store);
+    let first = std::fs::read(&path).unwrap();
+    assert_eq!(in_session(&server, &id, "x = 2\nx")["result"], "2");
+    wait_for_change(&path, &first);
+    let second = std::fs::read(&path).unwrap();
+    // x = 1 saved, then x = 2 saved, then the first file put back: refused, not rolled back.
+    std::fs::write(&path, &first).unwrap();
+    let r = in_session(&server, &id, "x");
+    assert_eq!(r["error"]["type"], "SessionUnrestorable", "{r}");
+    let message = r["error"]["message"].as_str().unwrap();
+    assert!(message.contains("older one"), "{message}");
+
+    // Another process, the newer image back and the older one put back again: refused too (the
+    // generation is recorded beside the image).
+    stop(server);
+    let server = Server::start(&envs);
+    std::fs::write(&path, &second).unwrap();
+    std::fs::write(&path, &first).unwrap();
+    let r = in_session(&server, &id, "x");
+    let message = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("older one"), "{r}");
+
+    // A FIFO in place of an image: an error at once, and the shutdown is not held.
+    let other = in_session(&server, "new", "y = 1")["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let started = Instant::now();
+    while images(&store) < 2 {
+        assert!(started.elapsed() < Duration::from_secs(20));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let fifo = std::fs::read_dir(&store)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "img") && *p != path)
+        .unwrap();
+    std::fs::remove_file(&fifo).unwrap();
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let asked = Instant::now();
+    let r = in_session(&server, &other, "y");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+    let message = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("not a regular file"), "{r}");
+    let stopping = Instant::now();
+    stop(server);
+    assert!(
+        stopping.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        stopping.elapsed()
+    );
+}
+
 #[test]
 fn a_full_disk_keeps_the_session_in_memory_and_working() {
     let store = temp_dir("durable-full");

@@ -167,14 +167,20 @@ fn a_directory_store_survives_a_restart_and_names_reveal_no_session() {
     runtime().block_on(a.save(ID, vec![payload(3)])).unwrap();
     let mut files = Vec::new();
     files_under(&dir, &mut files);
-    assert_eq!(files.len(), 1, "{files:?}");
-    let name = files[0].file_name().unwrap().to_str().unwrap();
+    files.sort();
+    // The image and the record of its generation beside it.
+    assert_eq!(files.len(), 2, "{files:?}");
+    let name = files[1].file_name().unwrap().to_str().unwrap();
     assert!(name.ends_with(".img") && name.len() == 64 + 4, "{name}");
     assert!(
         !name.contains("pod-1") && !name.contains(&ID[6..12]),
         "{name}"
     );
-    let sealed = std::fs::read(&files[0]).unwrap();
+    assert_eq!(
+        files[0].file_name().unwrap().to_str().unwrap(),
+        name.replace(".img", ".gen")
+    );
+    let sealed = std::fs::read(&files[1]).unwrap();
     assert!(
         !sealed.windows(ID.len()).any(|w| w == ID.as_bytes()),
         "the id is not in the image"
