@@ -11,6 +11,7 @@ mod deploy;
 mod durable_sessions;
 mod engine;
 mod exec_cli;
+mod fidelity;
 mod fixture;
 mod growth;
 mod isolation;

@@ -31,11 +31,17 @@ const {
   StringPrototypeLastIndexOf,
   StringPrototypeSlice,
   StringPrototypeSplit,
+  StringPrototypeStartsWith,
   StringPrototypeTrim,
   Uint8Array,
 } = primordials;
 
 const WORKSPACE = "/workspace";
+/**
+ * The other directories a session image carries, besides /workspace (whose files it names relative
+ * to it): their files are named by absolute path.
+ */
+const CARRIED = ["/tmp", "/home/pyodide"];
 /** No path Rust accepts is longer (it counts UTF-8 bytes: at least as many as UTF-16 units). */
 const MAX_PATH_CHARS = 4096;
 
@@ -118,7 +124,11 @@ function lastLine(error) {
 export function inspect(path, limit, data) {
   const { fs } = sandbox;
   if (data !== undefined && data !== null) {
-    const full = `${WORKSPACE}/${path}`;
+    // (A restored image's files under the other directories it carries come by absolute path.)
+    let full = `${WORKSPACE}/${path}`;
+    for (let i = 0; i < CARRIED.length; i++) {
+      if (StringPrototypeStartsWith(path, `${CARRIED[i]}/`)) full = path;
+    }
     fs.mkdirTree(StringPrototypeSlice(full, 0, StringPrototypeLastIndexOf(full, "/")));
     fs.writeFile(full, new Uint8Array(data), { canOwn: true });
     return;
@@ -166,6 +176,13 @@ export function saveImage(_path, checkOnly) {
     op_sandbox_image_part(1, path, fs.readFile(`${WORKSPACE}/${path}`));
     return true;
   });
+  for (let i = 0; i < CARRIED.length; i++) {
+    const root = CARRIED[i];
+    walkTree(fs, root, `${root}/`, (path) => {
+      op_sandbox_image_part(1, path, fs.readFile(path));
+      return true;
+    });
+  }
 }
 
 /**
@@ -196,9 +213,14 @@ function lstatInWorkspace(fs, path) {
  * any path Rust accepts are skipped: the code may have made anything.
  */
 function walkWorkspace(fs, visit) {
+  walkTree(fs, WORKSPACE, "", visit);
+}
+
+/** `walkWorkspace` under `top`, each path given with `base` before its part below `top`. */
+function walkTree(fs, top, base, visit) {
   let root;
   try {
-    root = fs.lstat(WORKSPACE);
+    root = fs.lstat(top);
   } catch {
     return;
   }
@@ -231,7 +253,7 @@ function walkWorkspace(fs, visit) {
     }
     return true;
   };
-  walk(WORKSPACE, "");
+  walk(top, base);
 }
 
 /**

@@ -20,6 +20,7 @@ const {
   ArrayIsArray,
   ArrayPrototypeJoin,
   ArrayPrototypePush,
+  ArrayPrototypeSlice,
   Error,
   JSONStringify,
   MathCeil,
@@ -103,12 +104,13 @@ export function deserialize(token) {
 
 /**
  * Captures what a session image needs (at the end of boot): the hiwire table's reader, Pyodide's API
- * object and build id, what was loaded then (packages), and starts recording the shared libraries
+ * object and build id, what was loaded then (packages), the runner's `release_files` (what holds
+ * files open only as a cache lets go of them before open files refuse a save), and starts recording the shared libraries
  * the session loads, after those of `dylibs` (the record this sandbox was relinked from: a snapshot
  * with pre-imported packages, or a restored session's image). Rust checks that every recorded
  * library is one of the package layer's, which a restore can relink.
  */
-export function prepareImages(pyodide, dylibs) {
+export function prepareImages(pyodide, dylibs, releaseFiles) {
   const api = pyodide._api;
   const module = pyodide._module;
   const hiwireGet = module.__hiwire_get;
@@ -116,6 +118,8 @@ export function prepareImages(pyodide, dylibs) {
   const abortSignalAny = api.abortSignalAny;
   const buildId = String(api.config.BUILD_ID);
   const loadedPackages = pyodide.loadedPackages;
+  // The file system's table of open files (JavaScript state, which an image does not carry).
+  const streams = pyodide.FS.streams;
   const packagesAtBoot = new Set(Object.keys(loadedPackages));
   const record = recordDylibs(module, dylibs);
   libraries = () => {
@@ -140,6 +144,23 @@ _sandbox_pending_tasks
     if (added.length > 0) {
       throw new Error(
         `packages were installed in it during the session (${added.slice(0, 5).join(", ")}), which a session image does not carry: only the server's preinstalled packages (preinstall_packages) are`,
+      );
+    }
+    const openFiles = () => {
+      const open = [];
+      for (let fd = 3; fd < streams.length; fd++) {
+        if (streams[fd]) ArrayPrototypePush(open, fd);
+      }
+      return open;
+    };
+    let open = openFiles();
+    if (open.length > 0) {
+      releaseFiles();
+      open = openFiles();
+    }
+    if (open.length > 0) {
+      throw new Error(
+        `it has ${open.length} file(s) open (descriptor ${ArrayPrototypeJoin(ArrayPrototypeSlice(open, 0, 5), ", ")}), which a session image does not carry: close them (for example with \`with open(...) as f:\`)`,
       );
     }
     const pending = Number(pendingTasks());

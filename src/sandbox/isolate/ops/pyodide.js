@@ -302,6 +302,7 @@ export async function boot(gate = null) {
   // installed: the import scan does not load Pyodide's (heavy) IPython for it.
   pyodide._api._import_name_to_package_name?.delete("IPython");
   runner = module.run.copy();
+  const releaseFiles = module.release_files.copy();
   module.destroy();
   const notebook = pyodide.pyimport("_sandbox_notebook");
   transform = notebook.transform.copy();
@@ -323,7 +324,7 @@ export async function boot(gate = null) {
   // Python holds of JavaScript is only what an image may name (a restored image's Python ran while
   // Pyodide restored it).
   if (cfg.saveable) {
-    prepareImages(pyodide, dylibs);
+    prepareImages(pyodide, dylibs, releaseFiles);
     checkHeld();
   }
 }

@@ -10,6 +10,8 @@
 # JavaScript at all. Builtins the user's code could replace are bound as default arguments when this
 # module is defined, before any user code exists.
 
+import asyncio
+import contextvars
 import importlib.util
 import linecache
 import os
@@ -79,6 +81,9 @@ def _flush():
 
 # The session's namespace: one per interpreter, kept between the calls of a session.
 _session_namespace = None
+# The session's context variables (decimal's context among them): each call runs as a task, which
+# would otherwise start from a copy and drop what the code set when it ends.
+_session_context = None
 
 # The matplotlib backend every sandbox uses (set as MPLBACKEND in prepare()): Agg, with a show() that
 # saves the open figures instead of trying to display them (which a sandbox cannot).
@@ -175,10 +180,11 @@ async def run(
     SystemExit=SystemExit,
     str=str,
 ):
-    global _session_namespace
+    global _session_namespace, _session_context
     if persistent:
         if _session_namespace is None:
             _session_namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+            _session_context = contextvars.copy_context()
         namespace = _session_namespace
     else:
         namespace = {"__name__": "__main__", "__builtins__": __builtins__}
@@ -191,7 +197,13 @@ async def run(
     cell = None
     try:
         try:
-            value = await eval_code_async(notebook.transform(code), namespace, filename=FILENAME)
+            cell_code = eval_code_async(notebook.transform(code), namespace, filename=FILENAME)
+            if persistent:
+                value = await asyncio.get_event_loop().create_task(
+                    cell_code, context=_session_context
+                )
+            else:
+                value = await cell_code
         finally:
             cell = notebook.end_cell()
     except SystemExit as exc:
@@ -234,6 +246,21 @@ def _finish():
 def _report(report, success, result, truncated, error_type, message, traceback):
     """The report, saying also whether something (figures) was left out of the output."""
     report(success, result, truncated or display.figures_truncated(), error_type, message, traceback)
+
+
+def release_files():
+    """Before a session's image is checked or made, with files open: lets go of those held open
+    only as a cache (matplotlib's font files, which its text rendering opens again when needed), so
+    that they do not keep the session from being saved."""
+    font_manager = sys.modules.get("matplotlib.font_manager")
+    if font_manager is not None:
+        try:
+            font_manager._get_font.cache_clear()
+        except Exception:
+            pass
+    import gc
+
+    gc.collect()
 
 
 def prepare(micropip_unavailable=None, table_rows=20, table_columns=20, reseed=True):
