@@ -87,10 +87,12 @@ fn settle(server: &Server, task: &str, within: Duration) -> (Value, Duration) {
 
 #[test]
 fn a_task_runs_past_the_synchronous_cap_while_synchronous_calls_are_served() {
+    // Past the synchronous cap (120 s); CIM_LONG_TASK_SECONDS sets it (300 before CI had to be
+    // brought back under 25 minutes).
     let seconds: u64 = std::env::var("CIM_LONG_TASK_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(300);
+        .unwrap_or(135);
     let server = Server::start(&[]);
     // Synchronous calls keep the 120 s cap and are told to use a task.
     let refused = call_stateless(&server, json!({"code": "1", "timeout_ms": 200_000}));

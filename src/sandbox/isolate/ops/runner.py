@@ -10,7 +10,6 @@
 # JavaScript at all. Builtins the user's code could replace are bound as default arguments when this
 # module is defined, before any user code exists.
 
-import asyncio
 import contextvars
 import importlib.util
 import linecache
@@ -81,8 +80,9 @@ def _flush():
 
 # The session's namespace: one per interpreter, kept between the calls of a session.
 _session_namespace = None
-# The session's context variables (decimal's context among them): each call runs as a task, which
-# would otherwise start from a copy and drop what the code set when it ends.
+# The session's context variables (decimal's context among them) as its last call left them: each
+# call runs in a task of its own, which starts from a copy of the thread's context, so they are set
+# again before the code runs.
 _session_context = None
 
 # The matplotlib backend every sandbox uses (set as MPLBACKEND in prepare()): Agg, with a show() that
@@ -184,7 +184,6 @@ async def run(
     if persistent:
         if _session_namespace is None:
             _session_namespace = {"__name__": "__main__", "__builtins__": __builtins__}
-            _session_context = contextvars.copy_context()
         namespace = _session_namespace
     else:
         namespace = {"__name__": "__main__", "__builtins__": __builtins__}
@@ -197,15 +196,14 @@ async def run(
     cell = None
     try:
         try:
-            cell_code = eval_code_async(notebook.transform(code), namespace, filename=FILENAME)
-            if persistent:
-                value = await asyncio.get_event_loop().create_task(
-                    cell_code, context=_session_context
-                )
-            else:
-                value = await cell_code
+            if persistent and _session_context is not None:
+                for var, kept in _session_context.items():
+                    var.set(kept)
+            value = await eval_code_async(notebook.transform(code), namespace, filename=FILENAME)
         finally:
             cell = notebook.end_cell()
+            if persistent:
+                _session_context = contextvars.copy_context()
     except SystemExit as exc:
         _finish()
         if exc.code is None or exc.code == 0:
