@@ -1,12 +1,14 @@
 //! A session's image: what a saved session is made of, as the engine produces and restores it —
 //! Pyodide's memory snapshot of the interpreter (variables, functions, imported modules), the files
-//! under /workspace, and the record of the shared libraries of native extension modules it loaded
-//! from the package layer (relinked at the same bases on restore, as the snapshot with pre-imported
-//! packages is). The store seals it (`store::seal`); this is the plain payload.
+//! under /workspace (named relative to it), /tmp and /home/pyodide (named by absolute path), and the
+//! record of the shared libraries of native extension modules it loaded from the package layer
+//! (relinked at the same bases on restore, as the snapshot with pre-imported packages is). The store
+//! seals it (`store::seal`); this is the plain payload. Also here: what an image may name of the
+//! JavaScript world ([`check_references`], [`REALM_GLOBALS`]).
 //!
 //! Not carried (a session holding any of them is refused with the reason): packages installed during
-//! the session (their libraries are not the layer's), JavaScript objects held from Python, pending
-//! asyncio tasks.
+//! the session (their libraries are not the layer's), JavaScript objects held from Python other than
+//! those [`check_references`] allows, pending asyncio tasks, open files.
 
 use bytes::Bytes;
 
