@@ -187,6 +187,9 @@ pub fn serve(settings: &Settings, stdio: bool) -> anyhow::Result<i32> {
             transport::serve_http(app.interpreter, app.pool, app.sessions, http).await
         }
     })?;
+    // Whatever still blocks a thread of the runtime then (stdio's read of standard input, which a
+    // signal does not end) does not hold the process: the shutdown's work is done.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     Ok(0)
 }
 

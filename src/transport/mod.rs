@@ -62,7 +62,11 @@ pub struct HttpSettings {
     pub replica_id: String,
 }
 
-/// Serves the tools over MCP stdio until the client closes standard input.
+/// Serves the tools over MCP stdio until the client closes standard input, or SIGTERM or Ctrl-C;
+/// then shuts down as the HTTP transport does, within the same deadline: calls running may finish,
+/// and every session is saved to the store (hosts that start a process per conversation or per call
+/// find their sessions again in the next one; a session that could not be saved says why when its
+/// id comes back).
 pub async fn serve_stdio(
     interpreter: CodeInterpreter,
     pool: ExecPool,
@@ -70,12 +74,35 @@ pub async fn serve_stdio(
 ) -> anyhow::Result<()> {
     use rmcp::ServiceExt as _;
     let service = interpreter.serve(rmcp::transport::stdio()).await?;
-    service.waiting().await?;
+    let cancel = service.cancellation_token();
+    // (rmcp's read of standard input does not end with a cancellation: on a signal the service is
+    // cancelled and left behind.)
+    tokio::select! {
+        ended = service.waiting() => {
+            ended?;
+        }
+        () = wait_for_signal() => {
+            tracing::info!("shutdown requested");
+            cancel.cancel();
+        }
+    }
+    let deadline = Instant::now() + SHUTDOWN_DEADLINE;
+    exit_at_deadline();
     pool.shutdown();
     if let Some(sessions) = &sessions {
-        sessions.shutdown(Instant::now()).await;
+        sessions.shutdown(deadline).await;
     }
+    tracing::info!("shutdown complete");
     Ok(())
+}
+
+/// Ends the process if a shutdown is still going on at [`SHUTDOWN_DEADLINE`] from now.
+fn exit_at_deadline() {
+    std::thread::spawn(move || {
+        std::thread::sleep(SHUTDOWN_DEADLINE);
+        eprintln!("code-interpreter-mcp: shutdown deadline reached; exiting");
+        std::process::exit(1);
+    });
 }
 
 /// Binds, announces, and serves until Ctrl-C or SIGTERM, then drains: readiness fails at once,
@@ -125,11 +152,7 @@ pub async fn serve_http(
                 "shutdown requested: draining (deadline {} s)",
                 SHUTDOWN_DEADLINE.as_secs()
             );
-            std::thread::spawn(move || {
-                std::thread::sleep(SHUTDOWN_DEADLINE);
-                eprintln!("code-interpreter-mcp: shutdown deadline reached; exiting");
-                std::process::exit(1);
-            });
+            exit_at_deadline();
             pool.shutdown();
             // Tasks still waiting for a running slot fail now; running ones may finish.
             if let Some(tasks) = &tasks {

@@ -341,6 +341,125 @@ fn stdio_round_trip() {
     );
 }
 
+/// A server process over stdio, initialized (protocol 2025-03-26, as many stdio hosts speak).
+struct StdioServer {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    stdout: BufReader<std::process::ChildStdout>,
+    next: u64,
+}
+
+impl StdioServer {
+    fn start(store: &std::path::Path) -> Self {
+        let mut child = crate::common::server_command()
+            .arg("--stdio")
+            .env("CODE_INTERPRETER_MCP_SESSIONS_STORE_URL", store)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut server = Self {
+            stdin: child.stdin.take(),
+            stdout: BufReader::new(child.stdout.take().unwrap()),
+            child,
+            next: 1,
+        };
+        let init = server.request(
+            "initialize",
+            json!({"protocolVersion": "2025-03-26",
+            "capabilities": {}, "clientInfo": {"name": "it", "version": "1"}}),
+        );
+        assert!(init["result"]["serverInfo"].is_object(), "{init}");
+        server.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        server
+    }
+
+    fn send(&mut self, message: Value) {
+        use std::io::Write;
+        writeln!(self.stdin.as_mut().unwrap(), "{message}").unwrap();
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next;
+        self.next += 1;
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let mut line = String::new();
+            self.stdout.read_line(&mut line).unwrap();
+            let message: Value =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+            if message["id"] == id {
+                return message;
+            }
+        }
+    }
+
+    /// Runs `code` in `session`; the structured result.
+    fn run(&mut self, session: &str, code: &str) -> Value {
+        let reply = self.request(
+            "tools/call",
+            json!({"name": "run_python_code", "arguments": {"code": code, "session_id": session}}),
+        );
+        reply["result"]["structuredContent"].clone()
+    }
+
+    /// Waits for the process to end (within 30 s); whether it ended well, and how long it took.
+    fn wait(mut self) -> (bool, std::time::Duration) {
+        let started = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return (status.success(), started.elapsed());
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(30),
+                "still running"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
+fn stdio_sessions_survive_their_process_at_eof_and_sigterm() {
+    let store = crate::common::temp_dir("stdio-store");
+    let mut first = StdioServer::start(&store);
+    let r = first.run("new", "x = 41");
+    assert_eq!(r["session"]["durable"], true, "{r}");
+    let id = r["session_id"].as_str().unwrap().to_string();
+    // The host closes standard input (a process per call or per conversation): saved, then gone.
+    first.stdin = None;
+    let (ok, took) = first.wait();
+    assert!(ok, "exited well");
+    println!("saved and exited {took:?} after EOF");
+
+    let mut second = StdioServer::start(&store);
+    let r = second.run(&id, "x += 1\nx");
+    assert_eq!(r["result"], "42", "{r}");
+    // SIGTERM (a desktop app restarting its servers): saved as well.
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &second.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let (ok, _) = second.wait();
+    assert!(ok, "exited well after SIGTERM");
+
+    let mut third = StdioServer::start(&store);
+    assert_eq!(third.run(&id, "x")["result"], "42");
+    // One that cannot be saved says why when its id comes back.
+    let r = third.run("new", "import js\nheld = js.Object.new()");
+    assert_eq!(r["session"]["durable"], false, "{r}");
+    let pinned = r["session_id"].as_str().unwrap().to_string();
+    third.stdin = None;
+    assert!(third.wait().0);
+    let mut fourth = StdioServer::start(&store);
+    let r = fourth.run(&pinned, "held");
+    let message = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("JavaScript object"), "{r}");
+}
+
 #[test]
 fn json_logs_have_one_line_per_call_without_code_or_paths() {
     let mut child = crate::common::server_command()

@@ -153,10 +153,9 @@ export async function boot(gate = null) {
   autoLoad = cfg.autoLoad;
   delete globalThis.Deno;
   const user = cfg.kind === "sandbox";
-  if (user) {
-    sealRealm(cfg.globals);
-    captureGlobals();
-  }
+  if (user) sealRealm(cfg.globals);
+  // What a session image may name, as the sealed realm has it (a restore resolves names from it).
+  if (user && cfg.saveable) captureGlobals();
   defineShellGlobals();
   // Already evaluated if the isolate started from the V8 startup snapshot (see preloadPyodide).
   const { loadPyodide } = await import("asset:///pyodide.mjs");
