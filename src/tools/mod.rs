@@ -275,7 +275,7 @@ persist between calls; send input files with each call."
                     None,
                 )
             })?;
-            return Ok(tasks.spawn(self, args, &context));
+            return Ok(tasks.spawn(self, args, &context).await);
         }
         let call = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
         self.tool_router.call(call).await

@@ -1,5 +1,7 @@
 //! `run_python_code` as an MCP task (SEP-2663, the `io.modelcontextprotocol/tasks` extension): a
-//! client that declares the extension gets a task handle at once for each call and polls `tasks/get`,
+//! client that declares the extension gets its result inline when the call ends within
+//! `tasks.immediate_result_ms` (1 s), else a task handle for the call, still running, and polls
+//! `tasks/get`,
 //! whose status message says how long the code has run, how much output it wrote and its newest
 //! output (at most 4 KiB); the terminal state carries the ordinary result. `tasks/cancel` stops the
 //! code (a session's is interrupted first) and the task ends `cancelled` within a second.
@@ -30,6 +32,7 @@ use super::execute::{Outcome, Refusal, Setup, caller};
 use super::run::RunPythonCodeArgs;
 use crate::config::TaskSettings;
 use crate::pool::{JobError, SubmitError};
+use crate::protocol::limits::MAX_TIMEOUT_MS;
 use crate::sandbox::LiveOutput;
 use crate::sessions::Principal;
 use crate::telemetry::{self, TaskEnd};
@@ -132,15 +135,47 @@ impl Tasks {
         owners.retain(|id, _| self.manager.get_task(id).is_ok());
     }
 
-    /// Starts `args` as a task of `interpreter` for the request of `context`; a call refused before
-    /// it became a task (too many tasks waiting or kept) is answered as a synchronous result.
-    pub fn spawn(
+    /// Runs `args` for the request of `context`, a client that declared tasks: answered inline when
+    /// it ends within `tasks.immediate_result_ms` (a task only costs such a call a poll interval,
+    /// and some clients handle tasks badly), else as a task of `interpreter` that carries on with
+    /// the same running call. A call whose `timeout_ms` exceeds the synchronous cap, or that finds
+    /// no running slot free, becomes a task at once. A call refused before it became a task (too
+    /// many tasks waiting or kept) is answered as a synchronous result.
+    pub async fn spawn(
         &self,
         interpreter: &CodeInterpreter,
         args: RunPythonCodeArgs,
         context: &rmcp::service::RequestContext<rmcp::RoleServer>,
     ) -> CallToolResponse {
         let started = Instant::now();
+        let window = self.settings.immediate_result;
+        let inline = !window.is_zero()
+            && args.timeout_ms <= MAX_TIMEOUT_MS
+            && self.queue().is_empty()
+            && self.lock().len() < MAX_TASKS;
+        if let Some(permit) = inline
+            .then(|| self.running.clone().try_acquire_owned().ok())
+            .flatten()
+        {
+            let max = self.settings.max_timeout_ms;
+            let (mut call, live) = start_call(interpreter, args, caller(Some(context)), max);
+            return match tokio::time::timeout(window, &mut call).await {
+                Ok(ended) => {
+                    drop(permit);
+                    let (result, kept) = interpreter.finish(ended, started);
+                    CallToolResponse::Complete(interpreter.reply(&result, &kept))
+                }
+                Err(_) => {
+                    let running = Running {
+                        call,
+                        permit,
+                        live,
+                        started,
+                    };
+                    self.create(interpreter, context, started, Begin::Running(running))
+                }
+            };
+        }
         if self.lock().len() >= MAX_TASKS {
             self.prune();
         }
@@ -162,6 +197,21 @@ impl Tasks {
             let (result, kept) = interpreter.finish(ended, started);
             return CallToolResponse::Complete(interpreter.reply(&result, &kept));
         }
+        let begin = Begin::Queued {
+            args,
+            ticket: Waiting::enter(self),
+        };
+        self.create(interpreter, context, started, begin)
+    }
+
+    /// Makes the task that `begin` starts (queued, or already running), for `context`'s caller.
+    fn create(
+        &self,
+        interpreter: &CodeInterpreter,
+        context: &rmcp::service::RequestContext<rmcp::RoleServer>,
+        started: Instant,
+        begin: Begin,
+    ) -> CallToolResponse {
         let caller = caller(Some(context));
         let principal = caller.principal;
         let tasks = self.clone();
@@ -173,7 +223,6 @@ impl Tasks {
         // A task stops at its TTL whether or not anyone polls it (the manager expires it only
         // when asked): its code ends and its slot is free at once.
         let deadline = tokio::time::Instant::now() + self.settings.ttl;
-        let ticket = Waiting::enter(self);
         self.working.fetch_add(1, Ordering::SeqCst);
         telemetry::tasks_working(self.working.load(Ordering::SeqCst));
         let task = self.manager.spawn(options, move |ctx| {
@@ -185,9 +234,7 @@ impl Tasks {
                     started,
                     end: TaskEnd::Failed,
                 };
-                let outcome = tasks
-                    .run(&interpreter, args, caller, ticket, deadline, &ctx)
-                    .await;
+                let outcome = tasks.run(&interpreter, begin, caller, deadline, &ctx).await;
                 ending.end = match &outcome {
                     Ok(_) => TaskEnd::Completed,
                     Err(TaskExit::Cancelled) => TaskEnd::Cancelled,
@@ -206,43 +253,49 @@ impl Tasks {
     async fn run(
         &self,
         interpreter: &CodeInterpreter,
-        args: RunPythonCodeArgs,
+        begin: Begin,
         caller: crate::sessions::Caller,
-        ticket: Waiting,
         deadline: tokio::time::Instant,
         ctx: &TaskContext,
     ) -> Result<CallToolResult, TaskExit> {
-        let permit = {
-            let acquire = self.running.clone().acquire_owned();
-            tokio::pin!(acquire);
-            let mut tick = tokio::time::interval(STATUS_INTERVAL);
-            loop {
-                tokio::select! {
-                    permit = &mut acquire => break permit.map_err(|_| shutting_down())?,
-                    () = ctx.cancelled() => return Err(TaskExit::Cancelled),
-                    () = self.closing.cancelled() => return Err(shutting_down()),
-                    () = tokio::time::sleep_until(deadline) => {
-                        ctx.set_status_message("expired before it could run");
-                        return Err(expired());
+        let Running {
+            mut call,
+            permit,
+            live,
+            started,
+        } = match begin {
+            Begin::Running(running) => running,
+            Begin::Queued { args, ticket } => {
+                let permit = {
+                    let acquire = self.running.clone().acquire_owned();
+                    tokio::pin!(acquire);
+                    let mut tick = tokio::time::interval(STATUS_INTERVAL);
+                    loop {
+                        tokio::select! {
+                            permit = &mut acquire => break permit.map_err(|_| shutting_down())?,
+                            () = ctx.cancelled() => return Err(TaskExit::Cancelled),
+                            () = self.closing.cancelled() => return Err(shutting_down()),
+                            () = tokio::time::sleep_until(deadline) => {
+                                ctx.set_status_message("expired before it could run");
+                                return Err(expired());
+                            }
+                            _ = tick.tick() => ctx.set_status_message(ticket.status()),
+                        }
                     }
-                    _ = tick.tick() => ctx.set_status_message(ticket.status()),
+                };
+                drop(ticket);
+                let started = Instant::now();
+                let max = self.settings.max_timeout_ms;
+                let (call, live) = start_call(interpreter, args, caller, max);
+                Running {
+                    call,
+                    permit,
+                    live,
+                    started,
                 }
             }
         };
-        drop(ticket);
-        let started = Instant::now();
-        ctx.set_status_message("running");
-        let live = Arc::new(LiveOutput::default());
-        let setup = Setup {
-            caller,
-            progress: None,
-            cancelled: CancellationToken::new(),
-            max_timeout_ms: self.settings.max_timeout_ms,
-            live: Some(live.clone()),
-        };
-        let runner = interpreter.runner();
-        let call = runner.execute(args.into(), setup);
-        tokio::pin!(call);
+        ctx.set_status_message(status(&live, started, "running for"));
         let mut tick = tokio::time::interval(STATUS_INTERVAL);
         let ended = loop {
             tokio::select! {
@@ -394,6 +447,48 @@ fn shutting_down() -> TaskExit {
             .to_string(),
         None,
     ))
+}
+
+/// How a task begins: waiting for a running slot, or with its call already running (a call that
+/// did not end within the inline window).
+enum Begin {
+    Queued {
+        args: RunPythonCodeArgs,
+        ticket: Waiting,
+    },
+    Running(Running),
+}
+
+/// A call running for a task: its future, its running slot, its output so far, when it started.
+struct Running {
+    call: Call,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    live: Arc<LiveOutput>,
+    started: Instant,
+}
+
+/// A running call's future.
+type Call = std::pin::Pin<Box<dyn std::future::Future<Output = super::execute::Ended> + Send>>;
+
+/// Starts running `args` for `caller`, `timeout_ms` allowed up to `max_timeout_ms` (with its output
+/// followed live); the call and its output.
+fn start_call(
+    interpreter: &CodeInterpreter,
+    args: RunPythonCodeArgs,
+    caller: crate::sessions::Caller,
+    max_timeout_ms: u64,
+) -> (Call, Arc<LiveOutput>) {
+    let live = Arc::new(LiveOutput::default());
+    let setup = Setup {
+        caller,
+        progress: None,
+        cancelled: CancellationToken::new(),
+        max_timeout_ms,
+        live: Some(live.clone()),
+    };
+    let interpreter = interpreter.clone();
+    let call = Box::pin(async move { interpreter.runner().execute(args.into(), setup).await });
+    (call, live)
 }
 
 /// Why a task that reached its TTL failed.

@@ -73,6 +73,8 @@ pub fn start(store: &Path, metrics_port: u16, extra: &[(&str, &str)]) -> Server 
         ("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true"),
         ("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", port.as_str()),
         ("CODE_INTERPRETER_MCP_QUEUE_CAPACITY", "64"),
+        // (The mix's tasks are tasks from the start, short as they are.)
+        ("CODE_INTERPRETER_MCP_TASKS_IMMEDIATE_RESULT_MS", "0"),
     ];
     env.extend_from_slice(extra);
     Server::start(&env)

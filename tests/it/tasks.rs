@@ -225,6 +225,8 @@ fn tasks_expire_are_bounded_and_visible_only_to_their_token() {
         ),
         ("CODE_INTERPRETER_MCP_TASKS_TTL_S", "2"),
         ("CODE_INTERPRETER_MCP_TASKS_QUEUE_CAPACITY", "0"),
+        // (Every call a task at once, however short.)
+        ("CODE_INTERPRETER_MCP_TASKS_IMMEDIATE_RESULT_MS", "0"),
         ("CODE_INTERPRETER_MCP_MAX_WORKERS", "2"),
         ("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true"),
         ("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", &port),
@@ -308,6 +310,81 @@ fn tasks_expire_are_bounded_and_visible_only_to_their_token() {
         metric(r#"code_interpreter_mcp_task_duration_seconds_count{status="completed"}"#),
         1.0
     );
+}
+
+#[test]
+fn a_short_call_of_a_tasks_client_is_answered_inline_and_a_long_one_becomes_a_task() {
+    let server = Server::start(&[]);
+    let tools_call = |arguments: Value| {
+        request(
+            &server,
+            "tools/call",
+            json!({"name": "run_python_code", "arguments": arguments}),
+            None,
+        )
+    };
+    // print(1), back to back, from a client that declared tasks and from one that did not.
+    let mut with_tasks = Vec::new();
+    let mut without = Vec::new();
+    for _ in 0..20 {
+        let began = Instant::now();
+        let reply = tools_call(json!({"code": "print(1)"}));
+        with_tasks.push(began.elapsed());
+        assert_eq!(
+            reply["result"]["structuredContent"]["stdout"], "1\n",
+            "{reply}"
+        );
+        assert!(
+            reply["result"]
+                .get("resultType")
+                .is_none_or(|t| t != "task"),
+            "{reply}"
+        );
+        let began = Instant::now();
+        let reply = call_stateless(&server, json!({"code": "print(1)"}));
+        without.push(began.elapsed());
+        assert_eq!(
+            reply["result"]["structuredContent"]["stdout"], "1\n",
+            "{reply}"
+        );
+    }
+    with_tasks.sort();
+    without.sort();
+    println!(
+        "print(1) p50 (debug build): declared tasks {:?}, did not {:?}",
+        with_tasks[10], without[10]
+    );
+    assert!(
+        with_tasks[10] < without[10] * 3 + Duration::from_millis(50),
+        "no poll interval for a short call: {:?} vs {:?}",
+        with_tasks[10],
+        without[10]
+    );
+    // Past the window (1 s): a task, carrying on with the same running call.
+    let began = Instant::now();
+    let task = start(
+        &server,
+        json!({"code": "import time\nprint('before', flush=True)\ntime.sleep(2)\n'done'"}),
+    );
+    let waited = began.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_millis(1900),
+        "{waited:?}"
+    );
+    let (state, _) = settle(&server, &task, Duration::from_secs(20));
+    assert_eq!(state["status"], "completed", "{state}");
+    assert_eq!(state["result"]["structuredContent"]["result"], "done");
+    assert_eq!(state["result"]["structuredContent"]["stdout"], "before\n");
+    // A call allowed more than the synchronous cap is a task at once.
+    let began = Instant::now();
+    let task = start(&server, json!({"code": "1", "timeout_ms": 200_000}));
+    assert!(
+        began.elapsed() < Duration::from_millis(800),
+        "{:?}",
+        began.elapsed()
+    );
+    let (state, _) = settle(&server, &task, Duration::from_secs(20));
+    assert_eq!(state["status"], "completed", "{state}");
 }
 
 #[test]
@@ -399,10 +476,20 @@ fn legacy_clients_that_declare_the_extension_get_tasks_too() {
         .body(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string())
         .send()
         .unwrap();
+    // A short call is answered inline; one past the inline window becomes a task.
+    let inline = post(
+        5,
+        "tools/call",
+        json!({"name": "run_python_code", "arguments": {"code": "6 * 7"}}),
+    );
+    assert_eq!(
+        inline["result"]["structuredContent"]["result"], "42",
+        "{inline}"
+    );
     let created = post(
         2,
         "tools/call",
-        json!({"name": "run_python_code", "arguments": {"code": "print('hello')\n7"}}),
+        json!({"name": "run_python_code", "arguments": {"code": "import time\ntime.sleep(1.5)\nprint('hello')\n7"}}),
     );
     let task = created["result"]["taskId"]
         .as_str()

@@ -191,6 +191,11 @@ pub struct TasksConfig {
     /// 86,400,000 (24 h).
     /// Environment: CODE_INTERPRETER_MCP_TASKS_MAX_TIMEOUT_MS
     pub max_timeout_ms: u64,
+    /// A call from a client that declared tasks is answered inline when it ends within this many
+    /// milliseconds (0 to 120000), and becomes a task past them; 0: every such call is a task at
+    /// once. A call whose timeout_ms exceeds the synchronous cap is a task at once.
+    /// Environment: CODE_INTERPRETER_MCP_TASKS_IMMEDIATE_RESULT_MS
+    pub immediate_result_ms: u64,
 }
 
 impl Default for TasksConfig {
@@ -201,6 +206,7 @@ impl Default for TasksConfig {
             queue_capacity: 16,
             ttl_s: 3600,
             max_timeout_ms: 1_800_000,
+            immediate_result_ms: 1000,
         }
     }
 }

@@ -126,6 +126,8 @@ pub struct TaskSettings {
     pub ttl: Duration,
     /// The largest timeout_ms a task may set.
     pub max_timeout_ms: u64,
+    /// A call that ends within this is answered inline (zero: every call is a task at once).
+    pub immediate_result: Duration,
 }
 
 /// The snippet catalog.

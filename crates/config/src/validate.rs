@@ -152,6 +152,12 @@ const RANGES: &[Range] = &[
         unit: " ms",
     },
     Range {
+        key: "tasks.immediate_result_ms",
+        value: |c| c.tasks.immediate_result_ms,
+        allowed: 0..=120_000,
+        unit: " ms",
+    },
+    Range {
         key: "results.max_inline_image_kb",
         value: |c| c.results.max_inline_image_kb,
         allowed: 0..=MAX_KB,
@@ -513,6 +519,7 @@ fn settings(
             queue_capacity: c.tasks.queue_capacity as usize,
             ttl: Duration::from_secs(c.tasks.ttl_s),
             max_timeout_ms: c.tasks.max_timeout_ms,
+            immediate_result: Duration::from_millis(c.tasks.immediate_result_ms),
         }),
         snippets: c.code_snippets.enabled.then(|| SnippetSettings {
             catalog: c.code_snippets.clone(),
