@@ -67,20 +67,8 @@ pub fn file_blocks(
     let mut blocks = Vec::new();
     for file in files {
         let size = decoded_len(&file.content_base64);
-        if size <= max_inline_bytes {
-            // (A file is named by its path: an image block only for bytes that are that image.)
-            if INLINE_IMAGE_TYPES.contains(&file.mime_type.as_str())
-                && valid_image(&file.mime_type, &file.content_base64)
-            {
-                blocks.push(ContentBlock::image(
-                    file.content_base64.clone(),
-                    file.mime_type.clone(),
-                ));
-            } else if file.mime_type == "image/svg+xml"
-                && let Some(svg) = base64_text(&file.content_base64)
-            {
-                blocks.push(ContentBlock::text(svg));
-            }
+        if let Some(block) = file_block(&file.mime_type, &file.content_base64, max_inline_bytes) {
+            blocks.push(block);
         }
         if let Some(id) = session {
             blocks.push(ContentBlock::resource_link(
@@ -91,6 +79,23 @@ pub fn file_blocks(
         }
     }
     blocks
+}
+
+/// The content block a returned file of `mime` (its bytes in `base64`) gets besides a session's
+/// link, if any: an image block for a valid image of an inline type up to `max_inline_bytes`, the
+/// text of an SVG up to that size.
+pub fn file_block(mime: &str, base64: &str, max_inline_bytes: u64) -> Option<ContentBlock> {
+    if decoded_len(base64) > max_inline_bytes {
+        return None;
+    }
+    // (A file is named by its path: an image block only for bytes that are that image.)
+    if INLINE_IMAGE_TYPES.contains(&mime) && valid_image(mime, base64) {
+        return Some(ContentBlock::image(base64.to_string(), mime.to_string()));
+    }
+    if mime == "image/svg+xml" {
+        return base64_text(base64).map(ContentBlock::text);
+    }
+    None
 }
 
 /// Representations that become embedded resources (with their MIME type), most useful first.

@@ -320,7 +320,12 @@ impl CodeInterpreter {
     /// per file.
     pub(super) fn reply(&self, result: &CallResult, kept: &Kept) -> CallToolResult {
         let value = serde_json::to_value(result).unwrap_or_default();
-        let text = text::model_text(&value, self.max_text_chars, kept);
+        let text = text::model_text(
+            &value,
+            self.max_text_chars,
+            kept,
+            self.max_inline_image_bytes,
+        );
         let mut reply = if result.success {
             CallToolResult::structured(value)
         } else {

@@ -2,8 +2,9 @@
 //! `results.max_text_chars`. It is the result's JSON with long stdout, stderr, result and traceback
 //! cut to their head and tail around a marker that says how much was cut and where the whole is (a
 //! session keeps its long outputs as files under `/workspace/.outputs/`, readable as `session://`
-//! resources; otherwise the structured content has them), files named without their contents (they
-//! come as their own content blocks, and whole in the structured content), and displays named by
+//! resources; otherwise the structured content has them), files named without their contents (the
+//! text says where each really is: an image block, a session link, or only the structured content),
+//! and displays named by
 //! their types (they come as their own content blocks). The structured content keeps the per-request
 //! caps and is never cut here.
 
@@ -57,8 +58,9 @@ pub fn cut(text: &str, limit: usize, whole: &str) -> String {
     )
 }
 
-/// The text content for a result whose structured form is `value`.
-pub fn model_text(value: &Value, max_chars: usize, kept: &Kept) -> String {
+/// The text content for a result whose structured form is `value` (images up to
+/// `max_inline_bytes` come as image blocks).
+pub fn model_text(value: &Value, max_chars: usize, kept: &Kept, max_inline_bytes: u64) -> String {
     if max_chars == 0 {
         return value.to_string();
     }
@@ -91,14 +93,14 @@ pub fn model_text(value: &Value, max_chars: usize, kept: &Kept) -> String {
     }
     if let Some(Value::Array(files)) = view.get_mut("files") {
         for file in files.iter_mut() {
-            let bytes = file["content_base64"]
-                .as_str()
-                .map_or(0, super::content::decoded_len);
+            let base64 = file["content_base64"].as_str().unwrap_or_default();
+            let mime = file["mime_type"].as_str().unwrap_or_default();
+            let block = super::content::file_block(mime, base64, max_inline_bytes);
             *file = json!({
                 "path": file["path"],
                 "mime_type": file["mime_type"],
-                "bytes": bytes,
-                "content": "in its own content block and the structured content",
+                "bytes": super::content::decoded_len(base64),
+                "content": where_file(block.as_ref(), session.is_some()),
             });
         }
     }
@@ -116,6 +118,28 @@ pub fn model_text(value: &Value, max_chars: usize, kept: &Kept) -> String {
         }
     }
     view.to_string()
+}
+
+/// Where a returned file's bytes are, besides the structured content: in the block `block` (an
+/// image, or an SVG's text), as a `session://` resource link when `linked`, both, or nowhere else.
+fn where_file(block: Option<&rmcp::model::ContentBlock>, linked: bool) -> &'static str {
+    use rmcp::model::ContentBlock;
+    match (block, linked) {
+        (Some(ContentBlock::Image(_)), true) => {
+            "in an image block, as a session:// resource link (resources/read), and in the structured content (`files`)"
+        }
+        (Some(_), true) => {
+            "as text in its own block, as a session:// resource link (resources/read), and in the structured content (`files`)"
+        }
+        (None, true) => {
+            "as a session:// resource link (resources/read) and in the structured content (`files`)"
+        }
+        (Some(ContentBlock::Image(_)), false) => {
+            "in an image block and in the structured content (`files`)"
+        }
+        (Some(_), false) => "as text in its own block and in the structured content (`files`)",
+        (None, false) => "only in the structured content (`files`, Base64): no content block",
+    }
 }
 
 #[cfg(test)]
@@ -137,5 +161,35 @@ mod tests {
         let out = cut(&wide, 50, "w");
         assert!(out.starts_with(&"é".repeat(30)));
         assert_eq!(share("stdout", 20_000), 10_000);
+    }
+
+    #[test]
+    fn the_text_says_where_each_file_really_is() {
+        let value = |session: Option<&str>| {
+            json!({"session_id": session, "files": [
+                {"path": "a.csv", "mime_type": "text/csv", "content_base64": "YQo="},
+                {"path": "p.png", "mime_type": "image/png", "content_base64": "iVBORw0KGgo="},
+                {"path": "fake.png", "mime_type": "image/png", "content_base64": "PHN2Zy8+"},
+            ]})
+        };
+        let text: Value =
+            serde_json::from_str(&model_text(&value(None), 1000, &Kept::default(), 1024)).unwrap();
+        let said = |i: usize| text["files"][i]["content"].as_str().unwrap().to_string();
+        assert!(said(0).contains("no content block"), "{}", said(0));
+        assert!(said(1).starts_with("in an image block"), "{}", said(1));
+        assert!(said(2).contains("no content block"), "{}", said(2));
+        let text: Value = serde_json::from_str(&model_text(
+            &value(Some("s1")),
+            1000,
+            &Kept::default(),
+            1024,
+        ))
+        .unwrap();
+        assert!(
+            text["files"][0]["content"]
+                .as_str()
+                .unwrap()
+                .starts_with("as a session:// resource link")
+        );
     }
 }
