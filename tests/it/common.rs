@@ -91,3 +91,18 @@ pub fn returned_file(result: &ExecResult, path: &str) -> Vec<u8> {
         .decode(&file.content_base64)
         .unwrap()
 }
+
+/// Runs `code` in `sandbox` (a session's, kept) within 120 s; its final expression, the run
+/// asserted to have succeeded.
+pub fn run_in(sandbox: &mut code_interpreter_mcp::sandbox::Sandbox, code: &str) -> Option<String> {
+    let result = sandbox.run(
+        ExecRequest {
+            code: code.into(),
+            timeout: Duration::from_secs(120),
+            ..Default::default()
+        },
+        None,
+    );
+    assert!(result.error.is_none(), "{code}: {:?}", result.error);
+    result.result
+}

@@ -112,16 +112,7 @@ const REFUSED: &[(&str, &str, &str)] = &[
 ];
 
 fn run(sandbox: &mut Sandbox, code: &str) -> String {
-    let result = sandbox.run(
-        ExecRequest {
-            code: code.into(),
-            timeout: Duration::from_secs(120),
-            ..Default::default()
-        },
-        None,
-    );
-    assert!(result.error.is_none(), "{code}: {:?}", result.error);
-    result.result.unwrap_or_default()
+    crate::common::run_in(sandbox, code).unwrap_or_default()
 }
 
 /// Every row's read-out, by row.

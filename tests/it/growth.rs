@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::fixture::{Server, call_stateless, call_tool_stateless, client, rss_mib};
+use crate::fixture::{
+    Server, call_stateless, call_tool_stateless, client, rss_mib, send_stateless, tool_call_body,
+};
 
 /// What a server holds at one moment.
 #[derive(Debug, Clone, Copy)]
@@ -176,21 +178,22 @@ fn one(server: &Server, i: usize, tasks: &AtomicUsize) {
         }
         n if n % 20 == 5 => {
             // Abandoned: the client goes away while the code runs.
-            let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                "params": {"name": "run_python_code", "_meta": crate::fixture::stateless_meta(),
-                    "arguments": {"code": "while True:\n    pass", "timeout_ms": 20000}}});
-            let sent = reqwest::blocking::Client::builder()
+            let body = tool_call_body(
+                "run_python_code",
+                json!({"code": "while True:\n    pass", "timeout_ms": 20000}),
+                None,
+            );
+            let impatient = reqwest::blocking::Client::builder()
                 .timeout(Duration::from_millis(300))
                 .build()
-                .unwrap()
-                .post(&server.url)
-                .header("Content-Type", "application/json")
-                .header("Accept", "application/json, text/event-stream")
-                .header("MCP-Protocol-Version", "2026-07-28")
-                .header("Mcp-Method", "tools/call")
-                .header("Mcp-Name", "run_python_code")
-                .body(body.to_string())
-                .send();
+                .unwrap();
+            let sent = send_stateless(
+                &impatient,
+                &server.url,
+                "tools/call",
+                Some("run_python_code"),
+                &body,
+            );
             assert!(sent.is_err(), "the call ran past the client's patience");
         }
         n if n % 20 == 15 => {
@@ -240,23 +243,17 @@ fn one(server: &Server, i: usize, tasks: &AtomicUsize) {
 
 /// A call from a client that declares the tasks extension (it becomes a task); the reply.
 fn task(server: &Server, arguments: Value) -> Value {
-    let mut meta = crate::fixture::stateless_meta();
-    meta["io.modelcontextprotocol/clientCapabilities"] =
+    let mut body = tool_call_body("run_python_code", arguments, None);
+    body["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
         json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {"name": "run_python_code", "arguments": arguments, "_meta": meta}});
-    crate::fixture::message(
-        client()
-            .post(&server.url)
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json, text/event-stream")
-            .header("MCP-Protocol-Version", "2026-07-28")
-            .header("Mcp-Method", "tools/call")
-            .header("Mcp-Name", "run_python_code")
-            .body(body.to_string())
-            .send()
-            .unwrap(),
-    )
+    let sent = send_stateless(
+        &client(),
+        &server.url,
+        "tools/call",
+        Some("run_python_code"),
+        &body,
+    );
+    crate::fixture::message(sent.unwrap())
 }
 
 /// Live tasks by the metrics (waiting and working).

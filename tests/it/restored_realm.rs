@@ -4,22 +4,9 @@
 //! (fresh, parked then finished, restored, restored again as a fork is) ends with the same realm
 //! check; and whether a session is saveable does not depend on anything its code can patch.
 
-use std::time::Duration;
+use code_interpreter_mcp::sandbox::{Flavor, SessionImage};
 
-use code_interpreter_mcp::sandbox::{ExecRequest, Flavor, Sandbox, SessionImage};
-
-fn run(sandbox: &mut Sandbox, code: &str) -> Option<String> {
-    let result = sandbox.run(
-        ExecRequest {
-            code: code.into(),
-            timeout: Duration::from_secs(60),
-            ..Default::default()
-        },
-        None,
-    );
-    assert!(result.error.is_none(), "{code}: {:?}", result.error);
-    result.result
-}
+use crate::common::run_in as run;
 
 /// The realm as user code sees it: its globals, and whether deno_core's objects are reachable.
 const REALM: &str = "import js\n\

@@ -4,21 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use code_interpreter_mcp::sandbox::{ExecRequest, Flavor, Sandbox, SessionImage};
+use code_interpreter_mcp::sandbox::{Flavor, SessionImage};
 use code_interpreter_mcp::store::Store;
 
-fn run(sandbox: &mut Sandbox, code: &str) -> Option<String> {
-    let result = sandbox.run(
-        ExecRequest {
-            code: code.into(),
-            timeout: Duration::from_secs(60),
-            ..Default::default()
-        },
-        None,
-    );
-    assert!(result.error.is_none(), "{code}: {:?}", result.error);
-    result.result
-}
+use crate::common::run_in as run;
 
 #[test]
 fn a_session_is_saved_sealed_and_restored_into_a_fresh_sandbox() {

@@ -214,6 +214,7 @@ fn every_environment_override_applies_after_files() {
         ("CODE_INTERPRETER_MCP_TASKS_QUEUE_CAPACITY", "7"),
         ("CODE_INTERPRETER_MCP_TASKS_TTL_S", "90"),
         ("CODE_INTERPRETER_MCP_TASKS_MAX_TIMEOUT_MS", "600000"),
+        ("CODE_INTERPRETER_MCP_TASKS_IMMEDIATE_RESULT_MS", "250"),
         ("CODE_INTERPRETER_MCP_MAX_INLINE_IMAGE_KB", "0"),
         ("CODE_INTERPRETER_MCP_MAX_TEXT_CHARS", "5000"),
         ("CODE_INTERPRETER_MCP_MAX_TABLE_ROWS", "10"),
@@ -309,6 +310,7 @@ fn every_environment_override_applies_after_files() {
     assert_eq!(c.tasks.queue_capacity, 7);
     assert_eq!(c.tasks.ttl_s, 90);
     assert_eq!(c.tasks.max_timeout_ms, 600_000);
+    assert_eq!(c.tasks.immediate_result_ms, 250);
     assert_eq!(c.results.max_inline_image_kb, 0);
     assert_eq!(c.results.max_text_chars, 5000);
     assert_eq!(c.results.max_table_rows, 10);

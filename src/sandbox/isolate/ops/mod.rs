@@ -43,7 +43,7 @@ pub(crate) const DISPLAY_PY: &str = include_str!("display.py");
 
 /// The sandbox's JavaScript and Python glue as compiled into the binary (for the memory snapshot's
 /// key: the snapshot is taken by this code).
-pub(crate) fn glue() -> [&'static str; 11] {
+pub(crate) fn glue() -> [&'static str; 12] {
     [
         include_str!("runtime.js"),
         include_str!("web.js"),
@@ -53,6 +53,7 @@ pub(crate) fn glue() -> [&'static str; 11] {
         include_str!("dylink.js"),
         include_str!("layer.js"),
         include_str!("image.js"),
+        include_str!("realm.js"),
         RUNNER_PY,
         NOTEBOOK_PY,
         DISPLAY_PY,
@@ -313,7 +314,7 @@ deno_core::extension!(
         web::op_sandbox_yield,
     ],
     esm_entry_point = "ext:sandbox/runtime.js",
-    esm = [dir "src/sandbox/isolate/ops", "runtime.js", "web.js", "call.js", "pyodide.js", "park.js", "dylink.js", "layer.js", "image.js"],
+    esm = [dir "src/sandbox/isolate/ops", "runtime.js", "web.js", "call.js", "pyodide.js", "park.js", "dylink.js", "layer.js", "image.js", "realm.js"],
     options = { shared: Arc<EngineShared>, role: Role, budget: Arc<MemoryBudget> },
     state = |state, options| {
         state.put(SandboxState::new(options.shared, options.budget));
