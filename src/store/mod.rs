@@ -203,10 +203,7 @@ impl Store {
                 .map_err(|e| match e {
                     ReadError::NotRegular => StoreError::Open(OpenError::NotRegular),
                     ReadError::TooLarge(size) => StoreError::Open(OpenError::TooLarge(size, most)),
-                    ReadError::Io(e) => self.backend(object_store::Error::Generic {
-                        store: "LocalFileSystem",
-                        source: Box::new(e),
-                    }),
+                    ReadError::Io(e) => self.local_error(e),
                 });
         }
         let got = match self.objects.get(path).await {
@@ -224,19 +221,18 @@ impl Store {
         ObjectPath::from(format!("{}{GENERATION_SUFFIX}", seal::name(id)))
     }
 
-    fn remembered(&self, id: &str) -> u64 {
-        let known = self
-            .generations
+    fn known(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
+        self.generations
             .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        known.get(&seal::name(id)).copied().unwrap_or(0)
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn remembered(&self, id: &str) -> u64 {
+        self.known().get(&seal::name(id)).copied().unwrap_or(0)
     }
 
     fn remember(&self, id: &str, generation: u64) {
-        let mut known = self
-            .generations
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut known = self.known();
         if known.len() >= MAX_REMEMBERED {
             known.clear();
         }
@@ -246,11 +242,15 @@ impl Store {
 
     /// Forgets session `id`'s generation (its images are deleted).
     pub(crate) fn forget_generation(&self, name: &str) {
-        let mut known = self
-            .generations
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        known.remove(name);
+        self.known().remove(name);
+    }
+
+    /// An I/O error of a directory store, as the backend's.
+    fn local_error(&self, source: std::io::Error) -> StoreError {
+        self.backend(object_store::Error::Generic {
+            store: "LocalFileSystem",
+            source: Box::new(source),
+        })
     }
 
     /// Where the store is (for logs).
@@ -345,10 +345,7 @@ impl Store {
             return match std::fs::symlink_metadata(&file) {
                 Ok(_) => Ok(true),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-                Err(e) => Err(self.backend(object_store::Error::Generic {
-                    store: "LocalFileSystem",
-                    source: Box::new(e),
-                })),
+                Err(e) => Err(self.local_error(e)),
             };
         }
         match self.objects.head(&Self::path(id)).await {
