@@ -8,6 +8,7 @@
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 use rmcp::model::{ContentBlock, Resource, ResourceContents};
 
+use super::era::Era;
 use crate::sandbox::{Display, OutputFile, valid_image};
 
 /// Image types clients render from Base64 image content.
@@ -57,28 +58,77 @@ pub fn decoded_len(text: &str) -> u64 {
     (text.len() / 4 * 3).saturating_sub(padding) as u64
 }
 
-/// The content blocks for `files` after the JSON: images (inlined up to `max_inline_bytes`) and,
-/// with `session`, a link to each file.
+/// The content blocks for `files` after the JSON, file by file ([`file_content`]).
 pub fn file_blocks(
     files: &[OutputFile],
     session: Option<&str>,
     max_inline_bytes: u64,
+    era: Era,
 ) -> Vec<ContentBlock> {
-    let mut blocks = Vec::new();
-    for file in files {
-        let size = decoded_len(&file.content_base64);
-        if let Some(block) = file_block(&file.mime_type, &file.content_base64, max_inline_bytes) {
-            blocks.push(block);
-        }
-        if let Some(id) = session {
+    files
+        .iter()
+        .flat_map(|file| {
+            file_content(
+                &file.path,
+                &file.mime_type,
+                &file.content_base64,
+                session,
+                max_inline_bytes,
+                era,
+            )
+        })
+        .collect()
+}
+
+/// The blocks one returned file gets: an image block or an SVG's text up to `max_inline_bytes`
+/// ([`file_block`]); in a session, a `resource_link` to its `session://` URI where links exist;
+/// where they do not (nor structured content), the file itself as an embedded resource unless it
+/// is shown whole already (its text for text types, else Base64), under its `session://` URI or,
+/// stateless, `workspace:///path`.
+pub fn file_content(
+    path: &str,
+    mime: &str,
+    base64: &str,
+    session: Option<&str>,
+    max_inline_bytes: u64,
+    era: Era,
+) -> Vec<ContentBlock> {
+    let shown = file_block(mime, base64, max_inline_bytes);
+    let uri = match session {
+        Some(id) => session_uri(id, path),
+        None => workspace_uri(path),
+    };
+    let mut blocks: Vec<ContentBlock> = shown.into_iter().collect();
+    if era.structured() {
+        if session.is_some() {
             blocks.push(ContentBlock::resource_link(
-                Resource::new(session_uri(id, &file.path), file.path.clone())
-                    .with_mime_type(file.mime_type.clone())
-                    .with_size(size),
+                Resource::new(uri, path.to_string())
+                    .with_mime_type(mime.to_string())
+                    .with_size(decoded_len(base64)),
             ));
         }
+    } else if blocks.is_empty() {
+        let contents = match base64_text(base64).filter(|_| is_text(mime)) {
+            Some(text) => ResourceContents::text(text, uri),
+            None => ResourceContents::blob(base64.to_string(), uri),
+        };
+        blocks.push(ContentBlock::resource(contents.with_mime_type(mime)));
     }
     blocks
+}
+
+/// The URI an embedded stateless file goes by: `workspace:///{path}`, components percent-encoded.
+pub fn workspace_uri(path: &str) -> String {
+    session_uri("", path).replacen("session://", "workspace://", 1)
+}
+
+/// Types whose UTF-8 bytes are embedded as text rather than Base64.
+fn is_text(mime: &str) -> bool {
+    mime.starts_with("text/")
+        || matches!(
+            mime,
+            "application/json" | "application/xml" | "application/javascript" | "image/svg+xml"
+        )
 }
 
 /// The content block a returned file of `mime` (its bytes in `base64`) gets besides a session's
@@ -218,18 +268,51 @@ mod tests {
             file("b.svg", "image/svg+xml", "PHN2Zy8+"),
             file("c.csv", "text/csv", "YQo="),
         ];
-        let blocks = file_blocks(&files, None, 1024);
+        let blocks = file_blocks(&files, None, 1024, Era::Resumable);
         assert_eq!(blocks.len(), 2, "the PNG and the SVG");
         assert!(matches!(blocks[0], ContentBlock::Image(_)));
         assert!(matches!(blocks[1], ContentBlock::Text(_)));
-        assert!(file_blocks(&files, None, 4).is_empty(), "over the cap");
-        let linked = file_blocks(&files, Some("s1"), 0);
+        assert!(
+            file_blocks(&files, None, 4, Era::Resumable).is_empty(),
+            "over the cap"
+        );
+        let linked = file_blocks(&files, Some("s1"), 0, Era::Resumable);
         assert_eq!(linked.len(), 3);
         assert!(
             linked
                 .iter()
                 .all(|b| matches!(b, ContentBlock::ResourceLink(_)))
         );
+        // Before links and structured content, what is not shown whole is embedded.
+        let old = |session| file_blocks(&files, session, 1024, Era::Unstructured);
+        let embedded = old(None);
+        assert_eq!(embedded.len(), 3);
+        assert!(matches!(embedded[0], ContentBlock::Image(_)));
+        let ContentBlock::Resource(csv) = &embedded[2] else {
+            panic!("{:?}", embedded[2]);
+        };
+        let csv = serde_json::to_value(&csv.resource).unwrap();
+        assert_eq!(csv["uri"], "workspace:///c.csv");
+        assert_eq!(csv["text"], "a\n");
+        assert_eq!(csv["mimeType"], "text/csv");
+        let in_session = old(Some("s1"));
+        assert!(
+            !in_session
+                .iter()
+                .any(|b| matches!(b, ContentBlock::ResourceLink(_)))
+        );
+        assert!(format!("{:?}", in_session[2]).contains("session://s1/c.csv"));
+        let binary = file_blocks(
+            &[file("d.bin", "application/octet-stream", "AAE=")],
+            None,
+            1024,
+            Era::Unstructured,
+        );
+        let ContentBlock::Resource(bin) = &binary[0] else {
+            panic!("{binary:?}");
+        };
+        assert_eq!(serde_json::to_value(&bin.resource).unwrap()["blob"], "AAE=");
+        assert_eq!(workspace_uri("a b/c.csv"), "workspace:///a%20b/c.csv");
         assert_eq!(decoded_len("YQo="), 2);
     }
 }

@@ -5,6 +5,7 @@
 //! [`validation`]; what results carry besides JSON (images, links) in [`content`].
 
 pub mod content;
+pub mod era;
 pub mod execute;
 pub mod run;
 pub mod session;
@@ -20,10 +21,11 @@ use std::time::{Duration, Instant};
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, GetTaskParams,
-    GetTaskResult, Implementation, ListResourceTemplatesResult, ListResourcesResult,
-    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
-    ServerConfig, ToolAnnotations, UpdateTaskParams,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
+    GetTaskParams, GetTaskResult, Implementation, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
+    ReadResourceResponse, ResultType, ServerCapabilities, ServerConfig, ToolAnnotations,
+    UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, tool_handler};
@@ -277,8 +279,31 @@ persist between calls; send input files with each call."
             })?;
             return Ok(tasks.spawn(self, args, &context).await);
         }
+        let era = era::Era::of(&context);
         let call = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
-        self.tool_router.call(call).await
+        Ok(match self.tool_router.call(call).await? {
+            CallToolResponse::Complete(result) => CallToolResponse::Complete(era.shape(result)),
+            other => other,
+        })
+    }
+
+    /// Every tool, as the client's protocol era knows tools (see [`era`]); cache hints from
+    /// 2026-07-28 on, as rmcp's generated list does.
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let cache_hints = context
+            .protocol_version()
+            .is_some_and(|version| version >= ProtocolVersion::V_2026_07_28);
+        let mut list = ListToolsResult::with_all_items(
+            era::Era::of(&context).tools(self.tool_router.list_all()),
+        );
+        list.result_type = Some(ResultType::COMPLETE);
+        list.ttl_ms = cache_hints.then_some(0);
+        list.cache_scope = cache_hints.then_some(CacheScope::Public);
+        Ok(list)
     }
 
     async fn get_task(

@@ -8,6 +8,7 @@ use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, tool, tool_router};
 
+use super::era::Era;
 use super::execute::{Call, Ended, Outcome, Refusal, Runner, Setup};
 use super::text::{self, Kept};
 use super::validation::FileInput;
@@ -310,26 +311,28 @@ back as images and files.",
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
         let _in_flight = InFlight::enter(&self.in_flight);
+        let era = Era::of(&context);
         let (result, kept) = self.run(args, Setup::of(Some(&context))).await;
-        self.reply(&result, &kept)
+        self.reply(&result, &kept, era)
     }
 }
 
 impl CodeInterpreter {
-    /// A result as MCP content: its JSON (the text sized for a model), then a block per display and
-    /// per file.
-    pub(super) fn reply(&self, result: &CallResult, kept: &Kept) -> CallToolResult {
+    /// A result as MCP content for a client of `era`: its JSON (the text sized for a model), then
+    /// a block per display and per file, and, where structured content does not exist, the whole of
+    /// each field the text cut as an embedded resource.
+    pub(super) fn reply(&self, result: &CallResult, kept: &Kept, era: Era) -> CallToolResult {
         let value = serde_json::to_value(result).unwrap_or_default();
-        let text = text::model_text(
-            &value,
-            self.max_text_chars,
-            kept,
-            self.max_inline_image_bytes,
-        );
+        let view = text::View {
+            max_chars: self.max_text_chars,
+            max_inline_bytes: self.max_inline_image_bytes,
+            era,
+        };
+        let text = text::model_text(&value, view, kept);
         let mut reply = if result.success {
-            CallToolResult::structured(value)
+            CallToolResult::structured(value.clone())
         } else {
-            CallToolResult::structured_error(value)
+            CallToolResult::structured_error(value.clone())
         };
         reply.content = vec![rmcp::model::ContentBlock::text(text)];
         reply.content.extend(content::display_blocks(
@@ -340,7 +343,15 @@ impl CodeInterpreter {
             &result.files,
             result.session_id.as_deref(),
             self.max_inline_image_bytes,
+            era,
         ));
-        reply
+        if !era.structured() {
+            for (field, whole) in text::cut_fields(&value, self.max_text_chars, kept) {
+                reply.content.push(rmcp::model::ContentBlock::resource(
+                    rmcp::model::ResourceContents::text(whole, text::output_uri(field)),
+                ));
+            }
+        }
+        era.shape(reply)
     }
 }

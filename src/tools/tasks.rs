@@ -28,6 +28,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::CodeInterpreter;
+use super::era::Era;
 use super::execute::{Outcome, Refusal, Setup, caller};
 use super::run::RunPythonCodeArgs;
 use crate::config::TaskSettings;
@@ -163,7 +164,7 @@ impl Tasks {
                 Ok(ended) => {
                     drop(permit);
                     let (result, kept) = interpreter.finish(ended, started);
-                    CallToolResponse::Complete(interpreter.reply(&result, &kept))
+                    CallToolResponse::Complete(interpreter.reply(&result, &kept, Era::of(context)))
                 }
                 Err(_) => {
                     let running = Running {
@@ -195,7 +196,7 @@ impl Tasks {
             };
             let ended = super::execute::Ended::refused(Refusal::TaskQueue(message));
             let (result, kept) = interpreter.finish(ended, started);
-            return CallToolResponse::Complete(interpreter.reply(&result, &kept));
+            return CallToolResponse::Complete(interpreter.reply(&result, &kept, Era::of(context)));
         }
         let begin = Begin::Queued {
             args,
@@ -326,7 +327,8 @@ impl Tasks {
         }
         let (result, kept) = interpreter.finish(ended, started);
         ctx.set_status_message(status(&live, started, "ran for"));
-        Ok(interpreter.reply(&result, &kept))
+        // (Only a client of the tasks extension gets here: 2025-11-25 or later.)
+        Ok(interpreter.reply(&result, &kept, Era::Resumable))
     }
 
     /// `tasks/get` for `principal`.

@@ -11,6 +11,7 @@
 use serde_json::{Value, json};
 
 use super::content::session_uri;
+use super::era::Era;
 
 /// The shares of the budget: stdout, stderr, the final expression, the traceback.
 const SHARES: [(&str, usize); 4] = [
@@ -58,9 +59,31 @@ pub fn cut(text: &str, limit: usize, whole: &str) -> String {
     )
 }
 
-/// The text content for a result whose structured form is `value` (images up to
-/// `max_inline_bytes` come as image blocks).
-pub fn model_text(value: &Value, max_chars: usize, kept: &Kept, max_inline_bytes: u64) -> String {
+/// How a result is shown: the text budget, the inline-image cap, and the client's protocol era.
+#[derive(Debug, Clone, Copy)]
+pub struct View {
+    /// `results.max_text_chars` (0: no cap).
+    pub max_chars: usize,
+    /// Returned images up to this many bytes come as image blocks.
+    pub max_inline_bytes: u64,
+    /// Without structured content (before 2025-06-18), what the text cuts comes as embedded
+    /// resources and the text says so.
+    pub era: Era,
+}
+
+/// Where the whole of a cut field is for a client without structured content: the embedded
+/// resource `output://{field}` (see [`cut_fields`]).
+pub fn output_uri(field: &str) -> String {
+    format!("output://{field}")
+}
+
+/// The text content for a result whose structured form is `value`.
+pub fn model_text(value: &Value, view: View, kept: &Kept) -> String {
+    let View {
+        max_chars,
+        max_inline_bytes,
+        era,
+    } = view;
     if max_chars == 0 {
         return value.to_string();
     }
@@ -70,6 +93,10 @@ pub fn model_text(value: &Value, max_chars: usize, kept: &Kept, max_inline_bytes
         (Some(path), Some(id)) => format!(
             "the whole {field} is the session file {} (resources/read)",
             session_uri(id, path)
+        ),
+        _ if !era.structured() => format!(
+            "the whole {field} is the embedded resource {}",
+            output_uri(field)
         ),
         _ => format!("the whole {field} is in the structured content (`{field}`)"),
     };
@@ -84,23 +111,29 @@ pub fn model_text(value: &Value, max_chars: usize, kept: &Kept, max_inline_bytes
         }
     }
     if let Some(Value::String(text)) = view.pointer("/error/traceback") {
-        let cut_text = cut(
-            text,
-            share("traceback", max_chars),
-            "the whole traceback is in the structured content (`error.traceback`)",
-        );
+        let whole = if era.structured() {
+            "the whole traceback is in the structured content (`error.traceback`)".to_string()
+        } else {
+            format!(
+                "the whole traceback is the embedded resource {}",
+                output_uri("traceback")
+            )
+        };
+        let cut_text = cut(text, share("traceback", max_chars), &whole);
         view["error"]["traceback"] = Value::String(cut_text);
     }
     if let Some(Value::Array(files)) = view.get_mut("files") {
         for file in files.iter_mut() {
             let base64 = file["content_base64"].as_str().unwrap_or_default();
             let mime = file["mime_type"].as_str().unwrap_or_default();
-            let block = super::content::file_block(mime, base64, max_inline_bytes);
+            let path = file["path"].as_str().unwrap_or_default();
+            let blocks =
+                super::content::file_content(path, mime, base64, session, max_inline_bytes, era);
             *file = json!({
                 "path": file["path"],
                 "mime_type": file["mime_type"],
                 "bytes": super::content::decoded_len(base64),
-                "content": where_file(block.as_ref(), session.is_some()),
+                "content": where_file(&blocks, era),
             });
         }
     }
@@ -113,33 +146,72 @@ pub fn model_text(value: &Value, max_chars: usize, kept: &Kept, max_inline_bytes
             *display = json!({
                 "source": display["source"],
                 "types": types,
-                "content": "in its own content block and the structured content",
+                "content": if era.structured() {
+                    "in its own content block and the structured content"
+                } else {
+                    "in its own content block"
+                },
             });
         }
     }
     view.to_string()
 }
 
-/// Where a returned file's bytes are, besides the structured content: in the block `block` (an
-/// image, or an SVG's text), as a `session://` resource link when `linked`, both, or nowhere else.
-fn where_file(block: Option<&rmcp::model::ContentBlock>, linked: bool) -> &'static str {
-    use rmcp::model::ContentBlock;
-    match (block, linked) {
-        (Some(ContentBlock::Image(_)), true) => {
-            "in an image block, as a session:// resource link (resources/read), and in the structured content (`files`)"
-        }
-        (Some(_), true) => {
-            "as text in its own block, as a session:// resource link (resources/read), and in the structured content (`files`)"
-        }
-        (None, true) => {
-            "as a session:// resource link (resources/read) and in the structured content (`files`)"
-        }
-        (Some(ContentBlock::Image(_)), false) => {
-            "in an image block and in the structured content (`files`)"
-        }
-        (Some(_), false) => "as text in its own block and in the structured content (`files`)",
-        (None, false) => "only in the structured content (`files`, Base64): no content block",
+/// The fields whose text [`model_text`] cuts, with their whole text: a client without structured
+/// content gets each as an embedded resource ([`output_uri`]) unless a session keeps it as a file.
+pub fn cut_fields(value: &Value, max_chars: usize, kept: &Kept) -> Vec<(&'static str, String)> {
+    if max_chars == 0 {
+        return Vec::new();
     }
+    let in_session = value.get("session_id").is_some_and(Value::is_string);
+    [
+        ("stdout", value.get("stdout"), kept.stdout.is_some()),
+        ("stderr", value.get("stderr"), kept.stderr.is_some()),
+        ("result", value.get("result"), false),
+        ("traceback", value.pointer("/error/traceback"), false),
+    ]
+    .into_iter()
+    .filter(|(_, _, kept)| !(*kept && in_session))
+    .filter_map(|(field, text, _)| {
+        let text = text?.as_str()?;
+        (text.chars().count() > share(field, max_chars)).then(|| (field, text.to_string()))
+    })
+    .collect()
+}
+
+/// Where a returned file's bytes are, from the blocks that show it: an image block, an SVG's text,
+/// a `session://` resource link, an embedded resource, and (where it exists) the structured content.
+fn where_file(blocks: &[rmcp::model::ContentBlock], era: Era) -> String {
+    use rmcp::model::ContentBlock;
+    let mut places: Vec<String> = blocks
+        .iter()
+        .map(|block| match block {
+            ContentBlock::Image(_) => "in an image block".to_string(),
+            ContentBlock::ResourceLink(_) => {
+                "as a session:// resource link (resources/read)".to_string()
+            }
+            ContentBlock::Resource(embedded) => {
+                let uri = match &embedded.resource {
+                    rmcp::model::ResourceContents::TextResourceContents { uri, .. }
+                    | rmcp::model::ResourceContents::BlobResourceContents { uri, .. } => {
+                        uri.as_str()
+                    }
+                    _ => "",
+                };
+                format!("in the embedded resource {uri}")
+            }
+            _ => "as text in its own block".to_string(),
+        })
+        .collect();
+    if !era.structured() {
+        return places.join(" and ");
+    }
+    if places.is_empty() {
+        return "only in the structured content (`files`, Base64): no content block".to_string();
+    }
+    places.push("in the structured content (`files`)".to_string());
+    let last = places.pop().unwrap_or_default();
+    format!("{}, and {last}", places.join(", "))
 }
 
 #[cfg(test)]
@@ -172,17 +244,25 @@ mod tests {
                 {"path": "fake.png", "mime_type": "image/png", "content_base64": "PHN2Zy8+"},
             ]})
         };
-        let text: Value =
-            serde_json::from_str(&model_text(&value(None), 1000, &Kept::default(), 1024)).unwrap();
+        let view = |era| View {
+            max_chars: 1000,
+            max_inline_bytes: 1024,
+            era,
+        };
+        let text: Value = serde_json::from_str(&model_text(
+            &value(None),
+            view(Era::Resumable),
+            &Kept::default(),
+        ))
+        .unwrap();
         let said = |i: usize| text["files"][i]["content"].as_str().unwrap().to_string();
         assert!(said(0).contains("no content block"), "{}", said(0));
         assert!(said(1).starts_with("in an image block"), "{}", said(1));
         assert!(said(2).contains("no content block"), "{}", said(2));
         let text: Value = serde_json::from_str(&model_text(
             &value(Some("s1")),
-            1000,
+            view(Era::Resumable),
             &Kept::default(),
-            1024,
         ))
         .unwrap();
         assert!(
@@ -191,5 +271,48 @@ mod tests {
                 .unwrap()
                 .starts_with("as a session:// resource link")
         );
+        // Before structured content, each file is in a block of its own.
+        let text: Value = serde_json::from_str(&model_text(
+            &value(None),
+            view(Era::Unstructured),
+            &Kept::default(),
+        ))
+        .unwrap();
+        let said = |i: usize| text["files"][i]["content"].as_str().unwrap().to_string();
+        assert_eq!(said(0), "in the embedded resource workspace:///a.csv");
+        assert_eq!(said(1), "in an image block");
+        assert_eq!(said(2), "in the embedded resource workspace:///fake.png");
+    }
+
+    #[test]
+    fn what_the_text_cuts_is_named_for_clients_without_structured_content() {
+        let long = "x".repeat(2000);
+        let value = json!({"stdout": long, "stderr": "", "result": null,
+            "error": {"traceback": long}});
+        let fields = cut_fields(&value, 1000, &Kept::default());
+        let names: Vec<&str> = fields.iter().map(|(f, _)| *f).collect();
+        assert_eq!(names, ["stdout", "traceback"]);
+        assert_eq!(fields[0].1, long);
+        assert!(cut_fields(&value, 0, &Kept::default()).is_empty());
+        let view = View {
+            max_chars: 1000,
+            max_inline_bytes: 0,
+            era: Era::Unstructured,
+        };
+        let text = model_text(&value, view, &Kept::default());
+        assert!(text.contains("the whole stdout is the embedded resource output://stdout"));
+        assert!(text.contains("the whole traceback is the embedded resource output://traceback"));
+        // A session keeps its long stdout as a file: that is where the text points.
+        let mut in_session = value.clone();
+        in_session["session_id"] = json!("s1");
+        let kept = Kept {
+            stdout: Some(".outputs/1.stdout".into()),
+            stderr: None,
+        };
+        let names: Vec<&str> = cut_fields(&in_session, 1000, &kept)
+            .iter()
+            .map(|(f, _)| *f)
+            .collect();
+        assert_eq!(names, ["traceback"]);
     }
 }

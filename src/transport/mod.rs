@@ -8,6 +8,7 @@
 
 pub mod auth;
 pub mod mcp_sessions;
+pub mod priming;
 pub mod requests;
 
 use std::net::SocketAddr;

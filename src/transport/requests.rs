@@ -8,7 +8,9 @@
 //!   refused with HTTP 400 and JSON-RPC -32020 in both protocol eras, with a message that names
 //!   neither value (a session id is a credential);
 //! - a new legacy-era MCP session (`initialize`) is refused with 503 while [`MAX_MCP_SESSIONS`] are
-//!   open.
+//!   open;
+//! - the response leaves out SSE priming events for a client whose protocol has none
+//!   ([`super::priming`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,7 +85,8 @@ fn plain(status: StatusCode, message: String) -> Response {
 /// The middleware (see the module's doc).
 pub async fn check_request(State(checks): State<Checks>, request: Request, next: Next) -> Response {
     if request.method() != Method::POST {
-        return next.run(request).await;
+        let era = super::priming::era(request.headers(), &[]);
+        return super::priming::filter(era, next.run(request).await);
     }
     if let Some(response) = hand_over(&checks, request.headers()).await {
         return response;
@@ -150,8 +153,11 @@ pub async fn check_request(State(checks): State<Checks>, request: Request, next:
     if let Some(response) = refuse_by_body(&checks, &parts.headers, &bytes).await {
         return response;
     }
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
+    let era = super::priming::era(&parts.headers, &bytes);
+    let response = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
+    super::priming::filter(era, response)
 }
 
 /// While the server drains, a call for a session (named by `Mcp-Param-Session-Id`) waits until the

@@ -307,7 +307,8 @@ pub fn tool_call_body(tool: &str, arguments: Value, progress_token: Option<&str>
     })
 }
 
-/// POSTs a request of the session era; with a session id, the session and version headers too.
+/// POSTs a request of the session era; with a session id, the session header too, and the version
+/// header from 2025-06-18 on (older clients send none).
 pub fn post_legacy(
     http: &reqwest::blocking::Client,
     url: &str,
@@ -320,9 +321,10 @@ pub fn post_legacy(
         .header("Content-Type", "application/json")
         .header("Accept", "application/json, text/event-stream");
     if let Some(id) = session {
-        req = req
-            .header("Mcp-Session-Id", id)
-            .header("MCP-Protocol-Version", version);
+        req = req.header("Mcp-Session-Id", id);
+        if version >= "2025-06-18" {
+            req = req.header("MCP-Protocol-Version", version);
+        }
     }
     req.body(body.to_string()).send().unwrap()
 }
@@ -369,26 +371,34 @@ pub fn header_value(value: &str) -> String {
     }
 }
 
-/// A client of the session era (2025-11-25): initialized, with its Mcp-Session-Id.
+/// A client of the session era (2025-11-25 unless told): initialized, with its Mcp-Session-Id.
 pub struct LegacyClient {
     http: reqwest::blocking::Client,
     url: String,
     session: String,
+    version: &'static str,
     next_id: std::cell::Cell<u64>,
+    /// The body of the `initialize` response as it came (JSON or an SSE stream).
+    pub initialize_body: String,
 }
 
 impl LegacyClient {
     pub const VERSION: &'static str = "2025-11-25";
 
     pub fn connect(server: &(impl Endpoint + ?Sized)) -> Self {
+        Self::connect_at(server, Self::VERSION)
+    }
+
+    /// A client that negotiates `version`.
+    pub fn connect_at(server: &(impl Endpoint + ?Sized), version: &'static str) -> Self {
         let http = client();
         let init = post_legacy(
             &http,
             server.url(),
             None,
-            Self::VERSION,
+            version,
             json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                "protocolVersion": Self::VERSION, "capabilities": {},
+                "protocolVersion": version, "capabilities": {},
                 "clientInfo": {"name": "it", "version": "1"}}}),
         );
         assert_eq!(init.status(), 200);
@@ -396,11 +406,12 @@ impl LegacyClient {
             .to_str()
             .unwrap()
             .to_string();
+        let initialize_body = init.text().unwrap();
         let ack = post_legacy(
             &http,
             server.url(),
             Some(&session),
-            Self::VERSION,
+            version,
             json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
         );
         assert!(ack.status().is_success());
@@ -408,7 +419,9 @@ impl LegacyClient {
             http,
             url: server.url().to_string(),
             session,
+            version,
             next_id: std::cell::Cell::new(2),
+            initialize_body,
         }
     }
 
@@ -419,15 +432,20 @@ impl LegacyClient {
 
     /// One request; its JSON-RPC reply.
     pub fn request(&self, method: &str, params: Value) -> Value {
+        message(self.send(method, params))
+    }
+
+    /// One request; the HTTP response as it came.
+    pub fn send(&self, method: &str, params: Value) -> reqwest::blocking::Response {
         let id = self.next_id.get();
         self.next_id.set(id + 1);
-        message(post_legacy(
+        post_legacy(
             &self.http,
             &self.url,
             Some(&self.session),
-            Self::VERSION,
+            self.version,
             json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
-        ))
+        )
     }
 
     pub fn call(&self, tool: &str, arguments: Value) -> Value {

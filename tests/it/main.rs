@@ -10,6 +10,7 @@ mod containment_transport;
 mod deploy;
 mod durable_sessions;
 mod engine;
+mod eras;
 mod exec_cli;
 mod fidelity;
 mod fixture;

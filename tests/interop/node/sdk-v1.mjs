@@ -1,0 +1,54 @@
+#!/usr/bin/env node
+// Interop driver: the TypeScript MCP SDK v1 (@modelcontextprotocol/sdk, pinned in package.json).
+// Usage: sdk-v1.mjs (--url URL | --stdio) [--era legacy]
+// SDK v1 speaks only the initialize-handshake era (2025-11-25), so it has one era: "legacy".
+// Prints one "step <name>: ok|FAIL <reason>" line per step (see lib.mjs); exit 0 iff all passed.
+
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { main, parseArgs, serverCommand } from "./lib.mjs";
+
+const ERAS = ["legacy"];
+const opts = parseArgs(process.argv.slice(2), ERAS);
+const CALL_TIMEOUT_MS = 60000;
+
+async function makeClient() {
+  const client = new Client({ name: "cim-interop-sdk-v1", version: "1.0.0" });
+  let transport;
+  if (opts.stdio) {
+    const { command, args } = serverCommand();
+    // env: the whole inherited environment (the SDK's default passes only HOME, PATH, ... and would
+    // drop CODE_INTERPRETER_MCP_*). The server's log goes to our stderr only on a failure.
+    transport = new StdioClientTransport({ command, args, env: { ...process.env }, stderr: "pipe" });
+    transport.stderr?.on("data", () => {});
+  } else {
+    transport = new StreamableHTTPClientTransport(new URL(opts.url));
+  }
+  await client.connect(transport);
+  process.stdout.write(`# sdk-v1 connected, protocol version ${transport.protocolVersion ?? "(stdio: not exposed)"}\n`);
+  return {
+    async listTools() {
+      const names = [];
+      let cursor;
+      do {
+        const page = await client.listTools(cursor ? { cursor } : {});
+        names.push(...page.tools.map((t) => t.name));
+        cursor = page.nextCursor;
+      } while (cursor);
+      return names;
+    },
+    async callTool(name, args, { progress } = {}) {
+      let n = 0;
+      const result = await client.callTool({ name, arguments: args }, undefined, {
+        timeout: CALL_TIMEOUT_MS,
+        ...(progress ? { onprogress: () => n++ } : {}),
+      });
+      return { result, progress: progress ? n : null };
+    },
+    readResource: (uri) => client.readResource({ uri }),
+    close: () => client.close(),
+  };
+}
+
+await main(makeClient, { concurrency: 1 });
