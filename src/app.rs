@@ -156,6 +156,7 @@ impl App {
                 network: !settings.engine.allowed_hosts.is_empty(),
                 max_inline_image_bytes: settings.max_inline_image_bytes,
                 max_text_chars: settings.max_text_chars,
+                structured_content: settings.structured_content,
                 tasks: settings.tasks.map(crate::tools::tasks::Tasks::new),
             },
         );

@@ -266,7 +266,7 @@ impl Runner<'_> {
         let caller = &setup.caller;
         let run = async {
             let mut created = None;
-            let id = if session_id.is_empty() || session_id == "new" {
+            let id = if super::run::starts_a_session(&session_id) {
                 let id = sessions.create(caller.clone(), &request.code).await?;
                 created = Some(Abandon {
                     sessions,
@@ -363,7 +363,7 @@ pub fn caller(context: Option<&RequestContext<RoleServer>>) -> Caller {
     }
 }
 
-fn invalid(message: String) -> Ended {
+pub(super) fn invalid(message: String) -> Ended {
     telemetry::rejection(Rejection::Validation);
     Ended::refused(Refusal::Invalid(message))
 }

@@ -4,10 +4,12 @@
 //! and output schemas, titles and annotations. Request checks before anything is queued are in
 //! [`validation`]; what results carry besides JSON (images, links) in [`content`].
 
+pub mod arguments;
 pub mod content;
 pub mod era;
 pub mod execute;
 pub mod run;
+pub mod schema;
 pub mod session;
 pub mod snippets;
 pub mod tasks;
@@ -37,7 +39,7 @@ use snippets::Catalog;
 use validation::InputLimits;
 
 /// What the tools offer besides the pool: sessions, the package policy, inlined images.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct ToolOptions {
     /// The session manager, or `None` when `[sessions] enabled = false`.
     pub sessions: Option<Sessions>,
@@ -51,6 +53,9 @@ pub struct ToolOptions {
     pub max_inline_image_bytes: u64,
     /// The text content of a result is sized to about this many characters (0: no cap).
     pub max_text_chars: usize,
+    /// Results carry structured content where the client's protocol has it
+    /// (`results.structured_content`).
+    pub structured_content: bool,
     /// run_python_code as an MCP task, or `None` when `[tasks] enabled = false`.
     pub tasks: Option<tasks::Tasks>,
 }
@@ -64,6 +69,8 @@ pub struct CodeInterpreter {
     sessions: Option<Sessions>,
     max_inline_image_bytes: u64,
     max_text_chars: usize,
+    /// The newest era results are shaped for (older without `results.structured_content`).
+    newest: era::Era,
     tasks: Option<tasks::Tasks>,
     tool_router: ToolRouter<Self>,
     /// run_python_code calls whose handler has not returned yet (see `calls_in_flight`).
@@ -151,6 +158,13 @@ resumed on its next call; the result's session.durable says whether it can be (a
                 route.attr.output_schema = Some(Arc::new(output));
             }
         }
+        // Every schema in the subset all clients' dialects read.
+        for route in tool_router.map.values_mut() {
+            route.attr.input_schema = Arc::new(schema::input(&route.attr.input_schema));
+            if let Some(output) = &route.attr.output_schema {
+                route.attr.output_schema = Some(Arc::new(schema::output(output)));
+            }
+        }
         Self {
             pool,
             limits,
@@ -158,10 +172,21 @@ resumed on its next call; the result's session.durable says whether it can be (a
             sessions: options.sessions,
             max_inline_image_bytes: options.max_inline_image_bytes,
             max_text_chars: options.max_text_chars,
+            newest: if options.structured_content {
+                era::Era::Resumable
+            } else {
+                era::Era::Unstructured
+            },
             tasks: options.tasks,
             tool_router,
             in_flight: Default::default(),
         }
+    }
+
+    /// The era results for `context` are shaped for: its protocol's, no newer than
+    /// `results.structured_content` allows.
+    pub(crate) fn era(&self, context: &RequestContext<RoleServer>) -> era::Era {
+        era::Era::of(context).min(self.newest)
     }
 
     /// The tasks, when offered.
@@ -174,6 +199,31 @@ resumed on its next call; the result's session.durable says whether it can be (a
     /// draining still gets its reply.
     pub fn calls_in_flight(&self) -> Arc<AtomicUsize> {
         self.in_flight.clone()
+    }
+}
+
+impl CodeInterpreter {
+    /// The answer to a call whose arguments do not fit the tool's schema: a tool error naming the
+    /// argument (run_python_code's in its usual structured form), counted as a validation error.
+    fn wrong_arguments(&self, tool: &str, message: String, era: era::Era) -> CallToolResult {
+        let message = format!("invalid arguments for {tool}: {message}");
+        if tool == "run_python_code" {
+            let started = Instant::now();
+            let (result, kept) = self.finish(execute::invalid(message), started);
+            return self.reply(&result, &kept, era);
+        }
+        let label = telemetry::TOOLS
+            .iter()
+            .find(|t| **t == tool)
+            .copied()
+            .unwrap_or("unknown");
+        record(
+            label,
+            ToolOutcome::ValidationError,
+            Instant::now(),
+            Details::default(),
+        );
+        CallToolResult::error(vec![rmcp::model::ContentBlock::text(message)])
     }
 }
 
@@ -255,16 +305,33 @@ persist between calls; send input files with each call."
             .with_instructions(instructions)
     }
 
-    /// run_python_code becomes a task for a client that declared the tasks extension; every other
-    /// call goes to its tool as usual.
+    /// Arguments are checked against the tool's schema first ([`arguments`]). run_python_code may
+    /// become a task for a 2026-07-28 client that declared the tasks extension; every other call
+    /// goes to its tool as usual, and its result is shaped for the client's era ([`era`]).
+    ///
+    /// (A client of the session era that declares the extension in `initialize` gets synchronous
+    /// calls: the one such client tried, the Inspector CLI 2.12.0 in its legacy era, declares it as
+    /// "harmless on legacy" and then fails every call that comes back as a task.)
     async fn call_tool(
         &self,
-        request: CallToolRequestParams,
+        mut request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let era = self.era(&context);
+        if let Some(route) = self.tool_router.map.get(request.name.as_ref()) {
+            let mut arguments = request.arguments.take().unwrap_or_default();
+            if let Err(message) = arguments::check(&route.attr.input_schema, &mut arguments) {
+                let refused = self.wrong_arguments(&request.name, message, era);
+                return Ok(CallToolResponse::Complete(era.shape(refused)));
+            }
+            request.arguments = Some(arguments);
+        }
         let wants_task = context
-            .client_capabilities()
-            .is_some_and(|caps| caps.supports_tasks());
+            .protocol_version()
+            .is_some_and(|version| version >= ProtocolVersion::V_2026_07_28)
+            && context
+                .client_capabilities()
+                .is_some_and(|caps| caps.supports_tasks());
         if let Some(tasks) = &self.tasks
             && wants_task
             && request.name == "run_python_code"
@@ -279,7 +346,6 @@ persist between calls; send input files with each call."
             })?;
             return Ok(tasks.spawn(self, args, &context).await);
         }
-        let era = era::Era::of(&context);
         let call = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
         Ok(match self.tool_router.call(call).await? {
             CallToolResponse::Complete(result) => CallToolResponse::Complete(era.shape(result)),
@@ -297,9 +363,8 @@ persist between calls; send input files with each call."
         let cache_hints = context
             .protocol_version()
             .is_some_and(|version| version >= ProtocolVersion::V_2026_07_28);
-        let mut list = ListToolsResult::with_all_items(
-            era::Era::of(&context).tools(self.tool_router.list_all()),
-        );
+        let mut list =
+            ListToolsResult::with_all_items(self.era(&context).tools(self.tool_router.list_all()));
         list.result_type = Some(ResultType::COMPLETE);
         list.ttl_ms = cache_hints.then_some(0);
         list.cache_scope = cache_hints.then_some(CacheScope::Public);

@@ -38,8 +38,9 @@ pub struct RunPythonCodeArgs {
     pub timeout_ms: u64,
     /// Run in a stateful session: "new" (or "") starts one and the result carries its session_id;
     /// an id from an earlier result runs in that session (variables, imports and /workspace files
-    /// persist). Omit it for a fresh sandbox, as by default. Mirrored in the Mcp-Param-Session-Id
-    /// HTTP header (x-mcp-header), so load balancers can route a session's calls to its replica.
+    /// persist). Omit it, or pass "none", for a fresh sandbox, as by default. Mirrored in the
+    /// Mcp-Param-Session-Id HTTP header (x-mcp-header), so load balancers can route a session's
+    /// calls to its replica.
     #[serde(default)]
     #[schemars(extend("x-mcp-header" = SESSION_ID_HEADER, "type" = "string"))]
     pub session_id: Option<String>,
@@ -51,7 +52,7 @@ impl From<RunPythonCodeArgs> for Call {
             code: args.code,
             files: args.files,
             timeout_ms: args.timeout_ms,
-            session_id: args.session_id,
+            session_id: args.session_id.filter(|id| names_a_session(id)),
         }
     }
 }
@@ -186,6 +187,21 @@ impl Outcome {
 /// value as `Mcp-Param-Session-Id`, which rmcp checks against the body (400, -32020, on a mismatch).
 pub const SESSION_ID_HEADER: &str = "Session-Id";
 
+/// What `session_id` asks for: "none" is a fresh sandbox as when it is left out (what a strict-mode
+/// model, which must send every argument, sends for no session); "new" or "" starts a session (as
+/// the stateful spec's clients send it); anything else names one.
+pub fn names_a_session(session_id: &str) -> bool {
+    session_id != NO_SESSION
+}
+
+/// The `session_id` that asks for no session.
+pub const NO_SESSION: &str = "none";
+
+/// Whether `session_id` starts a new session.
+pub fn starts_a_session(session_id: &str) -> bool {
+    session_id.is_empty() || session_id == "new"
+}
+
 /// The structured error of a session that cannot be used, for every tool that names one.
 pub fn session_error(error: &SessionError) -> ExecError<CallErrorKind> {
     let (kind, error_type) = match error {
@@ -311,7 +327,7 @@ back as images and files.",
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
         let _in_flight = InFlight::enter(&self.in_flight);
-        let era = Era::of(&context);
+        let era = self.era(&context);
         let (result, kept) = self.run(args, Setup::of(Some(&context))).await;
         self.reply(&result, &kept, era)
     }

@@ -164,7 +164,11 @@ impl Tasks {
                 Ok(ended) => {
                     drop(permit);
                     let (result, kept) = interpreter.finish(ended, started);
-                    CallToolResponse::Complete(interpreter.reply(&result, &kept, Era::of(context)))
+                    CallToolResponse::Complete(interpreter.reply(
+                        &result,
+                        &kept,
+                        interpreter.era(context),
+                    ))
                 }
                 Err(_) => {
                     let running = Running {
@@ -196,7 +200,11 @@ impl Tasks {
             };
             let ended = super::execute::Ended::refused(Refusal::TaskQueue(message));
             let (result, kept) = interpreter.finish(ended, started);
-            return CallToolResponse::Complete(interpreter.reply(&result, &kept, Era::of(context)));
+            return CallToolResponse::Complete(interpreter.reply(
+                &result,
+                &kept,
+                interpreter.era(context),
+            ));
         }
         let begin = Begin::Queued {
             args,
@@ -328,7 +336,7 @@ impl Tasks {
         let (result, kept) = interpreter.finish(ended, started);
         ctx.set_status_message(status(&live, started, "ran for"));
         // (Only a client of the tasks extension gets here: 2025-11-25 or later.)
-        Ok(interpreter.reply(&result, &kept, Era::Resumable))
+        Ok(interpreter.reply(&result, &kept, Era::Resumable.min(interpreter.newest)))
     }
 
     /// `tasks/get` for `principal`.

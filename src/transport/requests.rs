@@ -171,7 +171,7 @@ async fn hand_over(checks: &Checks, headers: &HeaderMap) -> Option<Response> {
     let id = headers
         .get("mcp-param-session-id")
         .and_then(|v| v.to_str().ok())?;
-    if id.is_empty() || id == "new" {
+    if !crate::tools::run::names_a_session(id) || crate::tools::run::starts_a_session(id) {
         return None;
     }
     sessions.handed_over(id).await;

@@ -147,3 +147,92 @@ fn each_client_gets_only_what_its_protocol_version_has() {
         "{tools}"
     );
 }
+
+/// Every place in `schema` that a single-type or strict dialect refuses (#45.5).
+fn unportable(schema: &Value, at: &str, found: &mut Vec<String>) {
+    match schema {
+        Value::Object(map) => {
+            for (key, value) in map {
+                let here = format!("{at}/{key}");
+                let bad = match key.as_str() {
+                    "$ref" | "$defs" => true,
+                    "format" => value
+                        .as_str()
+                        .is_some_and(|f| f.starts_with("uint") || f.starts_with("int")),
+                    "default" => value.is_null(),
+                    "type" => value.is_array(),
+                    _ => false,
+                };
+                if bad {
+                    found.push(here.clone());
+                }
+                unportable(value, &here, found);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|i| unportable(i, at, found)),
+        _ => {}
+    }
+}
+
+#[test]
+fn schemas_are_portable_and_wrong_arguments_are_named() {
+    use crate::fixture::{call_stateless, call_tool_stateless, list_tools_stateless};
+    let server = Server::start(&[]);
+    let tools = list_tools_stateless(&server);
+    assert_eq!(tools.len(), 6);
+    for tool in &tools {
+        let mut found = Vec::new();
+        unportable(&tool["inputSchema"], "", &mut found);
+        assert!(found.is_empty(), "{}: {found:?}", tool["name"]);
+        let output = tool["outputSchema"].to_string();
+        assert!(
+            !output.contains("\"format\":\"uint") && !output.contains("\"format\":\"int"),
+            "{output}"
+        );
+    }
+    let run = tools
+        .iter()
+        .find(|t| t["name"] == "run_python_code")
+        .unwrap();
+    assert_eq!(
+        run["inputSchema"]["properties"]["files"]["items"]["required"],
+        json!(["path", "content_base64"])
+    );
+
+    // A wrong argument is a tool error naming it, in the tool's usual form.
+    let wrong = call_stateless(&server, json!({"code": "1", "timeout_ms": "5000"}));
+    let result = &wrong["result"];
+    assert_eq!(result["isError"], true, "{wrong}");
+    assert_eq!(result["structuredContent"]["error"]["kind"], "validation");
+    assert_eq!(
+        result["structuredContent"]["error"]["message"],
+        "invalid arguments for run_python_code: argument `timeout_ms` must be an integer from 1 \
+to 86400000; got the string \"5000\""
+    );
+    let missing = call_stateless(&server, json!({"files": [{"path": "a.csv"}]}));
+    assert!(
+        missing["result"]["structuredContent"]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("missing required argument `code` (a string)"),
+        "{missing}"
+    );
+    let snippet = call_tool_stateless(&server, "get_code_snippet", json!({"id": 5}));
+    assert_eq!(snippet["result"]["isError"], true, "{snippet}");
+    assert_eq!(
+        snippet["result"]["content"][0]["text"],
+        "invalid arguments for get_code_snippet: argument `id` must be a string; got the number 5"
+    );
+
+    // What a strict-mode model sends for "no session" and "the default": "none" and null.
+    let strict = call_stateless(
+        &server,
+        json!({"code": "1 + 1", "session_id": "none", "timeout_ms": null, "files": []}),
+    );
+    let result = &strict["result"]["structuredContent"];
+    assert_eq!(result["result"], "2", "{strict}");
+    assert!(
+        result.get("session_id").is_none_or(Value::is_null),
+        "{strict}"
+    );
+}

@@ -91,7 +91,13 @@ fn legacy_session(server: &Server, version: &str) {
         .find(|t| t["name"] == "run_python_code")
         .expect("the tool");
     assert_eq!(tool["inputSchema"]["required"], json!(["code"]));
-    assert!(tool["outputSchema"]["properties"]["stdout"].is_object());
+    // Structured output came with 2025-06-18 (tests/it/eras.rs has the rest).
+    let structured = version >= "2025-06-18";
+    assert_eq!(
+        tool["outputSchema"]["properties"]["stdout"].is_object(),
+        structured,
+        "{version}"
+    );
 
     let call = message(post(
         Some(&session),
@@ -99,14 +105,14 @@ fn legacy_session(server: &Server, version: &str) {
             "name": "run_python_code", "arguments": {"code": "raise ValueError('bad')"}}}),
     ));
     assert_eq!(call["result"]["isError"], true);
-    assert_eq!(
-        call["result"]["structuredContent"]["error"]["kind"],
-        "python"
-    );
-    assert_eq!(
-        call["result"]["structuredContent"]["error"]["type"],
-        "ValueError"
-    );
+    let result = if structured {
+        call["result"]["structuredContent"].clone()
+    } else {
+        assert!(call["result"].get("structuredContent").is_none(), "{call}");
+        serde_json::from_str(call["result"]["content"][0]["text"].as_str().unwrap()).unwrap()
+    };
+    assert_eq!(result["error"]["kind"], "python");
+    assert_eq!(result["error"]["type"], "ValueError");
 
     let closed = http
         .delete(&server.url)
@@ -368,7 +374,7 @@ impl StdioServer {
         };
         let init = server.request(
             "initialize",
-            json!({"protocolVersion": "2025-03-26",
+            json!({"protocolVersion": "2025-11-25",
             "capabilities": {}, "clientInfo": {"name": "it", "version": "1"}}),
         );
         assert!(init["result"]["serverInfo"].is_object(), "{init}");

@@ -231,6 +231,12 @@ pub struct ResultsConfig {
     /// ... and at most this many columns (2 to 1000).
     /// Environment: CODE_INTERPRETER_MCP_MAX_TABLE_COLUMNS
     pub max_table_columns: u64,
+    /// Results carry structured content and tools their output schemas (MCP 2025-06-18 on). false
+    /// serves every client as a 2025-03-26 client is served: the text and content blocks only,
+    /// returned files as embedded resources. For clients that hand a model the structured content
+    /// whole (pydantic-ai's MCP toolsets), where returned files' Base64 would reach it as text.
+    /// Environment: CODE_INTERPRETER_MCP_STRUCTURED_CONTENT
+    pub structured_content: bool,
 }
 
 impl Default for ResultsConfig {
@@ -240,6 +246,7 @@ impl Default for ResultsConfig {
             max_text_chars: 20_000,
             max_table_rows: 20,
             max_table_columns: 20,
+            structured_content: true,
         }
     }
 }

@@ -32,6 +32,8 @@ pub struct Settings {
     pub max_inline_image_bytes: u64,
     /// The text content of a result is at most about this many characters (0: no cap).
     pub max_text_chars: usize,
+    /// Results carry structured content where the client's protocol has it.
+    pub structured_content: bool,
     /// Where `/metrics` listens, when the Prometheus integration is enabled.
     pub prometheus: Option<SocketAddr>,
 }

@@ -527,6 +527,7 @@ fn settings(
         }),
         max_inline_image_bytes: c.results.max_inline_image_kb * 1024,
         max_text_chars: c.results.max_text_chars as usize,
+        structured_content: c.results.structured_content,
         prometheus,
     }
 }

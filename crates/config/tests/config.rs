@@ -219,6 +219,7 @@ fn every_environment_override_applies_after_files() {
         ("CODE_INTERPRETER_MCP_MAX_TEXT_CHARS", "5000"),
         ("CODE_INTERPRETER_MCP_MAX_TABLE_ROWS", "10"),
         ("CODE_INTERPRETER_MCP_MAX_TABLE_COLUMNS", "8"),
+        ("CODE_INTERPRETER_MCP_STRUCTURED_CONTENT", "false"),
         (
             "CODE_INTERPRETER_MCP_HTTP_ALLOWED_HOSTS",
             " mcp.example.com ,, proxy.example.com:8443 ",
@@ -315,6 +316,7 @@ fn every_environment_override_applies_after_files() {
     assert_eq!(c.results.max_text_chars, 5000);
     assert_eq!(c.results.max_table_rows, 10);
     assert_eq!(c.results.max_table_columns, 8);
+    assert!(!c.results.structured_content);
     assert_eq!(c.input_limits.max_file_kb, 2048);
     assert_eq!(c.input_limits.max_total_file_kb, 4096);
     assert!(c.integrations.prometheus.enabled);
