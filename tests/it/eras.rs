@@ -236,3 +236,24 @@ to 86400000; got the string \"5000\""
         "{strict}"
     );
 }
+
+#[test]
+fn without_structured_content_every_client_is_served_as_a_2025_03_26_one() {
+    // results.structured_content = false: for clients that hand a model the structured content
+    // whole (pydantic-ai), where returned files' Base64 would reach it as text.
+    let server = Server::start(&[("CODE_INTERPRETER_MCP_STRUCTURED_CONTENT", "false")]);
+    let client = LegacyClient::connect_at(&server, "2025-11-25");
+    assert!(
+        has_priming(&client.initialize_body),
+        "the transport is unchanged"
+    );
+    let tools = client.request("tools/list", json!({}));
+    assert!(!tools.to_string().contains("outputSchema"), "{tools}");
+    let reply = client.call(
+        "run_python_code",
+        json!({"code": "open('t.csv', 'w').write('a,b\\n1,2\\n')"}),
+    );
+    let result = &reply["result"];
+    assert!(result.get("structuredContent").is_none(), "{reply}");
+    assert_eq!(embedded(result, "workspace:///t.csv")["text"], "a,b\n1,2\n");
+}

@@ -13,6 +13,27 @@
 // comment lines starting with "# ", never as step lines. Exit status 0 iff every step passed.
 
 import { spawn } from "node:child_process";
+import { existsSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const ROOT = path.resolve(HERE, "../../..");
+
+/** Where package.json + package-lock.json of this directory are installed (npm ci). */
+export const TOOLS = process.env.CIM_INTEROP_NODE_TOOLS || path.join(ROOT, ".tools", "interop", "node");
+
+/**
+ * Imports a package installed in TOOLS. The drivers live in the repo and their packages in TOOLS,
+ * which ES module resolution (no NODE_PATH) would not search; so the import is made from a one-line
+ * module placed in TOOLS, which resolves against TOOLS/node_modules.
+ */
+export async function load(specifier) {
+  const shim = path.join(TOOLS, "import-shim.mjs");
+  if (!existsSync(shim)) writeFileSync(shim, "export const load = (s) => import(s);\n");
+  const { load: shimLoad } = await import(pathToFileURL(shim).href);
+  return shimLoad(specifier);
+}
 
 export const STEPS = [
   "list_tools",
@@ -41,15 +62,16 @@ export const EXPECTED_TOOLS = [
   "get_code_snippet",
 ];
 
-const USAGE = `usage: DRIVER (--url URL | --stdio) [--era ERA] [--list-eras]
+const USAGE = `usage: DRIVER (--url URL | --stdio) [--era ERA] [--jobs N] [--list-eras]
   --url URL    Streamable HTTP endpoint of a running server (its /mcp URL)
   --stdio      start "$CIM_BIN --stdio" (plus "--config $CIM_CONFIG" when CIM_CONFIG is set) as a child
   --era ERA    protocol era to use (one of the driver's eras; see --list-eras)
+  --jobs N     run independent steps N at a time (the session steps stay in order in one lane)
   --list-eras  print the driver's eras, one per line (the first is the default), and exit`;
 
-/** Parses argv. eras: the driver's eras, the first being the default. */
-export function parseArgs(argv, eras) {
-  const opts = { url: null, stdio: false, era: eras[0] };
+/** Parses argv. eras: the driver's eras, the first being the default; jobs: the default --jobs. */
+export function parseArgs(argv, eras, jobs = 1) {
+  const opts = { url: null, stdio: false, era: eras[0], jobs };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === "--url") opts.url = argv[++i];
@@ -57,12 +79,14 @@ export function parseArgs(argv, eras) {
     else if (a === "--stdio") opts.stdio = true;
     else if (a === "--era") opts.era = argv[++i];
     else if (a.startsWith("--era=")) opts.era = a.slice(6);
+    else if (a === "--jobs") opts.jobs = Number(argv[++i]);
     else if (a === "--list-eras") {
       process.stdout.write(eras.join("\n") + "\n");
       process.exit(0);
     } else usage(`unknown argument: ${a}`);
   }
   if (!opts.stdio === !opts.url) usage("give exactly one of --url URL or --stdio");
+  if (!(Number.isInteger(opts.jobs) && opts.jobs >= 0)) usage("--jobs needs a positive integer");
   if (!eras.includes(opts.era)) usage(`unknown era ${opts.era}; this driver has: ${eras.join(", ")}`);
   return opts;
 }
@@ -145,7 +169,7 @@ const PNG_B64_PREFIX = "iVBORw0KGgo"; // base64 of the PNG signature
 // --- the workflow ---------------------------------------------------------------------------------
 
 /**
- * Runs every step against the adapter and prints the report. opts.concurrency > 1 runs the steps
+ * Runs every step against the adapter and prints the report. opts.jobs > 1 runs the steps
  * that do not depend on each other concurrently (the session steps stay in order); the report is
  * always printed in STEPS order. Returns the exit code.
  */
@@ -178,9 +202,8 @@ export async function runWorkflow(client, opts = {}) {
       check(r.isError === true, `isError is ${short(r.isError)}`);
     },
     async timeout() {
-      const t0 = Date.now();
+      // No wall-clock bound here: with the Inspector over stdio a step's time includes a server start.
       const r = await run({ code: "while True: pass", timeout_ms: 1000 });
-      const ms = Date.now() - t0;
       const p = payload(r);
       check(p.success === false, `success is ${short(p.success)}`);
       check(p.timed_out === true, `timed_out is ${short(p.timed_out)}`);
@@ -189,7 +212,6 @@ export async function runWorkflow(client, opts = {}) {
         `error is ${short(p.error)}`,
       );
       check(r.isError === true, `isError is ${short(r.isError)}`);
-      check(ms < 15000, `took ${ms} ms for a 1000 ms limit`);
     },
     async csv_groupby() {
       const files = [{ path: "data.csv", content_base64: Buffer.from(CSV).toString("base64") }];
@@ -304,7 +326,9 @@ export async function runWorkflow(client, opts = {}) {
   };
 
   const outcome = {};
+  const timings = [];
   const runStep = async (name) => {
+    const t0 = Date.now();
     try {
       await steps[name]();
       outcome[name] = "ok";
@@ -312,11 +336,12 @@ export async function runWorkflow(client, opts = {}) {
       const msg = e instanceof StepError ? e.message : `${e && e.name ? e.name : "Error"}: ${e && e.message ? e.message : e}`;
       outcome[name] = `FAIL ${msg.replace(/\s+/g, " ").slice(0, 400)}`;
     }
+    timings.push(`${name}=${Date.now() - t0}`);
   };
 
   const sessionChain = STEPS.filter((s) => s.startsWith("session_"));
   const independent = STEPS.filter((s) => !s.startsWith("session_"));
-  const concurrency = Math.max(1, opts.concurrency || 1);
+  const concurrency = Math.max(1, opts.jobs || 1);
   if (concurrency === 1) {
     for (const s of STEPS) await runStep(s);
   } else {
@@ -337,6 +362,7 @@ export async function runWorkflow(client, opts = {}) {
 
   for (const s of STEPS) process.stdout.write(`step ${s}: ${outcome[s]}\n`);
   for (const n of notes) process.stdout.write(`# ${n}\n`);
+  process.stdout.write(`# step ms: ${timings.join(" ")}\n`);
   return STEPS.every((s) => outcome[s] === "ok") ? 0 : 1;
 }
 

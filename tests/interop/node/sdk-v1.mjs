@@ -4,10 +4,11 @@
 // SDK v1 speaks only the initialize-handshake era (2025-11-25), so it has one era: "legacy".
 // Prints one "step <name>: ok|FAIL <reason>" line per step (see lib.mjs); exit 0 iff all passed.
 
-import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-import { main, parseArgs, serverCommand } from "./lib.mjs";
+import { load, main, parseArgs, serverCommand } from "./lib.mjs";
+
+const { Client } = await load("@modelcontextprotocol/sdk/client/index.js");
+const { StreamableHTTPClientTransport } = await load("@modelcontextprotocol/sdk/client/streamableHttp.js");
+const { StdioClientTransport } = await load("@modelcontextprotocol/sdk/client/stdio.js");
 
 const ERAS = ["legacy"];
 const opts = parseArgs(process.argv.slice(2), ERAS);
@@ -51,4 +52,4 @@ async function makeClient() {
   };
 }
 
-await main(makeClient, { concurrency: 1 });
+await main(makeClient, opts);

@@ -118,7 +118,7 @@ class Outcome:
                     value = json.loads(block.get("text") or "")
                 except ValueError:
                     continue
-                if isinstance(value, dict) and ("success" in value or "snippets" in value or "id" in value):
+                if isinstance(value, dict) and value.keys() & {"success", "snippets", "snippet", "id"}:
                     return value
         texts = [b.get("text", "")[:120] for b in self.blocks if b.get("type") == "text"]
         raise StepFailed(f"no result object in the response (text blocks: {texts!r})")
@@ -313,7 +313,14 @@ async def run_workflow(client: Any) -> bool:
     """Runs every step in order; returns True when none failed."""
     wf = Workflow(client)
     ok = True
+    # INTEROP_STEPS (space-separated) limits a run to some steps; the others report skip. run.sh uses
+    # it where a client's transport adds nothing to the other steps but time (langchain over stdio
+    # starts a server process per tool call: its session steps are what that mode tests).
+    chosen = os.environ.get("INTEROP_STEPS", "").split()
     for name in STEPS:
+        if chosen and name not in chosen:
+            emit(name, "skip not selected for this run (INTEROP_STEPS)")
+            continue
         try:
             await getattr(wf, name)()
             problem = client.check_logs() if hasattr(client, "check_logs") else None
@@ -343,9 +350,13 @@ def parse_args(description: str) -> argparse.Namespace:
 
 
 def server_command() -> tuple[str, list[str]]:
-    """The command a driver runs for --stdio: $CIM_BIN --stdio (env and cwd inherited)."""
+    """The command a driver runs for --stdio: $CIM_BIN --stdio [--config $CIM_CONFIG] (env and cwd
+    inherited; the same convention as the Node drivers)."""
     binary = os.environ.get("CIM_BIN") or "target/debug/code-interpreter-mcp"
-    return os.path.abspath(binary), ["--stdio"]
+    argv = ["--stdio"]
+    if os.environ.get("CIM_CONFIG"):
+        argv += ["--config", os.environ["CIM_CONFIG"]]
+    return os.path.abspath(binary), argv
 
 
 _reported: list[str] = []

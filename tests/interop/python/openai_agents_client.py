@@ -13,6 +13,7 @@ converted to strict schemas. resources/read goes through MCPServer.read_resource
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ from common import Outcome, to_dict  # noqa: E402
 
 from agents import Agent  # noqa: E402
 from agents.mcp import MCPServerStdio, MCPServerStreamableHttp, MCPUtil  # noqa: E402
+from agents.strict_schema import ensure_strict_json_schema  # noqa: E402
 from agents.run_context import RunContextWrapper  # noqa: E402
 from agents.tool_context import ToolContext  # noqa: E402
 
@@ -53,7 +55,14 @@ class Adapter:
         raw = [to_dict(t) for t in await self.server.list_tools()]
         self.raw = {t["name"]: t for t in raw}
         for t in tools:
-            print(f"  strict schema: {t.name}: {t.strict_json_schema}", file=sys.stderr)
+            why = ""
+            if not t.strict_json_schema:  # the SDK logs no reason by default; find it
+                try:
+                    # the same call as MCPUtil.to_function_tool makes for a non-empty schema
+                    ensure_strict_json_schema(copy.deepcopy(self.raw[t.name]["inputSchema"]), _reject_open_objects=True)
+                except Exception as exc:  # noqa: BLE001
+                    why = f" ({type(exc).__name__}: {exc})"
+            print(f"  strict schema: {t.name}: {t.strict_json_schema}{why}", file=sys.stderr)
         return raw
 
     async def call(self, name, args, on_progress=None) -> Outcome:
