@@ -22,10 +22,11 @@ pub struct SessionImage {
     pub memory: Bytes,
     /// The files under /workspace (paths relative to it) and their bytes.
     pub files: Vec<(String, Vec<u8>)>,
-    /// The record of the shared libraries to relink (JSON, see `ops/dylink.js`), if it loaded any.
+    /// The record of the shared libraries to relink (JSON, see `isolate/ops/dylink.js`), if it
+    /// loaded any.
     pub dylibs: Option<String>,
     /// The snapshot `memory` holds the differences from (`flavor:digest`, see
-    /// `engine/session_base.rs`); `None`: `memory` is whole.
+    /// `prepared/session_base.rs`); `None`: `memory` is whole.
     pub base: Option<String>,
 }
 

@@ -266,7 +266,7 @@ impl Runner<'_> {
         let caller = &setup.caller;
         let run = async {
             let mut created = None;
-            let id = if super::run::starts_a_session(&session_id) {
+            let id = if starts_a_session(&session_id) {
                 let id = sessions.create(caller.clone(), &request.code).await?;
                 created = Some(Abandon {
                     sessions,
@@ -361,6 +361,21 @@ pub fn caller(context: Option<&RequestContext<RoleServer>>) -> Caller {
             principal: parts.extensions.get::<Principal>().copied(),
         },
     }
+}
+
+/// What `session_id` asks for: "none" is a fresh sandbox as when it is left out (what a strict-mode
+/// model, which must send every argument, sends for no session); "new" or "" starts a session (as
+/// the stateful spec's clients send it); anything else names one.
+pub fn names_a_session(session_id: &str) -> bool {
+    session_id != NO_SESSION
+}
+
+/// The `session_id` that asks for no session.
+pub const NO_SESSION: &str = "none";
+
+/// Whether `session_id` starts a new session.
+pub fn starts_a_session(session_id: &str) -> bool {
+    session_id.is_empty() || session_id == "new"
 }
 
 pub(super) fn invalid(message: String) -> Ended {

@@ -52,7 +52,9 @@ impl From<RunPythonCodeArgs> for Call {
             code: args.code,
             files: args.files,
             timeout_ms: args.timeout_ms,
-            session_id: args.session_id.filter(|id| names_a_session(id)),
+            session_id: args
+                .session_id
+                .filter(|id| super::execute::names_a_session(id)),
         }
     }
 }
@@ -186,21 +188,6 @@ impl Outcome {
 /// The `x-mcp-header` name of every `session_id` argument: clients of protocol 2026-07-28 send its
 /// value as `Mcp-Param-Session-Id`, which rmcp checks against the body (400, -32020, on a mismatch).
 pub const SESSION_ID_HEADER: &str = "Session-Id";
-
-/// What `session_id` asks for: "none" is a fresh sandbox as when it is left out (what a strict-mode
-/// model, which must send every argument, sends for no session); "new" or "" starts a session (as
-/// the stateful spec's clients send it); anything else names one.
-pub fn names_a_session(session_id: &str) -> bool {
-    session_id != NO_SESSION
-}
-
-/// The `session_id` that asks for no session.
-pub const NO_SESSION: &str = "none";
-
-/// Whether `session_id` starts a new session.
-pub fn starts_a_session(session_id: &str) -> bool {
-    session_id.is_empty() || session_id == "new"
-}
 
 /// The structured error of a session that cannot be used, for every tool that names one.
 pub fn session_error(error: &SessionError) -> ExecError<CallErrorKind> {

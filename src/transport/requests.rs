@@ -171,7 +171,8 @@ async fn hand_over(checks: &Checks, headers: &HeaderMap) -> Option<Response> {
     let id = headers
         .get("mcp-param-session-id")
         .and_then(|v| v.to_str().ok())?;
-    if !crate::tools::run::names_a_session(id) || crate::tools::run::starts_a_session(id) {
+    use crate::tools::execute::{names_a_session, starts_a_session};
+    if !names_a_session(id) || starts_a_session(id) {
         return None;
     }
     sessions.handed_over(id).await;

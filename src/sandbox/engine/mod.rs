@@ -1,35 +1,24 @@
-//! The engine's wing: what is prepared once per process and only read by sandboxes. The engine
-//! makes what every sandbox of the process shares (`shared.rs`) once — the V8 startup snapshot
-//! (`startup.rs`, with V8's process flags and each isolate's creation), the package layer
-//! (`layer.rs`), the Pyodide memory snapshots (`memory_snapshot.rs` in memory, `snapshot_files.rs`
-//! on disk, `snapshots.rs` by kind: taken now, or read back from `package_cache_dir` and trusted
-//! once a sandbox boots from it), Pyodide's JavaScript as served (`modules/`), WebAssembly compiled
-//! once (`wasm.rs`), the C heap's settings (`c_heap.rs`) — and then sandboxes: [`Engine::boot`]
-//! makes a ready [`Sandbox`]; a session's are saved and restored as images (`session_images.rs`,
-//! `session_base.rs`).
+//! The engine: it prepares, at start-up, what the process's sandboxes share (the parts in
+//! [`crate::sandbox::prepared`]), partly by booting sandboxes itself (the snapshot makers, the
+//! package installer, the pre-import check), and then hands sandboxes out: [`Engine::boot`] makes a
+//! ready [`Sandbox`]; a session's are saved and restored as images (`session_images.rs`, over
+//! `src/sandbox/prepared/session_base.rs`).
 
-mod c_heap;
-pub mod layer;
-pub(crate) mod memory_image;
-pub(crate) mod memory_snapshot;
-pub(crate) mod modules;
-pub(crate) mod session_base;
 mod session_images;
-pub(crate) mod shared;
-pub(crate) mod snapshot_files;
-pub(crate) mod snapshots;
-pub(crate) mod startup;
-pub(crate) mod wasm;
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use self::memory_snapshot::{DylibRecord, SharedSnapshot, SnapshotMemory, SnapshotOrigin};
-use self::shared::{BootMode, EngineConfig, EngineError, EngineShared};
-use self::snapshots::{Flavor, PreimportedSet};
 use crate::assets::Assets;
 use crate::sandbox::isolate::ops::{Role, TakenSnapshot};
+use crate::sandbox::isolate::startup;
 use crate::sandbox::isolate::{Sandbox, spare_memory};
+use crate::sandbox::prepared::memory_snapshot::{
+    DylibRecord, SharedSnapshot, SnapshotMemory, SnapshotOrigin,
+};
+use crate::sandbox::prepared::shared::{BootMode, EngineConfig, EngineError, EngineShared};
+use crate::sandbox::prepared::snapshots::{Flavor, PreimportedSet};
+use crate::sandbox::prepared::{c_heap, layer, snapshot_files};
 use crate::sandbox::types::{ErrorKind, ErrorType, ExecError, ExecRequest, ExecResult};
 
 /// Appended to micropip's `__init__.py` in the package layer: index URLs and the installation policy.
@@ -56,7 +45,7 @@ impl Engine {
     /// sets V8's process-wide flags, among them the WebAssembly memory cap.
     pub fn new(config: EngineConfig) -> Result<Self, EngineError> {
         let assets = Arc::new(Assets::load(&config.asset_dir)?);
-        startup::init_v8(config.wasm_memory_limit_mb);
+        crate::sandbox::prepared::startup::init_v8(config.wasm_memory_limit_mb);
         c_heap::tune();
         let mut engine = Self {
             shared: Arc::new(EngineShared::new(config, assets)?),

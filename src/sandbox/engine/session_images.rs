@@ -5,12 +5,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::memory_snapshot::{DylibRecord, SharedSnapshot, SnapshotMemory};
-use super::shared::EngineError;
-use super::snapshots::Flavor;
-use super::{Engine, session_base, snapshot_files};
+use super::Engine;
 use crate::sandbox::image::{SessionImage, check_references};
-use crate::sandbox::isolate::{ParkedSandbox, Sandbox};
+use crate::sandbox::isolate::Sandbox;
+use crate::sandbox::isolate::boot::ParkedSandbox;
+use crate::sandbox::prepared::memory_snapshot::{DylibRecord, SharedSnapshot, SnapshotMemory};
+use crate::sandbox::prepared::shared::EngineError;
+use crate::sandbox::prepared::snapshots::Flavor;
+use crate::sandbox::prepared::{session_base, snapshot_files};
 
 impl Engine {
     /// A session's sandbox booted as far as it goes before its snapshot is chosen (see

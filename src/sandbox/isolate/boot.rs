@@ -10,16 +10,16 @@ use std::time::Duration;
 
 use deno_core::{JsRuntime, v8};
 
-use super::memory::MemoryBudget;
 use super::ops::{
     BootState, CallState, EntryPoints, Phase as OpPhase, Role, SandboxState, WebState,
 };
+use super::startup;
 use super::watchdog::{Phase, Stop, Watchdog};
 use super::{MB, Sandbox};
-use crate::sandbox::engine::memory_snapshot::SharedSnapshot;
-use crate::sandbox::engine::shared::{EngineError, EngineShared};
-use crate::sandbox::engine::startup;
-use crate::sandbox::engine::wasm::CodegenAllowed;
+use crate::sandbox::memory::MemoryBudget;
+use crate::sandbox::prepared::memory_snapshot::SharedSnapshot;
+use crate::sandbox::prepared::shared::{EngineError, EngineShared};
+use crate::sandbox::prepared::wasm::CodegenAllowed;
 
 /// Makes `runtime.js` register its entry points with Rust (see `__sandboxEntry` there).
 const ENTRY: &str = "__sandboxEntry()";
@@ -252,6 +252,45 @@ impl ParkedSandbox {
             }
         }
         starting.drive(&shared, |e| &e.unpark, true)?;
+        starting.finish()
+    }
+}
+
+impl Sandbox {
+    /// Boots a sandbox that runs one request, restoring `snapshot` (none: a full start-up).
+    pub(crate) fn boot(
+        shared: Arc<EngineShared>,
+        snapshot: Option<Arc<SharedSnapshot>>,
+    ) -> Result<Self, EngineError> {
+        Self::boot_as(
+            shared,
+            Role::Sandbox {
+                snapshot,
+                saveable: false,
+            },
+        )
+    }
+
+    /// Boots a sandbox whose state can be saved as an image (a session's), restoring `snapshot`
+    /// (a plain snapshot, or a session image's memory).
+    pub(crate) fn boot_saveable(
+        shared: Arc<EngineShared>,
+        snapshot: Option<Arc<SharedSnapshot>>,
+    ) -> Result<Self, EngineError> {
+        Self::boot_as(
+            shared,
+            Role::Sandbox {
+                snapshot,
+                saveable: true,
+            },
+        )
+    }
+
+    /// Boots a sandbox for `role`: made, driven through Pyodide's start-up and checked.
+    pub(crate) fn boot_as(shared: Arc<EngineShared>, role: Role) -> Result<Self, EngineError> {
+        let installer = matches!(role, Role::Installer { .. });
+        let mut starting = Starting::new(&shared, role)?;
+        starting.drive(&shared, |e| &e.boot, !installer)?;
         starting.finish()
     }
 }

@@ -22,7 +22,7 @@
 
 use deno_core::v8;
 
-use crate::sandbox::engine::wasm;
+use crate::sandbox::prepared::wasm;
 
 /// The longest stack trace text a sandbox gets, in UTF-16 units of each part read from V8.
 const MAX_TRACE_PART: usize = 4096;

@@ -1,48 +1,44 @@
-//! The sandbox's wing: what runs per sandbox. One sandbox's isolate lifecycle: a new `deno_core::JsRuntime` (its own V8 isolate, from the
-//! engine's V8 startup snapshot), Pyodide booted in it for a role (see `ops::Role`), one request run,
-//! and the outcome read back and classified by who caused it. A sandbox is not `Send`: boot and
-//! execute it on one dedicated thread, never on an async runtime.
+//! The sandbox's wing: what runs per sandbox. One sandbox's isolate lifecycle: a new
+//! `deno_core::JsRuntime` (its own V8 isolate, from the V8 startup snapshot), Pyodide booted in it
+//! for a role (see `ops::Role`), one request run, and the outcome read back and classified by who
+//! caused it. A sandbox is not `Send`: boot and execute it on one dedicated thread, never on an
+//! async runtime.
 //!
-//! Beside it: `boot.rs` (making the isolate and booting it, or parking a session's sandbox until
-//! its snapshot is chosen), `ops/` (the only doors from the isolate to Rust, each beside the JavaScript and Python
-//! it serves), `watchdog.rs` (deadlines, memory, cancellation), `memory.rs` (the memory budget and its
-//! ArrayBuffer allocator), `cow.rs` (copy-on-write mappings of shared bytes), `output.rs` (what comes
-//! back, capped in Rust), `outcome.rs` (how a call ended, by who caused it), `callbacks.rs` (V8
-//! callbacks that cannot panic), `session.rs` (a session's files and image, between calls),
-//! `spare_memory.rs` (a dropped sandbox's restored memory, moved to the next one),
-//! `written_pages.rs` (which pages of a memory were written since it was restored, as the kernel
-//! records them).
+//! Beside it: `startup.rs` (a new isolate, the V8 startup snapshot, the keeper), `boot.rs` (making
+//! the isolate and booting it, or parking a session's sandbox until its snapshot is chosen), `ops/`
+//! (the only doors from the isolate to Rust, each beside the JavaScript and Python it serves),
+//! `watchdog.rs` (deadlines, memory, cancellation), `output.rs` (what comes back, capped in Rust),
+//! `outcome.rs` (how a call ended, by who caused it), `callbacks.rs` (V8 callbacks that cannot
+//! panic), `session.rs` (a session's files and image, between calls), `spare_memory.rs` (a dropped
+//! sandbox's restored memory, moved to the next one), `written_pages.rs` (which pages of a memory
+//! were written since it was restored, as the kernel records them). The memory budget and the
+//! copy-on-write bytes are one layer down (`src/sandbox/memory.rs`, `src/sandbox/cow.rs`).
 
-mod boot;
+pub(crate) mod boot;
 pub(crate) mod callbacks;
-pub(crate) mod cow;
-pub(crate) mod memory;
 pub(crate) mod ops;
 pub(crate) mod outcome;
 pub(crate) mod output;
 mod realm;
 mod session;
 pub(crate) mod spare_memory;
+pub(crate) mod startup;
 mod waker;
 pub(crate) mod watchdog;
 #[cfg(target_os = "linux")]
 mod written_pages;
-
-pub use self::boot::ParkedSandbox;
-use self::boot::Starting;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use deno_core::JsRuntime;
 
-use self::memory::MemoryBudget;
 use self::ops::{BootState, CallState, Role, SandboxState, SessionState};
 use self::outcome::{Limits, Observed, Verdict};
 use self::output::Report;
 use self::watchdog::{Phase, Stop, Watchdog};
-use crate::sandbox::engine::memory_snapshot::SharedSnapshot;
-use crate::sandbox::engine::shared::{EngineError, EngineShared};
+use crate::sandbox::memory::MemoryBudget;
+use crate::sandbox::prepared::memory_snapshot::SharedSnapshot;
 use crate::sandbox::types::{ErrorKind, ErrorType, ExecError, ExecRequest, ExecResult, SandboxEnd};
 
 /// 1 MB in the configuration's sense.
@@ -106,37 +102,8 @@ pub struct FileListing {
 pub const MAX_LISTED_FILES: usize = self::ops::MAX_LISTED_FILES;
 
 impl Sandbox {
-    /// Boots a sandbox that runs one request, restoring `snapshot` (none: a full start-up).
-    pub(crate) fn boot(
-        shared: Arc<EngineShared>,
-        snapshot: Option<Arc<SharedSnapshot>>,
-    ) -> Result<Self, EngineError> {
-        Self::boot_as(
-            shared,
-            Role::Sandbox {
-                snapshot,
-                saveable: false,
-            },
-        )
-    }
-
-    /// Boots a sandbox whose state can be saved as an image (a session's), restoring `snapshot`
-    /// (a plain snapshot, or a session image's memory).
-    pub(crate) fn boot_saveable(
-        shared: Arc<EngineShared>,
-        snapshot: Option<Arc<SharedSnapshot>>,
-    ) -> Result<Self, EngineError> {
-        Self::boot_as(
-            shared,
-            Role::Sandbox {
-                snapshot,
-                saveable: true,
-            },
-        )
-    }
-
     /// Gives back the pages of its memory that hold the snapshot's bytes (see
-    /// `engine/memory_image.rs`): a ready sandbox that waits long then holds only what its boot
+    /// `prepared/memory_image.rs`): a ready sandbox that waits long then holds only what its boot
     /// changed. A mapped memory drops its copies of such pages; a copied one becomes a mapping of
     /// the snapshot's sealed file with the pages that differ written back (`MappedImage::
     /// map_copied`), if the engine keeps one (`give_back_idle_memory`), and is then no spare for the
@@ -187,7 +154,7 @@ impl Sandbox {
     }
 
     /// Where the memory snapshot was mapped into this sandbox's memory (addresses), if it was
-    /// mapped copy-on-write rather than copied (see `engine/memory_image.rs`).
+    /// mapped copy-on-write rather than copied (see `prepared/memory_image.rs`).
     pub(crate) fn mapped_memory(&self) -> Option<std::ops::Range<usize>> {
         self.with::<BootState, _>(|b| b.mapped_memory.clone())
     }
@@ -208,13 +175,6 @@ impl Sandbox {
         let state = self.runtime.op_state();
         let mut state = state.borrow_mut();
         std::mem::replace(state.borrow_mut::<CallState>(), CallState::idle())
-    }
-
-    pub(crate) fn boot_as(shared: Arc<EngineShared>, role: Role) -> Result<Self, EngineError> {
-        let installer = matches!(role, Role::Installer { .. });
-        let mut starting = Starting::new(&shared, role)?;
-        starting.drive(&shared, |e| &e.boot, !installer)?;
-        starting.finish()
     }
 
     /// Finishes the garbage collection that booting started, for a sandbox prepared ahead of a call:

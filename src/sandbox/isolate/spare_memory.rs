@@ -28,7 +28,7 @@ use std::ops::Range;
 #[cfg(target_os = "linux")]
 use super::written_pages::Recorder;
 #[cfg(target_os = "linux")]
-use crate::sandbox::engine::memory_image::PAGE;
+use crate::sandbox::prepared::memory_image::PAGE;
 
 thread_local! {
     static ENABLED: Cell<bool> = const { Cell::new(false) };
@@ -364,7 +364,7 @@ const HUGE_PAGE: usize = 2 * 1024 * 1024;
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
-    use crate::sandbox::engine::memory_image::tests::Memory;
+    use crate::sandbox::prepared::memory_image::tests::Memory;
 
     #[test]
     fn a_dropped_memorys_pages_move_to_the_next_of_the_same_length_only_and_leave_it_mapped() {

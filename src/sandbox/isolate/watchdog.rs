@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use deno_core::v8;
 
-use crate::sandbox::isolate::memory::MemoryBudget;
+use crate::sandbox::memory::MemoryBudget;
 
 /// How often the memory budget and the cancellation flag are checked.
 const POLL: Duration = Duration::from_millis(10);

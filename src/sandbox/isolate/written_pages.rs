@@ -15,7 +15,7 @@ use std::fs::File;
 use std::ops::Range;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use crate::sandbox::engine::memory_image::PAGE;
+use crate::sandbox::prepared::memory_image::PAGE;
 
 // From <linux/userfaultfd.h> and <linux/fs.h> (Linux 6.7), which the libc crate does not carry.
 const UFFD_USER_MODE_ONLY: libc::c_int = 1;
@@ -194,7 +194,7 @@ impl Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::engine::memory_image::tests::Memory;
+    use crate::sandbox::prepared::memory_image::tests::Memory;
 
     /// A list of one range.
     fn only(range: Range<usize>) -> Option<Vec<Range<usize>>> {

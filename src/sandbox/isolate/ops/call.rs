@@ -9,10 +9,10 @@ use deno_core::{OpState, op2, v8};
 use deno_error::JsErrorBox;
 
 use super::{call_mut, call_state, state_mut};
-use crate::sandbox::engine::memory_snapshot::SharedSnapshot;
-use crate::sandbox::engine::session_base;
 use crate::sandbox::isolate::output::Report;
 use crate::sandbox::isolate::watchdog::Phase;
+use crate::sandbox::prepared::memory_snapshot::SharedSnapshot;
+use crate::sandbox::prepared::session_base;
 
 #[op2]
 #[string]
@@ -35,7 +35,7 @@ pub(crate) struct SessionState {
     /// Whether Pyodide has been given the interrupt buffer.
     pub interrupt_installed: bool,
     /// The snapshot a session's image is saved as the differences from, and its name (see
-    /// `engine/session_base.rs`); `None`: the image holds the whole memory.
+    /// `prepared/session_base.rs`); `None`: the image holds the whole memory.
     pub image_base: Option<(Arc<SharedSnapshot>, String)>,
 }
 

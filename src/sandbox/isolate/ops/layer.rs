@@ -8,7 +8,7 @@ use deno_error::JsErrorBox;
 
 use super::pyodide::may_map;
 use super::{Role, boot, boot_mut, state};
-use crate::sandbox::engine::wasm::ModuleError;
+use crate::sandbox::prepared::wasm::ModuleError;
 
 /// The package layer's file index: (absolute path, offset in the blob, length).
 #[op2]
@@ -32,7 +32,7 @@ pub(super) fn op_sandbox_layer_index(
 pub(super) fn op_sandbox_layer_dir(
     op_state: &mut OpState,
     #[string] path: &str,
-) -> Vec<crate::sandbox::engine::layer::Child> {
+) -> Vec<crate::sandbox::prepared::layer::Child> {
     state(op_state)
         .shared
         .layer

@@ -27,12 +27,12 @@ use deno_error::JsErrorBox;
 
 use crate::fetch::CallFetches;
 use crate::protocol::limits::MAX_STREAM_BYTES;
-use crate::sandbox::engine::layer::Captured;
-use crate::sandbox::engine::memory_snapshot::SharedSnapshot;
-use crate::sandbox::engine::shared::EngineShared;
-use crate::sandbox::isolate::memory::MemoryBudget;
 use crate::sandbox::isolate::output::{CappedBuffer, DisplayCollector, FileCollector, Report};
 use crate::sandbox::isolate::watchdog::Arming;
+use crate::sandbox::memory::MemoryBudget;
+use crate::sandbox::prepared::layer::Captured;
+use crate::sandbox::prepared::memory_snapshot::SharedSnapshot;
+use crate::sandbox::prepared::shared::EngineShared;
 
 /// The Python half of an execution, evaluated once per sandbox (or into the memory snapshot).
 pub(crate) const RUNNER_PY: &str = include_str!("runner.py");
@@ -167,7 +167,7 @@ pub(crate) struct CallState {
     /// The call's outbound requests (cancelled when the call ends).
     pub fetches: Arc<CallFetches>,
     /// Where the output also goes while the call runs, when its caller streams it.
-    pub live: Option<Arc<crate::sandbox::LiveOutput>>,
+    pub live: Option<Arc<crate::sandbox::types::LiveOutput>>,
 }
 
 impl CallState {

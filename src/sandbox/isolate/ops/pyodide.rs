@@ -10,10 +10,10 @@ use deno_error::JsErrorBox;
 
 use super::{Phase, Role, boot, boot_mut, call_state, state, state_mut};
 use crate::protocol::limits::shown;
-use crate::sandbox::engine::layer::LayerOrigin;
-use crate::sandbox::engine::memory_snapshot::{Pages, SharedSnapshot};
-use crate::sandbox::engine::wasm::CodegenAllowed;
 use crate::sandbox::isolate::spare_memory;
+use crate::sandbox::prepared::layer::LayerOrigin;
+use crate::sandbox::prepared::memory_snapshot::{Pages, SharedSnapshot};
+use crate::sandbox::prepared::wasm::CodegenAllowed;
 
 /// The `pyodide` op group's state: what the isolate exists for, where it is in its life, and the
 /// copy-on-write mappings it was given.
@@ -304,8 +304,8 @@ const MAX_WRAPPER_MODULES: usize = 4;
 const MAX_WRAPPER_SIGNATURES: usize = 4096;
 
 /// The module that wraps JavaScript functions with these signatures (comma-separated) for the
-/// function table (see `modules/wrappers.rs`), compiled once per engine and list. Start-up only; the
-/// cache's lock is not held while a module is built or compiled.
+/// function table (see `src/sandbox/prepared/modules/wrappers.rs`), compiled once per engine and
+/// list. Start-up only; the cache's lock is not held while a module is built or compiled.
 #[op2]
 pub(super) fn op_sandbox_wrapper_module<'s, 'i>(
     scope: &mut v8::PinScope<'s, 'i>,
@@ -332,7 +332,7 @@ pub(super) fn op_sandbox_wrapper_module<'s, 'i>(
     if list.len() > MAX_WRAPPER_SIGNATURES {
         return Err(JsErrorBox::range_error("too many signatures"));
     }
-    let bytes = crate::sandbox::engine::modules::wrappers::module_bytes(&list)
+    let bytes = crate::sandbox::prepared::modules::wrappers::module_bytes(&list)
         .ok_or_else(|| JsErrorBox::type_error("not a list of Emscripten signatures"))?;
     let module = {
         let _allowed = CodegenAllowed::new();

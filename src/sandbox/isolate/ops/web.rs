@@ -180,7 +180,7 @@ pub(super) async fn op_sandbox_yield() {}
 /// How long after the call's deadline a user request is cut, if the watchdog has not ended it.
 const FETCH_DEADLINE_SLACK: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// One HTTPS request of the call (see `fetch.rs` for what is refused and bounded). The body stays in
+/// One HTTPS request of the call (see `src/fetch/mod.rs` for what is refused and bounded). The body stays in
 /// Rust until `op_sandbox_fetch_body` hands it over, charged to the sandbox's memory budget.
 #[op2]
 #[serde]

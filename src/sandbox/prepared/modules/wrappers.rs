@@ -2,7 +2,7 @@
 //!
 //! A table holds only WebAssembly functions, so Emscripten's `addFunction` wraps a JavaScript
 //! function in a one-function module that imports it and exports it again. At start-up Pyodide adds
-//! ~260 such functions, one module instance each. `js/function_table.js` wraps them all with one
+//! ~260 such functions, one module instance each. `function_table.js` wraps them all with one
 //! instance of the module built here instead; the engine compiles it once per list of signatures.
 
 /// A module that imports one function per signature, from module `e` under the names `0`, `1`, …,

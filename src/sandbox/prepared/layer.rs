@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::assets::PYODIDE_VERSION;
-use crate::sandbox::isolate::cow::CowBytes;
+use crate::sandbox::cow::CowBytes;
 
 /// Bumped whenever the on-disk format or what the installer captures changes.
 const LAYER_FORMAT: u32 = 1;

@@ -9,8 +9,8 @@
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
-pub use crate::sandbox::engine::memory_snapshot::Flavor;
-use crate::sandbox::engine::memory_snapshot::{SharedSnapshot, SnapshotOrigin};
+pub use crate::sandbox::prepared::memory_snapshot::Flavor;
+use crate::sandbox::prepared::memory_snapshot::{SharedSnapshot, SnapshotOrigin};
 
 /// The snapshots of the engine, by kind, filled in once at start-up.
 #[derive(Default)]

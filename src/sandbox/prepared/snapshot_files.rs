@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use crate::assets::Assets;
-use crate::sandbox::engine::memory_snapshot::{DylibRecord, Flavor};
-use crate::sandbox::engine::modules::Modules;
+use crate::sandbox::prepared::memory_snapshot::{DylibRecord, Flavor};
+use crate::sandbox::prepared::modules::Modules;
 
 /// The digest naming the snapshot file: this build's glue and the exact Pyodide files in use, with
 /// Pyodide's JavaScript as sandboxes are served it (`modules`, with the lazy GOT). Computed once per
@@ -120,7 +120,7 @@ pub fn store(cache_dir: &Path, kind: Flavor, key: &str, bytes: &[u8]) -> bool {
         }
         let tmp = dir.join(format!(
             ".{name}.tmp-{}",
-            crate::sandbox::engine::layer::unique_suffix()
+            crate::sandbox::prepared::layer::unique_suffix()
         ));
         let write = || -> std::io::Result<()> {
             use std::io::Write as _;

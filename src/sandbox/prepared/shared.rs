@@ -1,7 +1,7 @@
 //! What every sandbox of the process shares, and the settings it is made from: the checked Pyodide
 //! files, the HTTPS fetcher and the wheel cache, the package layer, the Pyodide memory snapshot,
 //! Pyodide's JavaScript as served and its WebAssembly compiled once, the V8 startup snapshot. The
-//! engine (`engine.rs`) fills it in once; sandboxes only read it.
+//! engine (`mod.rs`) fills it in once; sandboxes only read it.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -12,11 +12,11 @@ use crate::assets::{AssetError, Assets};
 pub use crate::config::BootMode;
 use crate::fetch::{self, Fetcher};
 use crate::packages::{PackageSource, Packages};
-use crate::sandbox::engine::layer;
-use crate::sandbox::engine::modules;
-use crate::sandbox::engine::snapshots::Snapshots;
-use crate::sandbox::engine::wasm::WasmModules;
-use crate::sandbox::isolate::cow;
+use crate::sandbox::cow;
+use crate::sandbox::prepared::layer;
+use crate::sandbox::prepared::modules;
+use crate::sandbox::prepared::snapshots::Snapshots;
+use crate::sandbox::prepared::wasm::WasmModules;
 
 /// Engine settings; the application fills them from its configuration (see `app::engine_config`).
 #[derive(Debug, Clone)]

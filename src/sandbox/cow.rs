@@ -1,7 +1,7 @@
 //! Bytes that every sandbox gets as its own ArrayBuffer without copying them: the standard library
 //! zip and the package layer, a few MiB that a sandbox mostly only reads. The sealed file is also
 //! what the pre-imported snapshot's memory is mapped from (`SealedFile::map_over`, used by
-//! `engine/memory_image.rs`).
+//! `prepared/memory_image.rs`).
 //!
 //! On Linux the bytes go once into an in-memory file (memfd) sealed against any change, and each
 //! sandbox maps it `MAP_PRIVATE`: its pages are shared with every other sandbox until this one writes
@@ -11,14 +11,14 @@
 //! A mapping's backing store tells V8 it frees nothing ([`Mapping::backing_store`]): bytes a sandbox
 //! holds for its whole life, or that every sandbox shares, are no reason for its garbage collector to
 //! run, and V8 would otherwise count them as the isolate's external memory (with the engine's memory
-//! snapshot, two full collections per pre-imported sandbox; docs/performance.md). The mapping is
+//! snapshot, two full collections per pre-imported sandbox; docs/performance-log.md). The mapping is
 //! unmapped by its owner instead, which outlives the isolates holding it.
 
 use std::sync::Arc;
 
 use deno_core::v8;
 
-use crate::sandbox::isolate::memory::MemoryBudget;
+use crate::sandbox::memory::MemoryBudget;
 
 pub(crate) struct CowBytes {
     source: Source,

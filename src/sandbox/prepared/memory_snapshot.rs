@@ -6,9 +6,9 @@
 use deno_core::v8;
 use sha2::{Digest, Sha256};
 
-use crate::sandbox::engine::memory_image::{MappedImage, PAGE, page_map};
-use crate::sandbox::engine::session_base::{Delta, is_zero, memory_offset};
-use crate::sandbox::isolate::cow::Mapping;
+use crate::sandbox::cow::Mapping;
+use crate::sandbox::prepared::memory_image::{MappedImage, PAGE, page_map};
+use crate::sandbox::prepared::session_base::{Delta, is_zero, memory_offset};
 
 /// What the memory a snapshot is restored into holds before the restore.
 #[derive(Debug, Clone, Copy)]
@@ -108,9 +108,9 @@ struct Overlay {
     delta: Delta,
 }
 
-/// The record of a snapshot's shared libraries, as `ops/dylink.js` makes it and relinks from it
-/// (JSON: the libraries' order, memory and table bases, handles), with the one part Rust reads
-/// decoded once: the top-level packages imported in the snapshot.
+/// The record of a snapshot's shared libraries, as `src/sandbox/isolate/ops/dylink.js` makes it and
+/// relinks from it (JSON: the libraries' order, memory and table bases, handles), with the one part
+/// Rust reads decoded once: the top-level packages imported in the snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct DylibRecord {
     json: std::sync::Arc<str>,
@@ -504,7 +504,7 @@ fn mapped_store(
             .filter(|run| !run.zero)
             .map(|run| offset + run.start..offset + run.end);
         let (image, mapping, start) =
-            crate::sandbox::engine::memory_image::lay_out(bytes, offset, data)?;
+            crate::sandbox::prepared::memory_image::lay_out(bytes, offset, data)?;
         // SAFETY: the mapping is returned with the store; `SharedSnapshot` keeps both, and each
         // isolate given an ArrayBuffer over the store keeps the mapping (`array_buffer`).
         let store = unsafe { mapping.backing_store_of(start, bytes.len()) }?;

@@ -1,10 +1,11 @@
-//! V8 start-up for the process and for each isolate: the process-wide flags ([`init_v8`]), the V8
-//! startup snapshot and the keeper isolate.
+//! Each isolate's start: a new isolate for a role ([`new_runtime`]), the V8 startup snapshot it
+//! starts from and the keeper isolate (V8's process-wide flags are set first, by
+//! `src/sandbox/prepared/startup.rs`).
 //!
 //! The V8 startup snapshot (not to be confused with the Pyodide memory snapshot of
-//! `memory_snapshot.rs`): the sandbox's JavaScript realm (deno_core's own JavaScript, `runtime.js`
-//! and Pyodide's two modules as sandboxes are served them) evaluated once per process and serialised
-//! by V8, so that each new isolate deserialises a ready heap instead of compiling and evaluating
+//! `src/sandbox/prepared/memory_snapshot.rs`): the sandbox's JavaScript realm (deno_core's own
+//! JavaScript, `runtime.js` and Pyodide's two modules as sandboxes are served them) evaluated once
+//! per process and serialised by V8, so that each new isolate deserialises a ready heap instead of compiling and evaluating
 //! ~1.3 MB of JavaScript. It holds no Python and no WebAssembly: those come afterwards, in each
 //! isolate of its own (from the Pyodide memory snapshot, or a full start-up).
 //!
@@ -17,72 +18,17 @@
 //! read-only heap it shares between isolates.
 
 use std::rc::Rc;
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use deno_core::{JsRuntime, JsRuntimeForSnapshot, RuntimeOptions, v8};
 
-use crate::sandbox::engine::modules;
-use crate::sandbox::engine::shared::{EngineError, EngineShared};
-use crate::sandbox::isolate::callbacks;
-use crate::sandbox::isolate::memory::{self, MemoryBudget};
-use crate::sandbox::isolate::ops;
-use crate::sandbox::isolate::ops::Role;
-
-/// 1 MB in the configuration's sense.
-const MB: u64 = 1024 * 1024;
-
-static V8_FLAGS: Once = Once::new();
-
-/// Sets V8's process-wide flags and initialises V8, once per process (the first engine's WebAssembly
-/// memory cap applies to all). Each flag is tuned for isolates that live for one call; the
-/// measurements behind them are in docs/performance.md.
-pub(crate) fn init_v8(wasm_memory_limit_mb: u64) {
-    V8_FLAGS.call_once(|| {
-        let pages = wasm_memory_limit_mb.saturating_mul(MB) / 65536;
-        let mut flags = vec![
-            "code-interpreter-mcp".into(),
-            format!("--wasm-max-mem-pages={pages}"),
-            // Compile every JS function when its script is compiled: the V8 startup snapshot (or,
-            // without one, the shared code cache) then holds all of Pyodide's functions and no
-            // isolate compiles them lazily again.
-            "--no-lazy".into(),
-            // A sandbox's heap grows to about 20 MB during start-up: a young generation and a first
-            // old-generation limit that hold it avoid the scavenges and the mark-compact V8 would
-            // otherwise run in every sandbox. The old-generation limit also sizes V8's global limit,
-            // which counts the WebAssembly memory: a pre-imported sandbox's grows to ~94 MB while
-            // it restores, which 64 MB let start two mark-compacts in every such sandbox.
-            "--min-semi-space-size=16".into(),
-            "--initial-old-space-size=128".into(),
-            // Optimised JavaScript code dies with its isolate: higher thresholds leave the start-up's
-            // loops (run once per sandbox) to the interpreter, while code that keeps running (a
-            // user's loop calling into JavaScript) still gets optimised.
-            "--invocation-count-for-maglev=4000".into(),
-            "--invocation-count-for-maglev-osr=1000".into(),
-            "--invocation-count-for-osr=5000".into(),
-            "--invocation-count-for-early-optimization=300".into(),
-            // Nor does baseline (Sparkplug) code outlive its isolate.
-            "--no-sparkplug".into(),
-            // WebAssembly is the opposite case: optimised code lives in the module all isolates
-            // share, but V8 counts tier-up per instance; a smaller budget optimises the start-up's
-            // functions during the first sandboxes, once for the process.
-            "--wasm-tiering-budget=1000000".into(),
-        ];
-        // For profiling and diagnosis only (e.g. "--perf-basic-prof"); not a configuration key.
-        if let Ok(extra) = std::env::var("CODE_INTERPRETER_MCP_V8_FLAGS") {
-            flags.extend(extra.split_whitespace().map(String::from));
-        }
-        let unknown = deno_core::v8_set_flags(flags);
-        // V8 hands back argv[0] followed by the flags it did not recognise.
-        if let Some(unknown) = unknown.get(1..).filter(|u| !u.is_empty()) {
-            tracing::warn!(?unknown, "V8 did not recognise some flags");
-        }
-        // Initialise V8 in its normal mode now: if the first isolate were the startup snapshot's,
-        // deno_core would set V8 up for snapshotting (single-threaded, with a fixed random seed) for
-        // the whole process.
-        JsRuntime::init_platform(None);
-    });
-}
+use super::callbacks;
+use super::ops::{self, Role};
+use crate::sandbox::memory::{self, MemoryBudget};
+use crate::sandbox::prepared::modules;
+use crate::sandbox::prepared::shared::{EngineError, EngineShared};
+use crate::sandbox::prepared::startup::MB;
 
 /// A new isolate for `role`, from the engine's V8 startup snapshot, made in `tokio`'s context (V8
 /// posts delayed tasks to the runtime that is current when the isolate is created): its heap limited

@@ -5,13 +5,13 @@
 //!
 //! `pyodide.asm.mjs` is served with seven changes, each applied only where the pinned source has
 //! exactly the expected code: Emscripten's dynamic linker gets the lazy Global Offset Table in
-//! `js/lazy_got.js` (about a quarter of a sandbox's start-up saved), a lazily filled symbol table
-//! (`js/lazy_imports.js`) and the cheaper function-table helpers in `js/function_table.js`; its
-//! signature conversion makes a view of the exports instead of a copy (`js/exports_view.js`);
+//! `lazy_got.js` (about a quarter of a sandbox's start-up saved), a lazily filled symbol table
+//! (`lazy_imports.js`) and the cheaper function-table helpers in `function_table.js`; its
+//! signature conversion makes a view of the exports instead of a copy (`exports_view.js`);
 //! Pyodide's snapshot restore calls `Module.sandboxRestoreMemory` when the sandbox provides it (a
 //! copy that skips zero pages); a restored sandbox skips package-index steps the snapshot holds; and
 //! the loader of shared libraries calls hooks that record and replay where each library went (for
-//! snapshots with pre-imported packages, see `ops/dylink.js`).
+//! snapshots with pre-imported packages, see `src/sandbox/isolate/ops/dylink.js`).
 //! `pyodide.mjs` compiles a small WebAssembly module when first needed instead of while it is
 //! evaluated, which lets it be evaluated into the V8 startup snapshot (no WebAssembly there), and
 //! compiles it synchronously; it also lets MEMFS own the standard library it is handed, and it
@@ -107,10 +107,10 @@ const SIGNATURE_CONVERSIONS: &str =
     "function applySignatureConversions(wasmExports){wasmExports=Object.assign({},wasmExports);";
 
 /// Hooks in Emscripten's `loadWebAssemblyModule`, called through `Module.sandboxDylink` when the
-/// sandbox sets it (see `ops/dylink.js`): the snapshot maker records where each shared library of a
-/// pre-imported package went (memory base, table base, order), and a restored sandbox relinks the same
-/// libraries at the same bases without running their relocations or constructors again (the
-/// restored memory already holds what they did).
+/// sandbox sets it (see `src/sandbox/isolate/ops/dylink.js`): the snapshot maker records where each
+/// shared library of a pre-imported package went (memory base, table base, order), and a restored
+/// sandbox relinks the same libraries at the same bases without running their relocations or
+/// constructors again (the restored memory already holds what they did).
 const DYLINK_HOOK_SITES: [(&str, &str); 6] = [
     (
         "var memoryBase=metadata.memorySize?alignMemory(getMemory(metadata.memorySize+memAlign),memAlign):0;",

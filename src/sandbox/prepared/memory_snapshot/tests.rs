@@ -18,7 +18,7 @@ fn snapshot(memory: &[u8]) -> SharedSnapshot {
 #[test]
 #[cfg(target_os = "linux")]
 fn v8_counts_the_shared_snapshot_as_no_memory_of_the_isolate() {
-    crate::sandbox::engine::startup::init_v8(2048);
+    crate::sandbox::prepared::startup::init_v8(2048);
     let snap = snapshot(&vec![7u8; 8 << 20]);
     let len = snap.byte_len();
     let mut isolate = v8::Isolate::new(Default::default());
@@ -109,7 +109,7 @@ fn restoring_into_mapped_memory_reads_only_touched_zero_pages_and_still_clears_t
     memory[0] = 1;
     memory[40 * PAGE] = 2;
     let snap = snapshot(&memory);
-    let mapped = crate::sandbox::engine::memory_image::tests::Memory::new(80);
+    let mapped = crate::sandbox::prepared::memory_image::tests::Memory::new(80);
     let heap = &mut *mapped.0;
     // Pages 10 and 50 were written (as constructors might), page 20 only read; the rest untouched.
     heap[10 * PAGE + 3] = 9;

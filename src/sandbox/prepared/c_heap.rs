@@ -5,7 +5,7 @@
 //! between used ones. So the engine fixes the thresholds once per process ([`tune`]) and gives free
 //! memory back when a pool worker rests ([`release_free`]) and, at most once a second, when a
 //! session's sandbox is dropped ([`release_free_now_and_then`]). The measurements are in
-//! docs/performance.md ("Idle memory"). Without glibc, all three do nothing.
+//! docs/performance-log.md ("Idle memory"). Without glibc, all three do nothing.
 
 /// An arena's free top above this is returned at once. Fixing it also stops glibc from raising it.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]

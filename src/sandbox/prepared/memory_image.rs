@@ -9,7 +9,7 @@
 //! sandbox also has its *working set* copied up front (`MADV_POPULATE_WRITE`): the pages that the
 //! engine's start-up check wrote (a restore, then everyday numpy, pandas and matplotlib steps,
 //! `working_set.py`, and the check itself). A ready sandbox then holds those pages of its own, not
-//! the whole image (docs/performance.md: 88 -> 45 MiB per ready pre-imported sandbox, creation
+//! the whole image (docs/performance-log.md: 88 -> 45 MiB per ready pre-imported sandbox, creation
 //! 0.87x, a call 1-5 ms slower). Opt-in (`workers.map_snapshot_memory`): by default the memory is
 //! copied, which keeps calls fastest.
 //!
@@ -36,7 +36,7 @@ const CHUNK: usize = 256 * PAGE;
 /// The snapshot's bytes as a sealed file that sandboxes map their memory from.
 pub(crate) struct MappedImage {
     #[cfg(target_os = "linux")]
-    file: crate::sandbox::isolate::cow::SealedFile,
+    file: crate::sandbox::cow::SealedFile,
     /// Where the linear memory starts in the file (a page boundary).
     memory_start: usize,
     /// The pages (byte ranges of the linear memory) each sandbox gets copied when it maps the
@@ -53,13 +53,13 @@ pub(crate) fn lay_out(
     bytes: &[u8],
     offset: usize,
     parts: impl Iterator<Item = Range<usize>>,
-) -> Option<(MappedImage, crate::sandbox::isolate::cow::Mapping, usize)> {
+) -> Option<(MappedImage, crate::sandbox::cow::Mapping, usize)> {
     let pad = (PAGE - offset % PAGE) % PAGE;
     let len = (pad + bytes.len()).next_multiple_of(PAGE);
     let parts = std::iter::once(0..offset)
         .chain(parts)
         .map(|r| (pad + r.start, &bytes[r]));
-    let file = match crate::sandbox::isolate::cow::SealedFile::sparse(len, parts) {
+    let file = match crate::sandbox::cow::SealedFile::sparse(len, parts) {
         Ok(file) => file,
         Err(e) => {
             tracing::warn!(error = %e, "cannot map the snapshot's memory copy-on-write; sandboxes copy it");
