@@ -24,11 +24,21 @@ const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
 /// The URI of a session's file: `session://{session_id}/{path}`, each path component
 /// percent-encoded.
 pub fn session_uri(session_id: &str, path: &str) -> String {
-    let encoded: Vec<String> = path
+    format!("session://{session_id}/{}", encoded(path))
+}
+
+/// The URI an embedded stateless file goes by: `workspace:///{path}`, components percent-encoded.
+pub fn workspace_uri(path: &str) -> String {
+    format!("workspace:///{}", encoded(path))
+}
+
+/// `path` with each component percent-encoded.
+fn encoded(path: &str) -> String {
+    let components: Vec<String> = path
         .split('/')
         .map(|c| utf8_percent_encode(c, COMPONENT).to_string())
         .collect();
-    format!("session://{session_id}/{}", encoded.join("/"))
+    components.join("/")
 }
 
 /// The session id and path a `session://` URI names, if it is one (the path obeying the input-path
@@ -58,25 +68,17 @@ pub fn decoded_len(text: &str) -> u64 {
     (text.len() / 4 * 3).saturating_sub(padding) as u64
 }
 
-/// The content blocks for `files` after the JSON, file by file ([`file_content`]).
+/// The content blocks of each of `files`, in order ([`file_content`]): the text says where each
+/// file is from them, and they follow it.
 pub fn file_blocks(
     files: &[OutputFile],
     session: Option<&str>,
     max_inline_bytes: u64,
     era: Era,
-) -> Vec<ContentBlock> {
+) -> Vec<Vec<ContentBlock>> {
     files
         .iter()
-        .flat_map(|file| {
-            file_content(
-                &file.path,
-                &file.mime_type,
-                &file.content_base64,
-                session,
-                max_inline_bytes,
-                era,
-            )
-        })
+        .map(|file| file_content(file, session, max_inline_bytes, era))
         .collect()
 }
 
@@ -86,13 +88,12 @@ pub fn file_blocks(
 /// is shown whole already (its text for text types, else Base64), under its `session://` URI or,
 /// stateless, `workspace:///path`.
 pub fn file_content(
-    path: &str,
-    mime: &str,
-    base64: &str,
+    file: &OutputFile,
     session: Option<&str>,
     max_inline_bytes: u64,
     era: Era,
 ) -> Vec<ContentBlock> {
+    let (path, mime, base64) = (&file.path, &file.mime_type, &file.content_base64);
     let shown = file_block(mime, base64, max_inline_bytes);
     let uri = match session {
         Some(id) => session_uri(id, path),
@@ -102,24 +103,19 @@ pub fn file_content(
     if era.structured() {
         if session.is_some() {
             blocks.push(ContentBlock::resource_link(
-                Resource::new(uri, path.to_string())
-                    .with_mime_type(mime.to_string())
+                Resource::new(uri, path.clone())
+                    .with_mime_type(mime.clone())
                     .with_size(decoded_len(base64)),
             ));
         }
     } else if blocks.is_empty() {
         let contents = match base64_text(base64).filter(|_| is_text(mime)) {
             Some(text) => ResourceContents::text(text, uri),
-            None => ResourceContents::blob(base64.to_string(), uri),
+            None => ResourceContents::blob(base64.clone(), uri),
         };
         blocks.push(ContentBlock::resource(contents.with_mime_type(mime)));
     }
     blocks
-}
-
-/// The URI an embedded stateless file goes by: `workspace:///{path}`, components percent-encoded.
-pub fn workspace_uri(path: &str) -> String {
-    session_uri("", path).replacen("session://", "workspace://", 1)
 }
 
 /// Types whose UTF-8 bytes are embedded as text rather than Base64.
@@ -256,6 +252,11 @@ mod tests {
         ));
     }
 
+    /// Every file's blocks, one after the other, as the result carries them.
+    fn flat(files: &[OutputFile], session: Option<&str>, cap: u64, era: Era) -> Vec<ContentBlock> {
+        file_blocks(files, session, cap, era).concat()
+    }
+
     #[test]
     fn images_are_inlined_up_to_the_cap_and_session_files_linked() {
         let file = |path: &str, mime: &str, b64: &str| OutputFile {
@@ -268,15 +269,15 @@ mod tests {
             file("b.svg", "image/svg+xml", "PHN2Zy8+"),
             file("c.csv", "text/csv", "YQo="),
         ];
-        let blocks = file_blocks(&files, None, 1024, Era::Resumable);
+        let blocks = flat(&files, None, 1024, Era::Resumable);
         assert_eq!(blocks.len(), 2, "the PNG and the SVG");
         assert!(matches!(blocks[0], ContentBlock::Image(_)));
         assert!(matches!(blocks[1], ContentBlock::Text(_)));
         assert!(
-            file_blocks(&files, None, 4, Era::Resumable).is_empty(),
+            flat(&files, None, 4, Era::Resumable).is_empty(),
             "over the cap"
         );
-        let linked = file_blocks(&files, Some("s1"), 0, Era::Resumable);
+        let linked = flat(&files, Some("s1"), 0, Era::Resumable);
         assert_eq!(linked.len(), 3);
         assert!(
             linked
@@ -284,7 +285,7 @@ mod tests {
                 .all(|b| matches!(b, ContentBlock::ResourceLink(_)))
         );
         // Before links and structured content, what is not shown whole is embedded.
-        let old = |session| file_blocks(&files, session, 1024, Era::Unstructured);
+        let old = |session| flat(&files, session, 1024, Era::Unstructured);
         let embedded = old(None);
         assert_eq!(embedded.len(), 3);
         assert!(matches!(embedded[0], ContentBlock::Image(_)));
@@ -302,7 +303,7 @@ mod tests {
                 .any(|b| matches!(b, ContentBlock::ResourceLink(_)))
         );
         assert!(format!("{:?}", in_session[2]).contains("session://s1/c.csv"));
-        let binary = file_blocks(
+        let binary = flat(
             &[file("d.bin", "application/octet-stream", "AAE=")],
             None,
             1024,

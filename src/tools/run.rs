@@ -326,34 +326,37 @@ impl CodeInterpreter {
     /// each field the text cut as an embedded resource.
     pub(super) fn reply(&self, result: &CallResult, kept: &Kept, era: Era) -> CallToolResult {
         let value = serde_json::to_value(result).unwrap_or_default();
+        let files = content::file_blocks(
+            &result.files,
+            result.session_id.as_deref(),
+            self.max_inline_image_bytes,
+            era,
+        );
         let view = text::View {
             max_chars: self.max_text_chars,
-            max_inline_bytes: self.max_inline_image_bytes,
             era,
         };
-        let text = text::model_text(&value, view, kept);
-        let mut reply = if result.success {
-            CallToolResult::structured(value.clone())
+        let text = text::model_text(&value, view, kept, &files);
+        let wholes = if era.structured() {
+            Vec::new()
         } else {
-            CallToolResult::structured_error(value.clone())
+            text::cut_fields(&value, self.max_text_chars, kept)
+        };
+        let mut reply = if result.success {
+            CallToolResult::structured(value)
+        } else {
+            CallToolResult::structured_error(value)
         };
         reply.content = vec![rmcp::model::ContentBlock::text(text)];
         reply.content.extend(content::display_blocks(
             &result.displays,
             self.max_inline_image_bytes,
         ));
-        reply.content.extend(content::file_blocks(
-            &result.files,
-            result.session_id.as_deref(),
-            self.max_inline_image_bytes,
-            era,
-        ));
-        if !era.structured() {
-            for (field, whole) in text::cut_fields(&value, self.max_text_chars, kept) {
-                reply.content.push(rmcp::model::ContentBlock::resource(
-                    rmcp::model::ResourceContents::text(whole, text::output_uri(field)),
-                ));
-            }
+        reply.content.extend(files.into_iter().flatten());
+        for (field, whole) in wholes {
+            reply.content.push(rmcp::model::ContentBlock::resource(
+                rmcp::model::ResourceContents::text(whole, text::output_uri(field)),
+            ));
         }
         era.shape(reply)
     }

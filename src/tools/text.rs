@@ -59,13 +59,11 @@ pub fn cut(text: &str, limit: usize, whole: &str) -> String {
     )
 }
 
-/// How a result is shown: the text budget, the inline-image cap, and the client's protocol era.
+/// How a result is shown: the text budget and the client's protocol era.
 #[derive(Debug, Clone, Copy)]
 pub struct View {
     /// `results.max_text_chars` (0: no cap).
     pub max_chars: usize,
-    /// Returned images up to this many bytes come as image blocks.
-    pub max_inline_bytes: u64,
     /// Without structured content (before 2025-06-18), what the text cuts comes as embedded
     /// resources and the text says so.
     pub era: Era,
@@ -77,13 +75,15 @@ pub fn output_uri(field: &str) -> String {
     format!("output://{field}")
 }
 
-/// The text content for a result whose structured form is `value`.
-pub fn model_text(value: &Value, view: View, kept: &Kept) -> String {
-    let View {
-        max_chars,
-        max_inline_bytes,
-        era,
-    } = view;
+/// The text content for a result whose structured form is `value`; `file_blocks` are the content
+/// blocks each of its files gets, in order (`content::file_blocks`), which the text names.
+pub fn model_text(
+    value: &Value,
+    view: View,
+    kept: &Kept,
+    file_blocks: &[Vec<rmcp::model::ContentBlock>],
+) -> String {
+    let View { max_chars, era } = view;
     if max_chars == 0 {
         return value.to_string();
     }
@@ -123,17 +123,13 @@ pub fn model_text(value: &Value, view: View, kept: &Kept) -> String {
         view["error"]["traceback"] = Value::String(cut_text);
     }
     if let Some(Value::Array(files)) = view.get_mut("files") {
-        for file in files.iter_mut() {
+        for (file, blocks) in files.iter_mut().zip(file_blocks) {
             let base64 = file["content_base64"].as_str().unwrap_or_default();
-            let mime = file["mime_type"].as_str().unwrap_or_default();
-            let path = file["path"].as_str().unwrap_or_default();
-            let blocks =
-                super::content::file_content(path, mime, base64, session, max_inline_bytes, era);
             *file = json!({
                 "path": file["path"],
                 "mime_type": file["mime_type"],
                 "bytes": super::content::decoded_len(base64),
-                "content": where_file(&blocks, era),
+                "content": where_file(blocks, era),
             });
         }
     }
@@ -237,34 +233,32 @@ mod tests {
 
     #[test]
     fn the_text_says_where_each_file_really_is() {
-        let value = |session: Option<&str>| {
-            json!({"session_id": session, "files": [
-                {"path": "a.csv", "mime_type": "text/csv", "content_base64": "YQo="},
-                {"path": "p.png", "mime_type": "image/png", "content_base64": "iVBORw0KGgo="},
-                {"path": "fake.png", "mime_type": "image/png", "content_base64": "PHN2Zy8+"},
-            ]})
+        use crate::sandbox::OutputFile;
+        let file = |path: &str, mime: &str, b64: &str| OutputFile {
+            path: path.into(),
+            content_base64: b64.into(),
+            mime_type: mime.into(),
         };
-        let view = |era| View {
-            max_chars: 1000,
-            max_inline_bytes: 1024,
-            era,
+        let files = [
+            file("a.csv", "text/csv", "YQo="),
+            file("p.png", "image/png", "iVBORw0KGgo="),
+            file("fake.png", "image/png", "PHN2Zy8+"),
+        ];
+        let text_of = |session: Option<&str>, era| -> Value {
+            let value = json!({"session_id": session, "files": files});
+            let blocks = super::super::content::file_blocks(&files, session, 1024, era);
+            let view = View {
+                max_chars: 1000,
+                era,
+            };
+            serde_json::from_str(&model_text(&value, view, &Kept::default(), &blocks)).unwrap()
         };
-        let text: Value = serde_json::from_str(&model_text(
-            &value(None),
-            view(Era::Resumable),
-            &Kept::default(),
-        ))
-        .unwrap();
+        let text = text_of(None, Era::Resumable);
         let said = |i: usize| text["files"][i]["content"].as_str().unwrap().to_string();
         assert!(said(0).contains("no content block"), "{}", said(0));
         assert!(said(1).starts_with("in an image block"), "{}", said(1));
         assert!(said(2).contains("no content block"), "{}", said(2));
-        let text: Value = serde_json::from_str(&model_text(
-            &value(Some("s1")),
-            view(Era::Resumable),
-            &Kept::default(),
-        ))
-        .unwrap();
+        let text = text_of(Some("s1"), Era::Resumable);
         assert!(
             text["files"][0]["content"]
                 .as_str()
@@ -272,12 +266,7 @@ mod tests {
                 .starts_with("as a session:// resource link")
         );
         // Before structured content, each file is in a block of its own.
-        let text: Value = serde_json::from_str(&model_text(
-            &value(None),
-            view(Era::Unstructured),
-            &Kept::default(),
-        ))
-        .unwrap();
+        let text = text_of(None, Era::Unstructured);
         let said = |i: usize| text["files"][i]["content"].as_str().unwrap().to_string();
         assert_eq!(said(0), "in the embedded resource workspace:///a.csv");
         assert_eq!(said(1), "in an image block");
@@ -296,10 +285,9 @@ mod tests {
         assert!(cut_fields(&value, 0, &Kept::default()).is_empty());
         let view = View {
             max_chars: 1000,
-            max_inline_bytes: 0,
             era: Era::Unstructured,
         };
-        let text = model_text(&value, view, &Kept::default());
+        let text = model_text(&value, view, &Kept::default(), &[]);
         assert!(text.contains("the whole stdout is the embedded resource output://stdout"));
         assert!(text.contains("the whole traceback is the embedded resource output://traceback"));
         // A session keeps its long stdout as a file: that is where the text points.

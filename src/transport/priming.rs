@@ -15,8 +15,9 @@ use crate::tools::era::Era;
 /// The version assumed for a request that names none (MCP 2025-06-18, "Protocol Version Header").
 const UNNAMED: &str = "2025-03-26";
 
-/// The era of a request from its headers and (for `initialize`) its body.
-pub fn era(headers: &HeaderMap, body: &[u8]) -> Era {
+/// The era of a request from its headers and, for a body that may be an `initialize` request, that
+/// body (no other body is read for it).
+pub fn era(headers: &HeaderMap, initialize: Option<&[u8]>) -> Era {
     if let Some(version) = headers
         .get("mcp-protocol-version")
         .and_then(|v| v.to_str().ok())
@@ -33,8 +34,8 @@ pub fn era(headers: &HeaderMap, body: &[u8]) -> Era {
     struct Params {
         protocol_version: String,
     }
-    match serde_json::from_slice::<Initialize>(body) {
-        Ok(init) if init.method == "initialize" => {
+    match initialize.map(serde_json::from_slice::<Initialize>) {
+        Some(Ok(init)) if init.method == "initialize" => {
             Era::of_version(Some(&init.params.protocol_version))
         }
         _ => Era::of_version(Some(UNNAMED)),
@@ -120,16 +121,24 @@ mod tests {
             )
         };
         assert_eq!(
-            era(&headers, init("2025-03-26").as_bytes()),
+            era(&headers, Some(init("2025-03-26").as_bytes())),
             Era::Unstructured
         );
-        assert_eq!(era(&headers, init("2025-11-25").as_bytes()), Era::Resumable);
         assert_eq!(
-            era(&headers, b"{}"),
+            era(&headers, Some(init("2025-11-25").as_bytes())),
+            Era::Resumable
+        );
+        assert_eq!(
+            era(&headers, None),
+            Era::Unstructured,
+            "a body not read for it"
+        );
+        assert_eq!(
+            era(&headers, Some(b"{}")),
             Era::Unstructured,
             "no header: 2025-03-26"
         );
         headers.insert("mcp-protocol-version", "2025-06-18".parse().unwrap());
-        assert_eq!(era(&headers, b"{}"), Era::Structured);
+        assert_eq!(era(&headers, Some(b"{}")), Era::Structured);
     }
 }

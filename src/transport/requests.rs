@@ -85,7 +85,7 @@ fn plain(status: StatusCode, message: String) -> Response {
 /// The middleware (see the module's doc).
 pub async fn check_request(State(checks): State<Checks>, request: Request, next: Next) -> Response {
     if request.method() != Method::POST {
-        let era = super::priming::era(request.headers(), &[]);
+        let era = super::priming::era(request.headers(), None);
         return super::priming::filter(era, next.run(request).await);
     }
     if let Some(response) = hand_over(&checks, request.headers()).await {
@@ -153,7 +153,8 @@ pub async fn check_request(State(checks): State<Checks>, request: Request, next:
     if let Some(response) = refuse_by_body(&checks, &parts.headers, &bytes).await {
         return response;
     }
-    let era = super::priming::era(&parts.headers, &bytes);
+    let initialize = may_initialize(&parts.headers, &bytes).then_some(&bytes[..]);
+    let era = super::priming::era(&parts.headers, initialize);
     let response = next
         .run(Request::from_parts(parts, Body::from(bytes)))
         .await;
@@ -257,12 +258,17 @@ fn header_value(raw: &str) -> Option<String> {
     }
 }
 
+/// Whether a body may be an `initialize` request: one without an MCP session (an initialize request
+/// is small: large bodies are not read for it).
+fn may_initialize(headers: &HeaderMap, body: &Bytes) -> bool {
+    !headers.contains_key("mcp-session-id") && body.len() <= MAX_INITIALIZE_BYTES
+}
+
 /// A refusal decided by the body: a contradicting `Mcp-Param-Session-Id`, or a new MCP session
 /// while the table is full. Bodies that are not one JSON-RPC request are left to rmcp.
 async fn refuse_by_body(checks: &Checks, headers: &HeaderMap, body: &Bytes) -> Option<Response> {
     let header = headers.get("mcp-param-session-id");
-    // (An initialize request is small: large bodies without a session are not read for it.)
-    let initialize = !headers.contains_key("mcp-session-id") && body.len() <= MAX_INITIALIZE_BYTES;
+    let initialize = may_initialize(headers, body);
     if header.is_none() && !initialize {
         return None;
     }

@@ -20,10 +20,6 @@ const LAYERS: &[&[&str]] = &[
     &["protocol"],
 ];
 
-fn layer_of(module: &str) -> Option<usize> {
-    LAYERS.iter().position(|layer| layer.contains(&module))
-}
-
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
@@ -44,11 +40,6 @@ const SANDBOX_LAYERS: &[&[&str]] = &[
     &["memory", "image", "types"],
 ];
 
-/// The modules named by `crate::NAME` in `source`, outside comments.
-fn crate_paths(source: &str) -> Vec<String> {
-    paths_after(source, "crate::")
-}
-
 /// The names that follow `prefix` in `source`, outside comments.
 fn paths_after(source: &str, prefix: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -64,7 +55,7 @@ fn paths_after(source: &str, prefix: &str) -> Vec<String> {
             // `use crate::{a, b}` is not used in this code base; a `{` would need a parser.
             assert!(
                 !after.starts_with('{'),
-                "grouped crate:: import in {line:?}"
+                "grouped {prefix} import in {line:?}"
             );
             out.push(name);
             rest = after;
@@ -73,16 +64,19 @@ fn paths_after(source: &str, prefix: &str) -> Vec<String> {
     out
 }
 
-#[test]
-fn modules_use_only_lower_layers() {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src");
+/// Every use of `PREFIX NAME` under `dir` (relative to the crate) that does not name a module of
+/// a layer below the file's own, with how many such paths were read. A file's module is its first
+/// path component under `dir`; the files named in `roots` (the folder's root module) are skipped.
+fn climbs(dir: &str, layers: &[&[&str]], prefix: &str, roots: &[&str]) -> (usize, Vec<String>) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let layer = |module: &str| layers.iter().position(|l| l.contains(&module));
     let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    rust_files(&root, &mut files);
     let mut violations = Vec::new();
     let mut checked = 0;
     for file in files {
-        let relative = file.strip_prefix(&src).unwrap();
-        let top = relative
+        let relative = file.strip_prefix(&root).unwrap();
+        let own = relative
             .components()
             .next()
             .unwrap()
@@ -90,21 +84,34 @@ fn modules_use_only_lower_layers() {
             .to_string_lossy()
             .trim_end_matches(".rs")
             .to_string();
-        if top == "lib" || top == "main" {
+        if roots.contains(&own.as_str()) {
             continue;
         }
-        let own = layer_of(&top).unwrap_or_else(|| panic!("{top} is not in LAYERS"));
-        for used in crate_paths(&std::fs::read_to_string(&file).unwrap()) {
+        let own_layer = layer(&own).unwrap_or_else(|| panic!("{dir}: {own} is not in the list"));
+        let source = std::fs::read_to_string(&file).unwrap();
+        for used in paths_after(&source, prefix) {
             checked += 1;
-            if used == top {
+            if used == own {
                 continue;
             }
-            let layer = layer_of(&used).unwrap_or_else(|| panic!("{used} is not in LAYERS"));
-            if layer <= own {
-                violations.push(format!("{} uses crate::{used}", relative.display()));
+            match layer(&used) {
+                None => violations.push(format!(
+                    "{dir}/{} uses {prefix}{used}: name a module of the list, not a re-export",
+                    relative.display()
+                )),
+                Some(l) if l <= own_layer => {
+                    violations.push(format!("{dir}/{} uses {prefix}{used}", relative.display()))
+                }
+                Some(_) => {}
             }
         }
     }
+    (checked, violations)
+}
+
+#[test]
+fn modules_use_only_lower_layers() {
+    let (checked, violations) = climbs("src", LAYERS, "crate::", &["lib", "main"]);
     assert!(checked > 20, "only {checked} crate:: paths found");
     assert!(violations.is_empty(), "imports that climb: {violations:#?}");
 }
@@ -127,45 +134,7 @@ fn the_layer_list_matches_the_modules_of_lib_rs() {
 
 #[test]
 fn sandbox_modules_use_only_lower_ones() {
-    let sandbox = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/sandbox");
-    let layer = |module: &str| SANDBOX_LAYERS.iter().position(|l| l.contains(&module));
-    let mut files = Vec::new();
-    rust_files(&sandbox, &mut files);
-    let mut violations = Vec::new();
-    let mut checked = 0;
-    for file in files {
-        let relative = file.strip_prefix(&sandbox).unwrap();
-        let own = relative
-            .components()
-            .next()
-            .unwrap()
-            .as_os_str()
-            .to_string_lossy()
-            .trim_end_matches(".rs")
-            .to_string();
-        if own == "mod" {
-            continue;
-        }
-        let own_layer = layer(&own).unwrap_or_else(|| panic!("{own} is not in SANDBOX_LAYERS"));
-        let source = std::fs::read_to_string(&file).unwrap();
-        for used in paths_after(&source, "crate::sandbox::") {
-            checked += 1;
-            if used == own {
-                continue;
-            }
-            match layer(&used) {
-                None => violations.push(format!(
-                    "sandbox/{} uses crate::sandbox::{used}: name the module, not a re-export",
-                    relative.display()
-                )),
-                Some(l) if l <= own_layer => violations.push(format!(
-                    "sandbox/{} uses crate::sandbox::{used}",
-                    relative.display()
-                )),
-                Some(_) => {}
-            }
-        }
-    }
+    let (checked, violations) = climbs("src/sandbox", SANDBOX_LAYERS, "crate::sandbox::", &["mod"]);
     assert!(checked > 10, "only {checked} crate::sandbox:: paths found");
     assert!(violations.is_empty(), "imports that climb: {violations:#?}");
 }
