@@ -7,7 +7,7 @@
 //   auto:   probe with server/discover, fall back to initialize
 // Prints one "step <name>: ok|FAIL <reason>" line per step (see lib.mjs); exit 0 iff all passed.
 
-import { load, main, parseArgs, serverCommand } from "./lib.mjs";
+import { load, main, parseArgs, transportFor } from "./lib.mjs";
 
 const { Client, StreamableHTTPClientTransport } = await load("@modelcontextprotocol/client");
 const { StdioClientTransport } = await load("@modelcontextprotocol/client/stdio");
@@ -20,16 +20,7 @@ const CALL_TIMEOUT_MS = 60000;
 async function makeClient() {
   const mode = opts.era === "modern" ? { pin: MODERN_VERSION } : opts.era;
   const client = new Client({ name: "cim-interop-client-v2", version: "1.0.0" }, { versionNegotiation: { mode } });
-  let transport;
-  if (opts.stdio) {
-    const { command, args } = serverCommand();
-    // env: the whole inherited environment (the SDK's default passes only HOME, PATH, ... and would
-    // drop CODE_INTERPRETER_MCP_*). The server's log is piped and dropped.
-    transport = new StdioClientTransport({ command, args, env: { ...process.env }, stderr: "pipe" });
-    transport.stderr?.on("data", () => {});
-  } else {
-    transport = new StreamableHTTPClientTransport(new URL(opts.url));
-  }
+  const transport = transportFor(opts, { StdioClientTransport, StreamableHTTPClientTransport });
   await client.connect(transport);
   process.stdout.write(`# client-v2 era ${opts.era}: negotiated protocol version ${client.getNegotiatedProtocolVersion?.() ?? "?"}\n`);
   return {

@@ -105,6 +105,18 @@ export function serverCommand() {
   return { command: bin, args };
 }
 
+// The transport an SDK's client connects with, from that SDK's two transport classes: Streamable HTTP
+// to --url, or the server started over stdio with the whole inherited environment (the SDKs'
+// default passes only HOME, PATH, ... and would drop CODE_INTERPRETER_MCP_*); the server's log is
+// piped and dropped.
+export function transportFor(opts, { StdioClientTransport, StreamableHTTPClientTransport }) {
+  if (!opts.stdio) return new StreamableHTTPClientTransport(new URL(opts.url));
+  const { command, args } = serverCommand();
+  const transport = new StdioClientTransport({ command, args, env: { ...process.env }, stderr: "pipe" });
+  transport.stderr?.on("data", () => {});
+  return transport;
+}
+
 // --- helpers for the assertions -------------------------------------------------------------------
 
 class StepError extends Error {}

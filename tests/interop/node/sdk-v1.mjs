@@ -4,7 +4,7 @@
 // SDK v1 speaks only the initialize-handshake era (2025-11-25), so it has one era: "legacy".
 // Prints one "step <name>: ok|FAIL <reason>" line per step (see lib.mjs); exit 0 iff all passed.
 
-import { load, main, parseArgs, serverCommand } from "./lib.mjs";
+import { load, main, parseArgs, transportFor } from "./lib.mjs";
 
 const { Client } = await load("@modelcontextprotocol/sdk/client/index.js");
 const { StreamableHTTPClientTransport } = await load("@modelcontextprotocol/sdk/client/streamableHttp.js");
@@ -16,16 +16,7 @@ const CALL_TIMEOUT_MS = 60000;
 
 async function makeClient() {
   const client = new Client({ name: "cim-interop-sdk-v1", version: "1.0.0" });
-  let transport;
-  if (opts.stdio) {
-    const { command, args } = serverCommand();
-    // env: the whole inherited environment (the SDK's default passes only HOME, PATH, ... and would
-    // drop CODE_INTERPRETER_MCP_*). The server's log goes to our stderr only on a failure.
-    transport = new StdioClientTransport({ command, args, env: { ...process.env }, stderr: "pipe" });
-    transport.stderr?.on("data", () => {});
-  } else {
-    transport = new StreamableHTTPClientTransport(new URL(opts.url));
-  }
+  const transport = transportFor(opts, { StdioClientTransport, StreamableHTTPClientTransport });
   await client.connect(transport);
   process.stdout.write(`# sdk-v1 connected, protocol version ${transport.protocolVersion ?? "(stdio: not exposed)"}\n`);
   return {

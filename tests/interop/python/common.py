@@ -349,14 +349,29 @@ def parse_args(description: str) -> argparse.Namespace:
     return parser.parse_args()
 
 
-def server_command() -> tuple[str, list[str]]:
-    """The command a driver runs for --stdio: $CIM_BIN --stdio [--config $CIM_CONFIG] (env and cwd
-    inherited; the same convention as the Node drivers)."""
+def server_process() -> dict[str, Any]:
+    """What a driver starts for --stdio, as every client library's stdio parameters name it:
+    `command` ($CIM_BIN), `args` (--stdio [--config $CIM_CONFIG]), `env` and `cwd` (the same
+    convention as the Node drivers). The environment is passed whole: the SDKs' stdio clients
+    otherwise hand the child only a small default set (PATH, HOME, ...), dropping the
+    CODE_INTERPRETER_MCP_* settings."""
     binary = os.environ.get("CIM_BIN") or "target/debug/code-interpreter-mcp"
     argv = ["--stdio"]
     if os.environ.get("CIM_CONFIG"):
         argv += ["--config", os.environ["CIM_CONFIG"]]
-    return os.path.abspath(binary), argv
+    return {"command": os.path.abspath(binary), "args": argv, "env": dict(os.environ), "cwd": os.getcwd()}
+
+
+async def guarded(workflow: Callable[[], Awaitable[bool]]) -> int:
+    """A driver's exit status for `workflow` (its connection and run_workflow inside it): 0 when every
+    step passed; a failure of the connection itself (connect, or teardown) fails every step not
+    reported yet (fail_rest)."""
+    try:
+        ok = await workflow()
+    except BaseException as exc:  # noqa: BLE001 - any failure of the connection fails the rest
+        fail_rest(exc)
+        return 1
+    return 0 if ok else 1
 
 
 _reported: list[str] = []

@@ -9,7 +9,6 @@ validates structuredContent against the tool's outputSchema, and read_resource()
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from pathlib import Path
 
@@ -53,18 +52,13 @@ async def main() -> int:
     if args.url:
         transport = StreamableHttpTransport(args.url)
     else:
-        command, argv = common.server_command()
-        # Pass the environment explicitly: the SDK's stdio client otherwise hands the child only a
-        # small default set (PATH, HOME, ...), dropping CODE_INTERPRETER_MCP_* settings.
-        transport = StdioTransport(command=command, args=argv, env=dict(os.environ), cwd=os.getcwd())
-    ok = False
-    try:
+        transport = StdioTransport(**common.server_process())
+
+    async def connected() -> bool:
         async with Client(transport, timeout=CALL_TIMEOUT_S) as client:
-            ok = await common.run_workflow(Adapter(client))
-    except BaseException as exc:  # noqa: BLE001
-        ok = False
-        common.fail_rest(exc)
-    return 0 if ok else 1
+            return await common.run_workflow(Adapter(client))
+
+    return await common.guarded(connected)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
 import sys
 from pathlib import Path
 
@@ -99,16 +98,13 @@ async def main() -> int:
     if args.url:
         connection = {"transport": "streamable_http", "url": args.url, "timeout": 30, "sse_read_timeout": 300}
     else:
-        command, argv = common.server_command()
-        connection = {"transport": "stdio", "command": command, "args": argv, "env": dict(os.environ), "cwd": os.getcwd()}
-    ok = False
-    try:
+        connection = {"transport": "stdio", **common.server_process()}
+
+    async def connected() -> bool:
         client = MultiServerMCPClient({SERVER: connection}, callbacks=Callbacks(on_progress=_on_progress))
-        ok = await common.run_workflow(Adapter(client))
-    except BaseException as exc:  # noqa: BLE001
-        ok = False
-        common.fail_rest(exc)
-    return 0 if ok else 1
+        return await common.run_workflow(Adapter(client))
+
+    return await common.guarded(connected)
 
 
 if __name__ == "__main__":

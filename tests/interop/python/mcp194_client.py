@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -89,24 +88,20 @@ async def main() -> int:
         logger = logging.getLogger(None if name == "root" else name)
         logger.addHandler(capture)
     logging.getLogger("mcp").setLevel(logging.WARNING)
-    ok = False
-    try:
+
+    async def connected() -> bool:
         if args.url:
             transport = streamablehttp_client(args.url, timeout=30, sse_read_timeout=300)
         else:
-            command, argv = common.server_command()
-            # mcp's stdio_client passes only a small default environment unless env is given.
-            transport = stdio_client(StdioServerParameters(command=command, args=argv, env=dict(os.environ), cwd=os.getcwd()))
+            transport = stdio_client(StdioServerParameters(**common.server_process()))
         async with transport as streams:
             read, write = streams[0], streams[1]
             async with ClientSession(read, write) as session:
                 init = await session.initialize()
                 print(f"  negotiated protocol {init.protocolVersion}", file=sys.stderr)
-                ok = await common.run_workflow(Adapter(session, capture))
-    except BaseException as exc:  # noqa: BLE001
-        ok = False
-        common.fail_rest(exc)
-    return 0 if ok else 1
+                return await common.run_workflow(Adapter(session, capture))
+
+    return await common.guarded(connected)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ import asyncio
 import copy
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -111,20 +110,17 @@ async def main() -> int:
             name="cim",
         )
     else:
-        command, argv = common.server_command()
         server = MCPServerStdio(
-            {"command": command, "args": argv, "env": dict(os.environ), "cwd": os.getcwd()},
+            common.server_process(),
             client_session_timeout_seconds=SESSION_TIMEOUT_S,
             name="cim",
         )
-    ok = False
-    try:
+
+    async def connected() -> bool:
         async with server:
-            ok = await common.run_workflow(Adapter(server))
-    except BaseException as exc:  # noqa: BLE001
-        ok = False
-        common.fail_rest(exc)
-    return 0 if ok else 1
+            return await common.run_workflow(Adapter(server))
+
+    return await common.guarded(connected)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -99,17 +98,14 @@ async def main() -> int:
     else:
         from fastmcp.client.transports import StdioTransport
 
-        command, argv = common.server_command()
-        client = StdioTransport(command=command, args=argv, env=dict(os.environ), cwd=os.getcwd())
-    ok = False
-    try:
+        client = StdioTransport(**common.server_process())
+
+    async def connected() -> bool:
         toolset = MCPToolset(client, read_timeout=CALL_TIMEOUT_S, progress_handler=_on_progress)
         async with toolset:
-            ok = await common.run_workflow(Adapter(toolset))
-    except BaseException as exc:  # noqa: BLE001
-        ok = False
-        common.fail_rest(exc)
-    return 0 if ok else 1
+            return await common.run_workflow(Adapter(toolset))
+
+    return await common.guarded(connected)
 
 
 if __name__ == "__main__":

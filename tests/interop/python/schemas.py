@@ -23,7 +23,6 @@ import asyncio
 import copy
 import json
 import logging
-import os
 import sys
 import warnings
 from pathlib import Path
@@ -137,8 +136,7 @@ async def fetch_tools(args):
     if args.url:
         transport = streamablehttp_client(args.url)
     else:
-        command, argv = common.server_command()
-        transport = stdio_client(StdioServerParameters(command=command, args=argv, env=dict(os.environ), cwd=os.getcwd()))
+        transport = stdio_client(StdioServerParameters(**common.server_process()))
     async with transport as streams:
         async with ClientSession(streams[0], streams[1]) as session:
             await session.initialize()
