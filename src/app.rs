@@ -17,6 +17,7 @@ use crate::tools::snippets::Catalog;
 use crate::tools::{CodeInterpreter, ToolOptions};
 use crate::transport::auth::BearerAuth;
 use crate::transport::{self, HttpSettings};
+use crate::upstream::Upstreams;
 
 /// The engine's settings.
 pub fn engine_config(settings: &EngineSettings) -> EngineConfig {
@@ -46,6 +47,7 @@ pub fn engine_config(settings: &EngineSettings) -> EngineConfig {
         setup_timeout: settings.setup_timeout,
         table_rows: settings.table_rows,
         table_columns: settings.table_columns,
+        upstreams: None,
     }
 }
 
@@ -118,7 +120,11 @@ impl App {
     /// then may anything listen.
     pub fn start(settings: &Settings) -> anyhow::Result<Self> {
         let started = Instant::now();
-        let engine = engine(&settings.engine)?;
+        let upstreams = Upstreams::start(&settings.upstream, &settings.engine.extra_ca_certs)?;
+        let engine = Engine::new(EngineConfig {
+            upstreams: upstreams.clone(),
+            ..engine_config(&settings.engine)
+        })?;
         let sessions = match &settings.sessions {
             Some(config) => {
                 let durability = session_store(settings, &config.store_url, engine.image_key())?;
@@ -158,6 +164,7 @@ impl App {
                 max_text_chars: settings.max_text_chars,
                 structured_content: settings.structured_content,
                 tasks: settings.tasks.map(crate::tools::tasks::Tasks::new),
+                upstreams,
             },
         );
         Ok(Self {

@@ -14,7 +14,8 @@
 //! - [`fetch`]: the sandboxes' outbound HTTPS (allowlist, redirects, size caps, artifact cache).
 //! - [`assets`]: the pinned Pyodide runtime files; [`store`]: saved session images at rest (a
 //!   directory or S3-compatible storage; sealed with a key derived from the session id).
-//! - [`telemetry`]: Prometheus metrics (the seventeen application families, the tokio reporter).
+//! - [`upstream`]: the MCP servers whose tools sandboxed code may call, connected and granted here.
+//! - [`telemetry`]: Prometheus metrics (the twenty-six application families, the tokio reporter).
 //! - [`config`]: the one configuration type, its loading, its validation into typed settings, and
 //!   its generated reference (a crate of its own, `crates/config`, free of V8);
 //!   [`protocol`]: the tools' fixed per-request limits and request checks (`crates/protocol`).
@@ -33,3 +34,4 @@ pub mod store;
 pub mod telemetry;
 pub mod tools;
 pub mod transport;
+pub mod upstream;

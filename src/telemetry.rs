@@ -1,4 +1,4 @@
-//! Prometheus metrics: the seventeen `code_interpreter_mcp_` families recorded through the `metrics` facade,
+//! Prometheus metrics: the twenty-six `code_interpreter_mcp_` families recorded through the `metrics` facade,
 //! the Prometheus recorder and its dedicated `/metrics` listener, and the five-second tokio-metrics
 //! reporter for the main runtime. When metrics are disabled nothing is installed, so every recording
 //! call below is a no-op; no listener opens and no reporter runs.
@@ -36,6 +36,8 @@ const SESSION_IMAGE_BYTES: &str = "code_interpreter_mcp_session_image_bytes";
 const TASKS: &str = "code_interpreter_mcp_tasks";
 const TASKS_ENDED: &str = "code_interpreter_mcp_tasks_ended_total";
 const TASK_DURATION: &str = "code_interpreter_mcp_task_duration_seconds";
+const UPSTREAM_CALLS: &str = "code_interpreter_mcp_upstream_calls_total";
+const UPSTREAM_DURATION: &str = "code_interpreter_mcp_upstream_call_duration_seconds";
 
 /// Buckets of the Python execution histogram, in seconds.
 pub const EXECUTION_BUCKETS: [f64; 15] = [
@@ -217,6 +219,35 @@ pub fn tool_call(tool: &'static str, outcome: ToolOutcome, duration: Duration) {
     histogram!(TOOL_CALL_DURATION, &labels).record(duration.as_secs_f64());
 }
 
+labels! {
+    /// How a call from the sandbox to an upstream MCP server's tool ended.
+    UpstreamOutcome {
+        Ok => "ok",
+        ToolError => "tool_error",
+        Denied => "denied",
+        InvalidArguments => "invalid_arguments",
+        Budget => "budget",
+        Timeout => "timeout",
+        Cancelled => "cancelled",
+        TooLarge => "too_large",
+        Unavailable => "unavailable",
+        Error => "error",
+    }
+}
+
+/// One call to an upstream tool. `server` is a configured name and `tool` a granted tool's name
+/// (or `other`): never anything the sandbox chose.
+pub fn upstream_call(server: &str, tool: &str, outcome: UpstreamOutcome, duration: Duration) {
+    counter!(
+        UPSTREAM_CALLS,
+        "server" => server.to_string(),
+        "tool" => tool.to_string(),
+        "outcome" => outcome.label()
+    )
+    .increment(1);
+    histogram!(UPSTREAM_DURATION, "server" => server.to_string()).record(duration.as_secs_f64());
+}
+
 pub fn rejection(reason: Rejection) {
     counter!(REJECTIONS, "reason" => reason.label()).increment(1);
 }
@@ -381,7 +412,12 @@ fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError
     for name in [SESSION_SAVE_DURATION, SESSION_RESUME_DURATION] {
         builder = builder.set_buckets_for_metric(Matcher::Full(name.into()), &EXECUTION_BUCKETS)?;
     }
-    for name in [QUEUE_WAIT, ISOLATE_INIT, TOOL_CALL_DURATION] {
+    for name in [
+        QUEUE_WAIT,
+        ISOLATE_INIT,
+        TOOL_CALL_DURATION,
+        UPSTREAM_DURATION,
+    ] {
         builder = builder.set_buckets_for_metric(Matcher::Full(name.into()), &LONG_BUCKETS)?;
     }
     builder.install_recorder()
@@ -391,6 +427,15 @@ fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError
 /// registered without observations.
 fn register_families(queue_capacity: u64) {
     metrics::describe_counter!(TOOL_CALLS, "Completed or cancelled tool handlers");
+    metrics::describe_counter!(
+        UPSTREAM_CALLS,
+        "Calls from sandboxes to upstream MCP tools, by server, tool and outcome"
+    );
+    metrics::describe_histogram!(
+        UPSTREAM_DURATION,
+        metrics::Unit::Seconds,
+        "Duration of calls from sandboxes to upstream MCP tools"
+    );
     metrics::describe_histogram!(
         TOOL_CALL_DURATION,
         metrics::Unit::Seconds,

@@ -99,6 +99,33 @@ pub enum FetchError {
     Status { status: u16, url: String },
 }
 
+/// A client builder that trusts the system and built-in roots plus the PEM certificates in
+/// `extra_ca_certs` (the fetcher's, and the upstream MCP servers' over HTTPS).
+pub fn trusting(extra_ca_certs: &[PathBuf]) -> Result<reqwest::ClientBuilder, ClientError> {
+    let mut builder = reqwest::Client::builder();
+    for path in extra_ca_certs {
+        let pem = std::fs::read(path).map_err(|source| ClientError::ReadCa {
+            path: path.clone(),
+            source,
+        })?;
+        let certs =
+            reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| ClientError::BadCa {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
+        if certs.is_empty() {
+            return Err(ClientError::BadCa {
+                path: path.clone(),
+                reason: "no BEGIN CERTIFICATE block".into(),
+            });
+        }
+        for cert in certs {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    Ok(builder)
+}
+
 impl Fetcher {
     /// A fetcher for `allowed_hosts` that trusts the system and built-in roots plus the PEM
     /// certificates in `extra_ca_certs`.
@@ -115,28 +142,7 @@ impl Fetcher {
                 .collect(),
         );
         let hosts = allowed_hosts.clone();
-        let mut builder = reqwest::Client::builder();
-        for path in extra_ca_certs {
-            let pem = std::fs::read(path).map_err(|source| ClientError::ReadCa {
-                path: path.clone(),
-                source,
-            })?;
-            let certs =
-                reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| ClientError::BadCa {
-                    path: path.clone(),
-                    reason: e.to_string(),
-                })?;
-            if certs.is_empty() {
-                return Err(ClientError::BadCa {
-                    path: path.clone(),
-                    reason: "no BEGIN CERTIFICATE block".into(),
-                });
-            }
-            for cert in certs {
-                builder = builder.add_root_certificate(cert);
-            }
-        }
-        let client = builder
+        let client = trusting(extra_ca_certs)?
             .https_only(true)
             .connect_timeout(Duration::from_secs(FETCH_CONNECT_TIMEOUT_S))
             .read_timeout(Duration::from_secs(FETCH_READ_TIMEOUT_S))

@@ -58,6 +58,8 @@ pub struct ToolOptions {
     pub structured_content: bool,
     /// run_python_code as an MCP task, or `None` when `[tasks] enabled = false`.
     pub tasks: Option<tasks::Tasks>,
+    /// The upstream MCP servers the code may call, named in run_python_code's description.
+    pub upstreams: Option<Arc<crate::upstream::Upstreams>>,
 }
 
 /// The MCP server: tools over the worker pool, the sessions and the snippet catalog.
@@ -130,14 +132,22 @@ resumed on its next call; the result's session.durable says whether it can be (a
             } else {
                 ""
             };
-            route.attr.description = Some(format!("{base}{packages}{sessions}").into());
+            let upstream = options
+                .upstreams
+                .as_deref()
+                .map(upstream_description)
+                .unwrap_or_default();
+            route.attr.description = Some(format!("{base}{packages}{sessions}{upstream}").into());
             // Open world only when the code can reach the network through package installation.
             route.attr.annotations = Some(
                 ToolAnnotations::with_title("Run Python code")
                     .read_only(false)
                     .destructive(false)
                     .idempotent(false)
-                    .open_world(options.network && options.runtime_installation),
+                    .open_world(
+                        (options.network && options.runtime_installation)
+                            || options.upstreams.is_some(),
+                    ),
             );
             if options.sessions.is_none() {
                 let mut schema = (*route.attr.input_schema).clone();
@@ -444,6 +454,38 @@ persist between calls; send input files with each call."
             )),
         }
     }
+}
+
+/// What run_python_code's description says of the upstream servers: how to import each and its
+/// tools' names (about 1,500 characters at most; the tools' own descriptions come with `help()`).
+fn upstream_description(upstreams: &crate::upstream::Upstreams) -> String {
+    const MAX: usize = 1500;
+    let mut text = String::from(
+        " The code can call the tools of these MCP servers as async Python functions (keyword \
+arguments; `await`, or `.sync(...)`; `help()` shows a tool's parameters; results are Python objects; \
+`upstream.ToolError` when a tool fails):",
+    );
+    for name in upstreams.names() {
+        let tools = upstreams.tool_names(name);
+        let mut line = format!(" `from upstream import {name}`");
+        if tools.is_empty() {
+            line.push_str(" (not connected yet);");
+        } else {
+            line.push_str(&format!(" ({}: {});", tools.len(), tools.join(", ")));
+        }
+        if text.len() + line.len() > MAX {
+            let head: String = line.chars().take(MAX.saturating_sub(text.len())).collect();
+            text.push_str(&head);
+            text.push_str("...");
+            break;
+        }
+        text.push_str(&line);
+    }
+    if text.ends_with(';') {
+        text.pop();
+        text.push('.');
+    }
+    text
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["tools"],
     &["pool", "sessions"],
     &["sandbox"],
-    &["packages"],
+    &["packages", "upstream"],
     &["fetch", "assets", "store"],
     &["telemetry"],
     &["config"],

@@ -35,3 +35,4 @@ mod snippets;
 mod store;
 mod tasks;
 mod tls;
+mod upstream;

@@ -27,7 +27,7 @@ pub use print::print_config;
 pub use reference::{KeyInfo, keys, reference_json};
 pub use settings::{
     EngineSettings, HttpSettings, SessionSettings, Settings, SnippetSettings, TaskSettings,
-    WorkerSettings,
+    UpstreamSettings, UpstreamTransport, WorkerSettings,
 };
 pub use sources::{ConfigError, Source};
 

@@ -97,6 +97,8 @@ pub struct AppConfig {
     pub results: ResultsConfig,
     /// Integrations with other systems.
     pub integrations: IntegrationsConfig,
+    /// MCP servers whose tools the sandbox may call (`from upstream import NAME`), by name.
+    pub upstream: BTreeMap<String, UpstreamConfig>,
 }
 
 /// `[auth]`
@@ -417,6 +419,55 @@ pub struct Snippet {
     pub code_snippet: String,
 }
 
+/// `[upstream.NAME]`: an MCP server whose tools the sandbox's code may call as Python functions
+/// (`from upstream import NAME`). NAME is a Python identifier. The connection, the grant and every
+/// credential stay in the server process: code in the sandbox reaches only the granted tools, through
+/// one checked operation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamConfig {
+    /// Streamable HTTP endpoint of the server (https://, or http:// to a loopback address); exactly
+    /// one of url and command.
+    pub url: String,
+    /// HTTP headers sent with every request to url. A value may name environment variables
+    /// ("Bearer ${GITHUB_TOKEN}") or be read from a file ("@/run/secrets/token"); values never reach
+    /// the sandbox, results, logs or metrics.
+    pub headers: BTreeMap<String, String>,
+    /// Program of a stdio server, started once by this server and restarted when it exits.
+    pub command: String,
+    /// Arguments of command.
+    pub args: Vec<String>,
+    /// Environment of command (values as in headers); it inherits only PATH and HOME.
+    pub env: BTreeMap<String, String>,
+    /// Tools the sandbox may call (empty: every tool the server lists).
+    pub tools: Vec<String>,
+    /// Tools the sandbox may never call (wins over tools).
+    pub deny_tools: Vec<String>,
+    /// Calls to this server one execution may make.
+    pub max_calls_per_execution: u64,
+    /// Longest one call may take (the execution's own timeout still applies).
+    pub timeout_ms: u64,
+    /// Largest result one call may return, in KB (larger ones fail without being read whole).
+    pub max_result_kb: u64,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            headers: BTreeMap::new(),
+            command: String::new(),
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            tools: Vec::new(),
+            deny_tools: Vec::new(),
+            max_calls_per_execution: 100,
+            timeout_ms: 30_000,
+            max_result_kb: 1024,
+        }
+    }
+}
+
 /// `[integrations]`
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, Facet)]
 #[serde(deny_unknown_fields, default)]
@@ -468,6 +519,7 @@ impl Default for AppConfig {
             tasks: TasksConfig::default(),
             results: ResultsConfig::default(),
             integrations: IntegrationsConfig::default(),
+            upstream: BTreeMap::new(),
         }
     }
 }

@@ -61,6 +61,12 @@ fn collect_keys(
             collect_keys(field_shape, &key, &default, out);
             continue;
         }
+        // A table of named entries with defaults of their own (`[upstream.NAME]`): the table, then
+        // each entry's keys under `NAME`.
+        let entry = match field_shape.def {
+            facet::Def::Map(map) => entry_defaults(&key).map(|d| (map.v(), d)),
+            _ => None,
+        };
         let mut doc_lines = Vec::new();
         let mut env = None;
         let mut env_whitespace = false;
@@ -75,12 +81,23 @@ fn collect_keys(
         }
         out.push(KeyInfo {
             kind: kind_of(&default),
-            key,
+            key: key.clone(),
             default,
             doc: doc_lines.join(" "),
             env,
             env_whitespace,
         });
+        if let Some((value_shape, defaults)) = entry {
+            collect_keys(value_shape, &format!("{key}.NAME"), &defaults, out);
+        }
+    }
+}
+
+/// The defaults of one entry of a table of named entries, for those whose entries have defaults.
+fn entry_defaults(key: &str) -> Option<serde_json::Value> {
+    match key {
+        "upstream" => serde_json::to_value(crate::model::UpstreamConfig::default()).ok(),
+        _ => None,
     }
 }
 

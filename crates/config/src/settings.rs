@@ -3,6 +3,7 @@
 //! enabled. `validate.rs` makes it; the application's assembly point (`app.rs`) is the one place that
 //! maps it into the running parts, which take these types directly.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -36,6 +37,35 @@ pub struct Settings {
     pub structured_content: bool,
     /// Where `/metrics` listens, when the Prometheus integration is enabled.
     pub prometheus: Option<SocketAddr>,
+    /// The MCP servers sandboxes may call, by name (`[upstream.NAME]`).
+    pub upstream: BTreeMap<String, UpstreamSettings>,
+}
+
+/// One upstream MCP server and what the sandbox may do with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamSettings {
+    pub transport: UpstreamTransport,
+    /// Tools granted (empty: all the server lists), less `deny_tools`.
+    pub tools: Vec<String>,
+    pub deny_tools: Vec<String>,
+    pub max_calls_per_execution: u32,
+    pub timeout: Duration,
+    pub max_result_bytes: usize,
+}
+
+/// How an upstream is reached. Header and environment values are templates (`${VAR}`, `@/file`),
+/// resolved by the application at start-up.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UpstreamTransport {
+    Http {
+        url: String,
+        headers: BTreeMap<String, String>,
+    },
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: BTreeMap<String, String>,
+    },
 }
 
 /// The HTTP transport.

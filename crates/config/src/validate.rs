@@ -14,7 +14,7 @@ use code_interpreter_mcp_protocol::limits::shown;
 use crate::model::{AppConfig, BootMode};
 use crate::settings::{
     EngineSettings, HttpSettings, SessionSettings, Settings, SnippetSettings, TaskSettings,
-    WorkerSettings,
+    UpstreamSettings, UpstreamTransport, WorkerSettings,
 };
 use crate::sources::{ConfigError, Source, source_of};
 
@@ -226,7 +226,10 @@ pub fn validate(
     check_names(c, &fail)?;
     check_lists(c, &fail)?;
     let prometheus = prometheus(c, &fail, bind_addr, sources)?;
-    Ok(settings(c, bind_addr, prometheus, tokio_worker_threads))
+    let upstream = upstream(c, &fail)?;
+    let mut settings = settings(c, bind_addr, prometheus, tokio_worker_threads);
+    settings.upstream = upstream;
+    Ok(settings)
 }
 
 fn check_workers(
@@ -397,6 +400,140 @@ fn check_lists(c: &AppConfig, fail: &Fail) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// Python keywords, which cannot follow `from upstream import`.
+const PYTHON_KEYWORDS: &[&str] = &[
+    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
+    "def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import",
+    "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while",
+    "with", "yield",
+];
+
+/// Whether `name` can be imported as `from upstream import name`: an ASCII identifier, not a
+/// keyword, not private.
+fn python_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_alphabetic())
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && name.len() <= 64
+        && !PYTHON_KEYWORDS.contains(&name)
+}
+
+/// Whether `url` may carry an upstream's requests: https, or http to a loopback address.
+fn upstream_url_ok(url: &str) -> bool {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if host.is_empty() {
+        return false;
+    }
+    match scheme {
+        "https" => true,
+        "http" => {
+            let host = match host.strip_prefix('[') {
+                Some(v6) => v6.split(']').next().unwrap_or(""),
+                None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+            };
+            host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        }
+        _ => false,
+    }
+}
+
+/// The `[upstream.NAME]` tables, checked.
+fn upstream(c: &AppConfig, fail: &Fail) -> Result<BTreeMap<String, UpstreamSettings>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for (name, u) in &c.upstream {
+        let key = |k: &str| format!("upstream.{name}.{k}");
+        if !python_name(name) {
+            return Err(fail.at(
+                &format!("upstream.{}", shown(name)),
+                "the server's name must be a Python identifier (letters, digits and '_', starting with a letter, at most 64, not a keyword): code imports it as `from upstream import NAME`",
+            ));
+        }
+        let transport = match (u.url.trim(), u.command.trim()) {
+            (url, "") if !url.is_empty() => {
+                if !upstream_url_ok(url) {
+                    return Err(fail.at(
+                        &key("url"),
+                        format!(
+                            "\"{}\" must be an https:// URL, or http:// to a loopback address",
+                            shown(url)
+                        ),
+                    ));
+                }
+                if !u.args.is_empty() || !u.env.is_empty() {
+                    return Err(fail.at(&key("args"), "args and env go with command, not url"));
+                }
+                for name in u.headers.keys() {
+                    let token = !name.is_empty()
+                        && name
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+                    if !token {
+                        return Err(fail.at(
+                            &key("headers"),
+                            format!("\"{}\" is not an HTTP header name", shown(name)),
+                        ));
+                    }
+                }
+                UpstreamTransport::Http {
+                    url: url.to_string(),
+                    headers: u.headers.clone(),
+                }
+            }
+            ("", command) if !command.is_empty() => {
+                if !u.headers.is_empty() {
+                    return Err(fail.at(
+                        &key("headers"),
+                        "headers go with url, not command (a stdio server takes env)",
+                    ));
+                }
+                UpstreamTransport::Stdio {
+                    command: command.to_string(),
+                    args: u.args.clone(),
+                    env: u.env.clone(),
+                }
+            }
+            _ => {
+                return Err(fail.at(
+                    &format!("upstream.{name}"),
+                    "exactly one of url (Streamable HTTP) and command (stdio) must be set",
+                ));
+            }
+        };
+        for (k, value, range) in [
+            (
+                "max_calls_per_execution",
+                u.max_calls_per_execution,
+                1..=100_000,
+            ),
+            ("timeout_ms", u.timeout_ms, 1..=3_600_000),
+            ("max_result_kb", u.max_result_kb, 1..=65_536),
+        ] {
+            if !range.contains(&value) {
+                return Err(fail.at(
+                    &key(k),
+                    format!("{value} is outside {}..={}", range.start(), range.end()),
+                ));
+            }
+        }
+        out.insert(
+            name.clone(),
+            UpstreamSettings {
+                transport,
+                tools: u.tools.clone(),
+                deny_tools: u.deny_tools.clone(),
+                max_calls_per_execution: u.max_calls_per_execution as u32,
+                timeout: Duration::from_millis(u.timeout_ms),
+                max_result_bytes: (u.max_result_kb * 1024) as usize,
+            },
+        );
+    }
+    Ok(out)
+}
+
 /// Where `/metrics` listens, when enabled: an IP address and a port apart from `bind_addr`'s.
 fn prometheus(
     c: &AppConfig,
@@ -529,6 +666,7 @@ fn settings(
         max_text_chars: c.results.max_text_chars as usize,
         structured_content: c.results.structured_content,
         prometheus,
+        upstream: BTreeMap::new(),
     }
 }
 

@@ -624,3 +624,84 @@ fn committed_reference_is_current_and_the_check_catches_a_stale_copy() {
             .contains("simultaneous")
     );
 }
+
+#[test]
+fn upstream_tables_load_with_their_defaults_and_bad_ones_name_the_key() {
+    let dir = temp_dir("upstream");
+    write(
+        &dir,
+        "code-interpreter-mcp.toml",
+        r#"
+[upstream.memory]
+command = "npx"
+args = ["-y", "@modelcontextprotocol/server-memory"]
+env = { MEMORY_FILE_PATH = "/tmp/m.jsonl" }
+
+[upstream.github]
+url = "https://api.example.com/mcp/"
+headers = { Authorization = "Bearer ${GITHUB_TOKEN}" }
+tools = ["search_issues"]
+timeout_ms = 5000
+"#,
+    );
+    let loaded = load(&dir);
+    let memory = &loaded.settings.upstream["memory"];
+    assert_eq!(memory.max_calls_per_execution, 100);
+    assert_eq!(memory.timeout, std::time::Duration::from_secs(30));
+    assert_eq!(memory.max_result_bytes, 1024 * 1024);
+    assert!(matches!(
+        &memory.transport,
+        config::UpstreamTransport::Stdio { command, args, .. } if command == "npx" && args.len() == 2
+    ));
+    let github = &loaded.settings.upstream["github"];
+    assert_eq!(github.tools, ["search_issues"]);
+    assert_eq!(github.timeout, std::time::Duration::from_secs(5));
+    // The template is kept as written (resolved by the server at start-up, never printed resolved).
+    assert!(matches!(
+        &github.transport,
+        config::UpstreamTransport::Http { headers, .. } if headers["Authorization"] == "Bearer ${GITHUB_TOKEN}"
+    ));
+
+    for (text, expected) in [
+        (
+            "[upstream.\"my-server\"]\ncommand = \"x\"\n",
+            "Python identifier",
+        ),
+        ("[upstream.class]\ncommand = \"x\"\n", "Python identifier"),
+        ("[upstream.a]\n", "exactly one of url"),
+        (
+            "[upstream.a]\ncommand = \"x\"\nurl = \"https://e.com\"\n",
+            "exactly one of url",
+        ),
+        (
+            "[upstream.a]\nurl = \"http://example.com/mcp\"\n",
+            "upstream.a.url",
+        ),
+        (
+            "[upstream.a]\nurl = \"https://e.com\"\nheaders = { \"bad name\" = \"v\" }\n",
+            "not an HTTP header name",
+        ),
+        (
+            "[upstream.a]\ncommand = \"x\"\nheaders = { A = \"v\" }\n",
+            "headers go with url",
+        ),
+        (
+            "[upstream.a]\ncommand = \"x\"\nmax_calls_per_execution = 0\n",
+            "upstream.a.max_calls_per_execution",
+        ),
+        ("[upstream.a]\ncommand = \"x\"\nunknown = 1\n", "unknown"),
+    ] {
+        let dir = temp_dir("upstream-bad");
+        write(&dir, "code-interpreter-mcp.toml", text);
+        let err = error(&dir, &[]);
+        assert!(err.contains(expected), "{text}: {err}");
+    }
+    // http:// only to loopback.
+    let dir = temp_dir("upstream-loopback");
+    write(
+        &dir,
+        "code-interpreter-mcp.toml",
+        "[upstream.a]\nurl = \"http://127.0.0.1:9000/mcp\"\n[upstream.b]\nurl = \"http://localhost/mcp\"\n",
+    );
+    assert_eq!(load(&dir).settings.upstream.len(), 2);
+}

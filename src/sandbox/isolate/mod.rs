@@ -314,6 +314,7 @@ impl Sandbox {
     ) -> ExecResult {
         let mut call = self.take_call();
         call.fetches.cancel();
+        call.upstream.cancel();
         let fatal = self.with_state(|s| s.fatal.clone());
         // An exception `run()` ended in counts as its failure (it never reached deno_core).
         let returned = match (returned, call.glue_error.take()) {

@@ -50,6 +50,9 @@ impl Sandbox {
     /// something an image does not carry (see `sandbox/image.rs`), or the sandbox was not booted
     /// saveable.
     pub fn save_image(&mut self) -> Result<SessionImage, String> {
+        if let Some(reason) = self.upstream_pending() {
+            return Err(reason);
+        }
         let parts = self.call_entry(|e| &e.image, None, 0, None)?.image;
         if let Some(reason) = parts.refused {
             return Err(reason);
@@ -108,6 +111,9 @@ impl Sandbox {
     /// Why the session cannot be saved as an image now, if it cannot (the checks of
     /// [`save_image`](Self::save_image), without copying memory: fit for after every call).
     pub fn check_image(&mut self) -> Option<String> {
+        if let Some(reason) = self.upstream_pending() {
+            return Some(reason);
+        }
         match self.call_entry(|e| &e.image, None, 1, None) {
             Ok(call) => call
                 .image
@@ -115,6 +121,17 @@ impl Sandbox {
                 .or_else(|| self.unrelinkable(call.image.dylibs.as_deref())),
             Err(e) => Some(e),
         }
+    }
+
+    /// Why the session cannot be saved while upstream calls are pending (decided here, not by its
+    /// JavaScript).
+    fn upstream_pending(&self) -> Option<String> {
+        let pending = self.with_state(|s| s.upstream_pending.get());
+        (pending > 0).then(|| {
+            format!(
+                "it has {pending} upstream tool call(s) pending; await them (or let them end) first"
+            )
+        })
     }
 
     /// Runs `inspect` in call.js under a short deadline, in a call state of its own; a session

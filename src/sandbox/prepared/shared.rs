@@ -17,6 +17,7 @@ use crate::sandbox::prepared::layer;
 use crate::sandbox::prepared::modules;
 use crate::sandbox::prepared::snapshots::Snapshots;
 use crate::sandbox::prepared::wasm::WasmModules;
+use crate::upstream::Upstreams;
 
 /// Engine settings; the application fills them from its configuration (see `app::engine_config`).
 #[derive(Debug, Clone)]
@@ -62,6 +63,8 @@ pub struct EngineConfig {
     /// DataFrames and Series displayed as Markdown tables show at most this many rows and columns.
     pub table_rows: u64,
     pub table_columns: u64,
+    /// The upstream MCP servers sandboxes may call (none: `import upstream` finds nothing).
+    pub upstreams: Option<Arc<Upstreams>>,
 }
 
 /// Why the engine could not be created or a sandbox could not boot.

@@ -20,6 +20,9 @@ const {
   op_sandbox_offer_file,
   op_sandbox_report,
   op_sandbox_start_clock,
+  op_sandbox_upstream_call,
+  op_sandbox_upstream_cancel,
+  op_sandbox_upstream_catalog,
   op_sandbox_write,
 } = core.ops;
 const {
@@ -50,6 +53,19 @@ const startClock = () => op_sandbox_start_clock();
 
 /** Called by the runner with each rich output (a JSON bundle) or `clear` (Rust checks and caps them). */
 const publish = (text) => op_sandbox_display(String(text));
+
+/**
+ * What `upstream.py` calls the upstream tools through: `upstream("catalog")`, `upstream("call",
+ * server, tool, args, id)` (a promise of its JSON reply), `upstream("cancel", id)`. One function, not
+ * an object: a method called on a JavaScript object from Python leaves Pyodide holding the object,
+ * which a session's image cannot name. Rust checks every argument; this grants nothing by itself.
+ */
+const upstream = (what, a, b, c, d) => {
+  if (what === "catalog") return op_sandbox_upstream_catalog();
+  if (what === "call") return op_sandbox_upstream_call(String(a), String(b), String(c), d);
+  if (what === "cancel") return op_sandbox_upstream_cancel(a);
+  throw new TypeError("upstream: catalog, call or cancel");
+};
 
 /** Called by the runner with what the code produced (Rust caps every field). */
 const report = (success, result, resultTruncated, errorType, message, traceback) =>
@@ -96,7 +112,7 @@ export async function run() {
   }
   if (fatallyFailed()) return;
   try {
-    await runner(code, startClock, report, persistent, publish);
+    await runner(code, startClock, report, persistent, publish, upstream);
   } finally {
     fatallyFailed();
   }

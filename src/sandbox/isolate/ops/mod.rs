@@ -5,7 +5,8 @@
 //! - [`call`] and `call.js` (with `runner.py`): one call's lifecycle;
 //! - [`pyodide`] and `pyodide.js`: booting Pyodide and the memory snapshot (with `dylink.js`: the
 //!   shared libraries of a snapshot with pre-imported packages);
-//! - [`layer`] and `layer.js`: the package layer in MEMFS, and the installer that builds it.
+//! - [`layer`] and `layer.js`: the package layer in MEMFS, and the installer that builds it;
+//! - [`upstream`] and `upstream.py`: calls to the upstream MCP servers' tools the operator granted.
 //!
 //! `runtime.js` is the extension's entry point: it imports the three modules and hands `boot` and
 //! `run` to Rust through `op_sandbox_register`.
@@ -13,6 +14,7 @@
 mod call;
 mod layer;
 mod pyodide;
+mod upstream;
 mod web;
 
 pub(crate) use call::SessionState;
@@ -33,6 +35,7 @@ use crate::sandbox::memory::MemoryBudget;
 use crate::sandbox::prepared::layer::Captured;
 use crate::sandbox::prepared::memory_snapshot::SharedSnapshot;
 use crate::sandbox::prepared::shared::EngineShared;
+use crate::upstream::CallUpstream;
 
 /// The Python half of an execution, evaluated once per sandbox (or into the memory snapshot).
 pub(crate) const RUNNER_PY: &str = include_str!("runner.py");
@@ -40,10 +43,12 @@ pub(crate) const RUNNER_PY: &str = include_str!("runner.py");
 pub(crate) const NOTEBOOK_PY: &str = include_str!("notebook.py");
 /// The runner's rich outputs (display, the IPython stand-in, plotly, figures), defined first.
 pub(crate) const DISPLAY_PY: &str = include_str!("display.py");
+/// `import upstream`: the granted upstream tools as Python functions, defined before the runner.
+pub(crate) const UPSTREAM_PY: &str = include_str!("upstream.py");
 
 /// The sandbox's JavaScript and Python glue as compiled into the binary (for the memory snapshot's
 /// key: the snapshot is taken by this code).
-pub(crate) fn glue() -> [&'static str; 12] {
+pub(crate) fn glue() -> [&'static str; 13] {
     [
         include_str!("runtime.js"),
         include_str!("web.js"),
@@ -57,6 +62,7 @@ pub(crate) fn glue() -> [&'static str; 12] {
         RUNNER_PY,
         NOTEBOOK_PY,
         DISPLAY_PY,
+        UPSTREAM_PY,
     ]
 }
 
@@ -138,6 +144,9 @@ pub(crate) struct SandboxState {
     /// Why Pyodide failed fatally (a WebAssembly trap, a stack overflow), once it has: the
     /// interpreter can run nothing more.
     pub fatal: Option<String>,
+    /// Upstream calls whose answer JavaScript has not received yet (a session holding one cannot be
+    /// saved).
+    pub upstream_pending: std::rc::Rc<std::cell::Cell<u32>>,
 }
 
 /// What one call (or the boot, or one inspection of a session's files) reads and produces, kept in
@@ -166,6 +175,8 @@ pub(crate) struct CallState {
     pub image: ImageParts,
     /// The call's outbound requests (cancelled when the call ends).
     pub fetches: Arc<CallFetches>,
+    /// The call's upstream tool calls: its budget, and what cancels them when it ends.
+    pub upstream: Arc<CallUpstream>,
     /// Where the output also goes while the call runs, when its caller streams it.
     pub live: Option<Arc<crate::sandbox::types::LiveOutput>>,
 }
@@ -194,6 +205,7 @@ impl CallState {
             read: None,
             image: ImageParts::default(),
             fetches: Arc::default(),
+            upstream: Arc::default(),
             live: None,
         }
     }
@@ -261,6 +273,7 @@ impl SandboxState {
             entry: None,
             user_code_ran: false,
             fatal: None,
+            upstream_pending: Default::default(),
         }
     }
 }
@@ -303,6 +316,9 @@ deno_core::extension!(
         pyodide::op_sandbox_store_snapshot,
         pyodide::op_sandbox_wasm_module,
         pyodide::op_sandbox_wrapper_module,
+        upstream::op_sandbox_upstream_call,
+        upstream::op_sandbox_upstream_cancel,
+        upstream::op_sandbox_upstream_catalog,
         web::op_sandbox_atob,
         web::op_sandbox_btoa,
         web::op_sandbox_decode,

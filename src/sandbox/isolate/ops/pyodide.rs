@@ -78,6 +78,9 @@ struct BootConfig {
     runner_source: &'static str,
     notebook_source: &'static str,
     display_source: &'static str,
+    upstream_source: &'static str,
+    /// Whether upstream MCP servers are configured (`import upstream` finds them).
+    upstream: bool,
     /// Boot with Pyodide's snapshot bookkeeping on, so that the state can be saved later.
     saveable: bool,
     /// DataFrames displayed as Markdown show at most this many rows and columns.
@@ -120,6 +123,8 @@ pub(super) fn op_sandbox_boot_config(op_state: &mut OpState) -> Result<BootConfi
         runner_source: super::RUNNER_PY,
         notebook_source: super::NOTEBOOK_PY,
         display_source: super::DISPLAY_PY,
+        upstream_source: super::UPSTREAM_PY,
+        upstream: s.shared.config.upstreams.is_some(),
         saveable: matches!(b.role, Role::Sandbox { saveable: true, .. }),
         table_rows: s.shared.config.table_rows,
         table_columns: s.shared.config.table_columns,

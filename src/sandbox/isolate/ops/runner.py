@@ -23,6 +23,7 @@ from pyodide.code import eval_code_async
 
 import _sandbox_display as display
 import _sandbox_notebook as notebook
+import _sandbox_upstream as upstream_tools
 
 FILENAME = "<code>"
 # The notebook helpers' own files: their frames are left out of tracebacks.
@@ -176,6 +177,7 @@ async def run(
     report,
     persistent=False,
     publish=None,
+    upstream=None,
     BaseException=BaseException,
     SystemExit=SystemExit,
     str=str,
@@ -191,6 +193,7 @@ async def run(
     # line for line.
     linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
     display._publish = publish
+    upstream_tools._js = upstream
     display.reset_figures()
     start_clock()
     cell = None
@@ -235,10 +238,11 @@ async def run(
 
 
 def _finish():
-    """What every ending does: figures saved, output flushed, publishing over."""
+    """What every ending does: figures saved, output flushed, publishing and upstream calls over."""
     save_figures()
     _flush()
     display._publish = None
+    upstream_tools.release()
 
 
 def _report(report, success, result, truncated, error_type, message, traceback):
@@ -261,11 +265,12 @@ def release_files():
     gc.collect()
 
 
-def prepare(micropip_unavailable=None, table_rows=20, table_columns=20, reseed=True):
+def prepare(micropip_unavailable=None, table_rows=20, table_columns=20, reseed=True, upstream=False):
     """Per-sandbox set-up after a snapshot restore (or a full boot); `micropip_unavailable`: why
     micropip cannot be imported, on a server whose package layer has none; the table size of
     DataFrames displayed as Markdown; `reseed`: false for a session restored from its image, whose
-    random streams continue where they were."""
+    random streams continue where they were; `upstream`: whether upstream MCP servers are
+    configured (`import upstream` finds them)."""
     notebook.prepare()
     display.prepare()
     display.configure(table_rows, table_columns)
@@ -289,6 +294,8 @@ def prepare(micropip_unavailable=None, table_rows=20, table_columns=20, reseed=T
     # matplotlib draws with Agg; plt.show() and figures left open become PNG files.
     if _BackendFinder not in sys.meta_path:
         sys.meta_path.append(_BackendFinder)
+    if upstream:
+        upstream_tools.install()
     os.environ["MPLBACKEND"] = "module://" + BACKEND
     # A long time.sleep notices an interrupt within 50 ms.
     time.sleep = _interruptible_sleep

@@ -1,0 +1,483 @@
+//! Upstream MCP servers the sandbox may call (`[upstream.NAME]`): the operator's grant and every
+//! connection, held here in Rust. One supervisor per server keeps it connected (a stdio server is
+//! started once and restarted when it exits, with backoff) and its tool list current; [`Upstreams::
+//! call`] is the one door a sandbox's call goes through: server and tool in the grant, arguments
+//! checked against the tool's input schema, the execution's budget, the deadline, cancellation, the
+//! result's size. Credentials (header values, a child's environment) never leave this module.
+//!
+//! The sandbox side is src/sandbox/isolate/ops/upstream.rs and src/sandbox/isolate/ops/upstream.py.
+
+mod call;
+mod check;
+mod child;
+mod http;
+mod secret;
+
+pub use call::CallUpstream;
+pub use secret::Secret;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{CallToolRequestParams, Tool};
+use rmcp::service::{Peer, RoleClient};
+use serde_json::{Value, json};
+
+use crate::config::{UpstreamSettings, UpstreamTransport};
+use crate::telemetry::{self, UpstreamOutcome};
+
+/// How long start-up waits for every upstream's first connection before going on without it.
+const CONNECT_WAIT: Duration = Duration::from_secs(10);
+/// The first and the longest pause before a server is connected again.
+const BACKOFF_FIRST: Duration = Duration::from_millis(500);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// A connection that lasted this long starts the backoff over.
+const BACKOFF_RESET: Duration = Duration::from_secs(60);
+/// How long one connection attempt (start, initialize) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Room for the JSON-RPC envelope around a result, in a line or a message.
+const ENVELOPE_BYTES: usize = 64 * 1024;
+
+/// Every configured upstream server, by name.
+pub struct Upstreams {
+    servers: BTreeMap<String, Arc<Server>>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl std::fmt::Debug for Upstreams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstreams")
+            .field("servers", &self.servers.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Drop for Upstreams {
+    fn drop(&mut self) {
+        // (Ends every connection; children are killed with their process groups.)
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// One server: its grant, its resolved credentials and its connection.
+struct Server {
+    name: String,
+    settings: UpstreamSettings,
+    connect: Connect,
+    link: Mutex<Link>,
+}
+
+/// How a server is reached, its credentials resolved.
+enum Connect {
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: Vec<(String, Secret)>,
+    },
+    Http {
+        url: String,
+        headers: Vec<(String, Secret)>,
+        client: reqwest::Client,
+    },
+}
+
+/// Whether a server can be called now.
+enum Link {
+    Connecting,
+    Up {
+        peer: Peer<RoleClient>,
+        /// The granted tools the server lists, by name.
+        tools: Arc<BTreeMap<String, Tool>>,
+    },
+    Down {
+        reason: String,
+    },
+}
+
+impl Upstreams {
+    /// Connects to every server of `configs` (none: `None`), waiting up to 10 s for all of them;
+    /// one that cannot be reached yet is a warning, and is tried again in the background. An error
+    /// only for credentials that cannot be resolved (a variable not set, a file not readable).
+    pub fn start(
+        configs: &BTreeMap<String, UpstreamSettings>,
+        extra_ca_certs: &[PathBuf],
+    ) -> anyhow::Result<Option<Arc<Self>>> {
+        if configs.is_empty() {
+            return Ok(None);
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("upstream-io")
+            .enable_all()
+            .build()?;
+        let mut servers = BTreeMap::new();
+        for (name, settings) in configs {
+            let connect = match &settings.transport {
+                UpstreamTransport::Stdio { command, args, env } => Connect::Stdio {
+                    command: command.clone(),
+                    args: args.clone(),
+                    env: secret::resolve_all(&format!("upstream.{name}.env"), env)
+                        .map_err(anyhow::Error::msg)?,
+                },
+                UpstreamTransport::Http { url, headers } => Connect::Http {
+                    url: url.clone(),
+                    headers: secret::resolve_all(&format!("upstream.{name}.headers"), headers)
+                        .map_err(anyhow::Error::msg)?,
+                    client: http::client(extra_ca_certs)?,
+                },
+            };
+            let server = Arc::new(Server {
+                name: name.clone(),
+                settings: settings.clone(),
+                connect,
+                link: Mutex::new(Link::Connecting),
+            });
+            servers.insert(name.clone(), server);
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        for server in servers.values() {
+            runtime.spawn(supervise(server.clone(), tx.clone()));
+        }
+        drop(tx);
+        let deadline = Instant::now() + CONNECT_WAIT;
+        for _ in 0..servers.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if rx.recv_timeout(left).is_err() {
+                break;
+            }
+        }
+        for server in servers.values() {
+            match &*server.link() {
+                Link::Up { tools, .. } => {
+                    tracing::info!(upstream = %server.name, tools = tools.len(), "upstream connected")
+                }
+                Link::Connecting => tracing::warn!(
+                    upstream = %server.name,
+                    "upstream not connected within 10 s; its tools are unavailable until it is"
+                ),
+                Link::Down { reason } => tracing::warn!(
+                    upstream = %server.name,
+                    error = %reason,
+                    "upstream not connected; its tools are unavailable until it is"
+                ),
+            }
+        }
+        Ok(Some(Arc::new(Self {
+            servers,
+            runtime: Some(runtime),
+        })))
+    }
+
+    /// The configured servers' names.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.servers.keys().map(String::as_str)
+    }
+
+    /// The granted tools of `server` the server lists now (empty while it is not connected).
+    pub fn tool_names(&self, server: &str) -> Vec<String> {
+        match self.servers.get(server).map(|s| s.link()).as_deref() {
+            Some(Link::Up { tools, .. }) => tools.keys().cloned().collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// What the sandbox may call, as JSON: `{"servers": [{"name", "available", "reason"?, "tools":
+    /// [{"name", "description", "inputSchema"}]}]}`.
+    pub fn catalog_json(&self) -> String {
+        let servers: Vec<Value> = self
+            .servers
+            .values()
+            .map(|server| match &*server.link() {
+                Link::Up { tools, .. } => json!({
+                    "name": server.name,
+                    "available": true,
+                    "tools": tools.values().map(|t| json!({
+                        "name": t.name,
+                        "description": t.description.as_deref().unwrap_or(""),
+                        "inputSchema": &*t.input_schema,
+                    })).collect::<Vec<_>>(),
+                }),
+                Link::Connecting => json!({
+                    "name": server.name, "available": false, "tools": [],
+                    "reason": "the server is still connecting",
+                }),
+                Link::Down { reason } => json!({
+                    "name": server.name, "available": false, "tools": [], "reason": reason,
+                }),
+            })
+            .collect();
+        json!({ "servers": servers }).to_string()
+    }
+
+    /// One call from a sandbox: `server`'s `tool` with `args` (a JSON object), the sandbox's call
+    /// number `id`, cut at `deadline` (the execution's) if that comes before the server's own
+    /// timeout. The reply is JSON: `{"ok": CallToolResult}` or `{"error": {"kind", "message"}}`.
+    pub async fn call(
+        &self,
+        call: Arc<CallUpstream>,
+        server: &str,
+        tool: &str,
+        args: &str,
+        id: u32,
+        deadline: Option<Instant>,
+    ) -> String {
+        let started = Instant::now();
+        let (server_label, tool_label) = match self.servers.get(server) {
+            Some(s) if s.granted(tool) => (server, tool),
+            Some(_) => (server, "other"),
+            None => ("other", "other"),
+        };
+        let (outcome, reply) = match self
+            .call_checked(call, server, tool, args, id, deadline)
+            .await
+        {
+            Ok((outcome, result)) => (outcome, format!(r#"{{"ok":{result}}}"#)),
+            Err((outcome, message)) => (
+                outcome,
+                json!({"error": {"kind": outcome.label(), "message": message}}).to_string(),
+            ),
+        };
+        let elapsed = started.elapsed();
+        telemetry::upstream_call(server_label, tool_label, outcome, elapsed);
+        let ms = elapsed.as_millis() as u64;
+        // Refusals made before anything is sent are counted, and logged only at debug level: a
+        // loop of them would flood the log.
+        let refused = matches!(
+            outcome,
+            UpstreamOutcome::Budget | UpstreamOutcome::Denied | UpstreamOutcome::InvalidArguments
+        );
+        if refused {
+            tracing::debug!(
+                upstream = server_label,
+                tool = tool_label,
+                outcome = outcome.label(),
+                ms,
+                "upstream call"
+            );
+        } else {
+            tracing::info!(
+                upstream = server_label,
+                tool = tool_label,
+                outcome = outcome.label(),
+                ms,
+                "upstream call"
+            );
+        }
+        reply
+    }
+
+    async fn call_checked(
+        &self,
+        call: Arc<CallUpstream>,
+        server: &str,
+        tool: &str,
+        args: &str,
+        id: u32,
+        deadline: Option<Instant>,
+    ) -> Result<(UpstreamOutcome, String), (UpstreamOutcome, String)> {
+        use UpstreamOutcome as O;
+        let s = self.servers.get(server).ok_or_else(|| {
+            (
+                O::Denied,
+                format!(
+                    "no upstream server named {}",
+                    crate::protocol::limits::shown(server)
+                ),
+            )
+        })?;
+        if !s.granted(tool) {
+            return Err((
+                O::Denied,
+                format!(
+                    "the tool {} of {server} is not granted to the sandbox",
+                    crate::protocol::limits::shown(tool)
+                ),
+            ));
+        }
+        let (peer, schema) = match &*s.link() {
+            Link::Up { peer, tools } => match tools.get(tool) {
+                Some(t) => (peer.clone(), t.input_schema.clone()),
+                None => {
+                    return Err((
+                        O::Unavailable,
+                        format!("{server} does not list the tool {tool}"),
+                    ));
+                }
+            },
+            Link::Connecting => {
+                return Err((O::Unavailable, format!("{server} is still connecting")));
+            }
+            Link::Down { reason } => {
+                return Err((
+                    O::Unavailable,
+                    format!("{server} is not connected: {reason}"),
+                ));
+            }
+        };
+        let arguments = check::arguments(&schema, args)
+            .map_err(|e| (O::InvalidArguments, format!("{server}.{tool}: {e}")))?;
+        let max = s.settings.max_calls_per_execution;
+        if !call.take(server, max) {
+            return Err((
+                O::Budget,
+                format!(
+                    "{server} allows {max} calls per execution; this execution has made them all"
+                ),
+            ));
+        }
+        let Some((token, running)) = call.start(id) else {
+            return Err((
+                O::Budget,
+                format!(
+                    "at most {} upstream calls may be in flight at once",
+                    call::MAX_IN_FLIGHT
+                ),
+            ));
+        };
+        let timeout = s.settings.timeout;
+        let own = Instant::now() + timeout;
+        let deadline = deadline.map_or(own, |d| d.min(own));
+        let max_bytes = s.settings.max_result_bytes;
+        let request = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        let task = async move {
+            tokio::select! {
+                _ = token.cancelled() => Err((O::Cancelled, "the call was cancelled".to_string())),
+                r = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), peer.call_tool(request)) => match r {
+                    Err(_) if deadline < own => Err((O::Timeout, "the execution's time ran out during the call".to_string())),
+                    Err(_) => Err((O::Timeout, format!("no answer within {} ms", timeout.as_millis()))),
+                    Ok(Err(e)) => Err((O::Error, format!("the call failed: {e}"))),
+                    Ok(Ok(result)) => {
+                        let text = serde_json::to_string(&result).map_err(|e| (O::Error, e.to_string()))?;
+                        if text.len() > max_bytes {
+                            Err((O::TooLarge, format!("the result is {} bytes, over the limit of {max_bytes}", text.len())))
+                        } else if result.is_error == Some(true) {
+                            Ok((O::ToolError, text))
+                        } else {
+                            Ok((O::Ok, text))
+                        }
+                    }
+                },
+            }
+        };
+        let handle = self
+            .runtime
+            .as_ref()
+            .map(|rt| rt.handle().clone())
+            .ok_or_else(|| (O::Unavailable, "the server is shutting down".to_string()))?;
+        let reply = handle
+            .spawn(task)
+            .await
+            .unwrap_or_else(|_| Err((O::Cancelled, "the call was cancelled".to_string())));
+        drop(running);
+        reply
+    }
+}
+
+impl Server {
+    fn link(&self) -> std::sync::MutexGuard<'_, Link> {
+        self.link.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set(&self, link: Link) {
+        *self.link() = link;
+    }
+
+    /// Whether the operator grants `tool` (whether or not the server lists it).
+    fn granted(&self, tool: &str) -> bool {
+        (self.settings.tools.is_empty() || self.settings.tools.iter().any(|t| t == tool))
+            && !self.settings.deny_tools.iter().any(|t| t == tool)
+    }
+
+    /// Largest message taken from the server: the result limit and its envelope.
+    fn max_message_bytes(&self) -> usize {
+        self.settings.max_result_bytes + ENVELOPE_BYTES
+    }
+}
+
+/// Keeps `server` connected: connects, lists its tools, waits for the connection to end, and
+/// connects again after a pause that doubles up to 30 s. `first` hears of the first attempt.
+async fn supervise(server: Arc<Server>, first: std::sync::mpsc::Sender<()>) {
+    let mut first = Some(first);
+    let mut backoff = BACKOFF_FIRST;
+    loop {
+        let started = Instant::now();
+        let attempt = tokio::time::timeout(CONNECT_TIMEOUT, connect(&server)).await;
+        match attempt.unwrap_or_else(|_| Err("no answer to initialize within 30 s".into())) {
+            Ok((running, guard)) => {
+                let peer = running.peer().clone();
+                match peer.list_all_tools().await {
+                    Ok(listed) => {
+                        let tools: BTreeMap<String, Tool> = listed
+                            .into_iter()
+                            .filter(|t| server.granted(&t.name))
+                            .map(|t| (t.name.to_string(), t))
+                            .collect();
+                        if first.is_none() {
+                            tracing::info!(upstream = %server.name, tools = tools.len(), "upstream connected again");
+                        }
+                        server.set(Link::Up {
+                            peer,
+                            tools: Arc::new(tools),
+                        });
+                        if let Some(tx) = first.take() {
+                            let _ = tx.send(());
+                        }
+                        let quit = running.waiting().await;
+                        server.set(Link::Down {
+                            reason: format!("the connection ended ({quit:?})"),
+                        });
+                        tracing::warn!(upstream = %server.name, "upstream connection ended; connecting again");
+                    }
+                    Err(e) => {
+                        server.set(Link::Down {
+                            reason: format!("listing its tools failed: {e}"),
+                        });
+                        tracing::warn!(upstream = %server.name, error = %e, "listing the upstream's tools failed");
+                    }
+                }
+                drop(guard);
+            }
+            Err(reason) => {
+                if first.is_none() {
+                    tracing::warn!(upstream = %server.name, error = %reason, "upstream connection failed");
+                }
+                server.set(Link::Down { reason });
+            }
+        }
+        if let Some(tx) = first.take() {
+            let _ = tx.send(());
+        }
+        if started.elapsed() >= BACKOFF_RESET {
+            backoff = BACKOFF_FIRST;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// What keeps a connection's other end alive: a stdio server's process.
+type Guard = Option<child::Child>;
+
+type Running = rmcp::service::RunningService<RoleClient, ()>;
+
+async fn connect(server: &Server) -> Result<(Running, Guard), String> {
+    let max = server.max_message_bytes();
+    match &server.connect {
+        Connect::Stdio { command, args, env } => {
+            let (running, child) = child::connect(&server.name, command, args, env, max).await?;
+            Ok((running, Some(child)))
+        }
+        Connect::Http {
+            url,
+            headers,
+            client,
+        } => {
+            let running = http::connect(client.clone(), url, headers, max).await?;
+            Ok((running, None))
+        }
+    }
+}
