@@ -27,6 +27,7 @@ pub fn engine_config(settings: &EngineSettings) -> EngineConfig {
             .clone()
             .unwrap_or_else(crate::assets::Assets::default_dir),
         allowed_hosts: settings.allowed_hosts.clone(),
+        host_grants: settings.host_grants.clone(),
         memory_limit_mb: settings.memory_limit_mb,
         wasm_memory_limit_mb: settings.wasm_memory_limit_mb,
         package_source: settings

@@ -65,13 +65,14 @@ pub const TASK_BUCKETS: [f64; 12] = [
     0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 86400.0,
 ];
 
-pub const TOOLS: [&str; 6] = [
+pub const TOOLS: [&str; 7] = [
     "run_python_code",
     "list_code_snippets",
     "get_code_snippet",
     "list_session_files",
     "clear_session",
     "fork_session",
+    "list_upstream_tools",
 ];
 /// A fixed set of label values: an enum, its `label()` and `ALL` (for registering every series).
 macro_rules! labels {

@@ -1,5 +1,6 @@
-//! The sandboxes' only network door: HTTPS requests to allowlisted hosts, performed in Rust on the
-//! engine's I/O runtime. Redirects are re-checked against the allowlist; methods and request headers
+//! The sandboxes' only network door: HTTPS requests to allowlisted hosts and to the hosts the operator
+//! grants (`grant.rs`: methods, paths, injected credentials, public addresses only), performed in
+//! Rust on the engine's I/O runtime. Redirects are re-checked against the allowlist and the grants; methods and request headers
 //! that a browser would not let a page set are refused before anything goes out; every request has a
 //! connect, read and total timeout and never outlives its call's deadline; a call has a bounded number
 //! of requests in flight and of response bytes, and its requests are aborted when it ends. Header-less
@@ -17,12 +18,16 @@ use tokio_util::sync::CancellationToken;
 use url::Url;
 
 mod call;
+mod grant;
 mod policy;
 
 pub use call::CallFetches;
 use call::{ArtifactCache, InFlight};
+use grant::{Grants, GuardedResolver};
 pub use policy::host_allowed;
-use policy::{FORBIDDEN_HEADERS, METHODS, cacheable_response, check_url, is_artifact, short};
+use policy::{
+    DROPPED_HEADERS, FORBIDDEN_HEADERS, METHODS, cacheable_response, check_url, is_artifact, short,
+};
 
 pub use crate::protocol::limits::MAX_RESPONSE_BYTES;
 use crate::protocol::limits::{
@@ -37,6 +42,10 @@ const MAX_REDIRECTS: usize = 10;
 pub struct Fetcher {
     allowed_hosts: Arc<Vec<String>>,
     client: reqwest::Client,
+    /// The operator's grants, and the client that carries their requests (redirects followed here,
+    /// one hop at a time; granted names resolved by the guarded resolver).
+    grants: Arc<Grants>,
+    grant_client: reqwest::Client,
     io: tokio::runtime::Handle,
     cache: Arc<Mutex<ArtifactCache>>,
 }
@@ -53,6 +62,8 @@ pub enum ClientError {
     BadCa { path: PathBuf, reason: String },
     #[error("cannot create the HTTPS client: {0}")]
     Client(#[from] reqwest::Error),
+    #[error("{0}")]
+    Grant(String),
 }
 
 /// A completed response.
@@ -85,7 +96,7 @@ pub enum FetchError {
     Header(String),
     #[error("too many requests in flight (at most {MAX_FETCHES_IN_FLIGHT} at once per call)")]
     TooMany,
-    #[error("response from {0} exceeds the 100 MiB limit")]
+    #[error("response from {0} exceeds its size limit (100 MiB, or the grant's max_response_mb)")]
     TooLarge(String),
     #[error("this call has received its {MAX_FETCH_BYTES_PER_CALL} response bytes")]
     CallBudget,
@@ -97,6 +108,20 @@ pub enum FetchError {
     Failed(String),
     #[error("download failed (HTTP {status}) for {url}")]
     Status { status: u16, url: String },
+    #[error("the method {0} is not granted for {1} (see network.hosts)")]
+    GrantMethod(String, String),
+    #[error("the path {0} is not granted (see network.hosts)")]
+    GrantPath(String),
+    #[error("refused: {0} is not a public address (see network.hosts allow_private_addresses)")]
+    PrivateAddress(String),
+    #[error(
+        "the request header {0} is set by the server for this host and may not be set from the sandbox"
+    )]
+    InjectedHeader(String),
+    #[error(
+        "the response from {0} contains a credential this server adds to its requests; refused"
+    )]
+    Reflected(String),
 }
 
 /// A client builder that trusts the system and built-in roots plus the PEM certificates in
@@ -131,9 +156,23 @@ impl Fetcher {
     /// certificates in `extra_ca_certs`.
     pub fn new(
         allowed_hosts: Vec<String>,
+        grants: &[crate::config::HostGrant],
         extra_ca_certs: &[PathBuf],
         io: tokio::runtime::Handle,
     ) -> Result<Self, ClientError> {
+        let grants = Arc::new(Grants::new(grants).map_err(ClientError::Grant)?);
+        let grant_client = trusting(extra_ca_certs)?
+            .https_only(true)
+            .no_proxy()
+            .dns_resolver(Arc::new(GuardedResolver {
+                grants: grants.clone(),
+            }))
+            .connect_timeout(Duration::from_secs(FETCH_CONNECT_TIMEOUT_S))
+            .read_timeout(Duration::from_secs(FETCH_READ_TIMEOUT_S))
+            .timeout(Duration::from_secs(FETCH_TOTAL_TIMEOUT_S))
+            .user_agent(concat!("code-interpreter-mcp/", env!("CARGO_PKG_VERSION")))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()?;
         let allowed_hosts: Arc<Vec<String>> = Arc::new(
             allowed_hosts
                 .into_iter()
@@ -161,9 +200,19 @@ impl Fetcher {
         Ok(Self {
             allowed_hosts,
             client,
+            grants,
+            grant_client,
             io,
             cache: Arc::default(),
         })
+    }
+
+    /// Whether `url` falls under one of the operator's grants (which hold even where package
+    /// downloads are disabled).
+    pub fn granted(&self, url: &str) -> bool {
+        !self.grants.is_empty()
+            && Url::parse(url)
+                .is_ok_and(|u| u.scheme() == "https" && self.grants.for_url(&u).is_some())
     }
 
     /// Whether `url` may be fetched under the allowlist.
@@ -178,23 +227,15 @@ impl Fetcher {
     pub async fn fetch(
         &self,
         call: &CallFetches,
-        request: SandboxRequest,
+        mut request: SandboxRequest,
         deadline: Option<Instant>,
     ) -> Result<FetchResponse, FetchError> {
+        if self.granted(&request.url) {
+            return self.fetch_granted(call, request, deadline).await;
+        }
         let parsed = self.check(&request.url)?;
         let method = request.method.to_ascii_uppercase();
-        if !METHODS.contains(&method.as_str()) {
-            return Err(FetchError::Method(shown(&request.method)));
-        }
-        for (name, _) in &request.headers {
-            let lower = name.to_ascii_lowercase();
-            if FORBIDDEN_HEADERS.contains(&lower.as_str())
-                || lower.starts_with("proxy-")
-                || lower.starts_with("sec-")
-            {
-                return Err(FetchError::Header(shown(name)));
-            }
-        }
+        check_request(&method, &mut request)?;
         if call.in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_FETCHES_IN_FLIGHT {
             call.in_flight.fetch_sub(1, Ordering::SeqCst);
             return Err(FetchError::TooMany);
@@ -245,6 +286,43 @@ impl Fetcher {
         Ok(response)
     }
 
+    /// A request to a granted host (see `grant.rs`): redirects followed here one hop at a time, each
+    /// re-checked against the grants and the allowlist and carrying only its own grant's headers.
+    async fn fetch_granted(
+        &self,
+        call: &CallFetches,
+        mut request: SandboxRequest,
+        deadline: Option<Instant>,
+    ) -> Result<FetchResponse, FetchError> {
+        let url =
+            Url::parse(&request.url).map_err(|_| FetchError::InvalidUrl(shown(&request.url)))?;
+        let method = request.method.to_ascii_uppercase();
+        check_request(&method, &mut request)?;
+        if call.in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_FETCHES_IN_FLIGHT {
+            call.in_flight.fetch_sub(1, Ordering::SeqCst);
+            return Err(FetchError::TooMany);
+        }
+        let _in_flight = InFlight(call.in_flight.clone());
+        let work = granted_request(
+            self.grant_client.clone(),
+            self.grants.clone(),
+            self.allowed_hosts.clone(),
+            url,
+            method,
+            request.headers,
+            request.body,
+        );
+        let response = self
+            .on_io(work, deadline, Some(call.cancel.clone()))
+            .await?;
+        let len = response.body.len() as u64;
+        let received = call.received.fetch_add(len, Ordering::SeqCst) + len;
+        if received > MAX_FETCH_BYTES_PER_CALL {
+            return Err(FetchError::CallBudget);
+        }
+        Ok(response)
+    }
+
     /// A GET of `url` for the engine itself (a lock-file wheel), uncached, before `deadline`.
     pub async fn download(
         &self,
@@ -268,9 +346,19 @@ impl Fetcher {
     ) -> Result<FetchResponse, FetchError> {
         let client = self.client.clone();
         let requested = url.to_string();
+        let work = request(client, url, requested, method, headers, body);
+        self.on_io(work, deadline, cancel).await
+    }
+
+    /// Runs `work` on the I/O runtime, aborted at `deadline` or when `cancel` fires.
+    async fn on_io(
+        &self,
+        work: impl Future<Output = Result<FetchResponse, FetchError>> + Send + 'static,
+        deadline: Option<Instant>,
+        cancel: Option<CancellationToken>,
+    ) -> Result<FetchResponse, FetchError> {
         let deadline = deadline.map(tokio::time::Instant::from_std);
         let task = self.io.spawn(async move {
-            let work = request(client, url, requested, method, headers, body);
             let cancelled = async {
                 match &cancel {
                     Some(token) => token.cancelled().await,
@@ -293,6 +381,109 @@ impl Fetcher {
         task.await
             .map_err(|e| FetchError::Failed(format!("request task failed: {e}")))?
     }
+}
+
+/// The method and headers of a sandbox's request, as any request's: a usual method, no header a
+/// browser would not let a page set (the connection's own headers dropped).
+fn check_request(method: &str, request: &mut SandboxRequest) -> Result<(), FetchError> {
+    if !METHODS.contains(&method) {
+        return Err(FetchError::Method(shown(&request.method)));
+    }
+    request
+        .headers
+        .retain(|(name, _)| !DROPPED_HEADERS.contains(&name.to_ascii_lowercase().as_str()));
+    for (name, _) in &request.headers {
+        let lower = name.to_ascii_lowercase();
+        if FORBIDDEN_HEADERS.contains(&lower.as_str())
+            || lower.starts_with("proxy-")
+            || lower.starts_with("sec-")
+        {
+            return Err(FetchError::Header(shown(name)));
+        }
+    }
+    Ok(())
+}
+
+/// One granted request and its redirects (at most [`MAX_REDIRECTS`]).
+async fn granted_request(
+    client: reqwest::Client,
+    grants: Arc<Grants>,
+    allowed: Arc<Vec<String>>,
+    mut url: Url,
+    mut method: String,
+    headers: Vec<(String, String)>,
+    mut body: Option<Vec<u8>>,
+) -> Result<FetchResponse, FetchError> {
+    for hop in 0..=MAX_REDIRECTS {
+        let grant = grants.for_url(&url);
+        match grant {
+            Some(g) => {
+                if url.scheme() != "https" {
+                    return Err(FetchError::NotHttps(short(url.as_str())));
+                }
+                g.check(&url, &method)?;
+                if let Some((name, _)) = headers.iter().find(|(n, _)| g.injects(n)) {
+                    return Err(FetchError::InjectedHeader(shown(name)));
+                }
+            }
+            None => check_url(&allowed, &url)?,
+        }
+        let m = reqwest::Method::from_bytes(method.as_bytes())
+            .map_err(|_| FetchError::Method(shown(&method)))?;
+        let mut request = client.request(m, url.clone());
+        for (k, v) in &headers {
+            request = request.header(k, v);
+        }
+        if let Some(g) = grant {
+            for (name, value) in &g.headers {
+                request = request.header(name.clone(), value.clone());
+            }
+        }
+        if let Some(body) = &body {
+            request = request.body(body.clone());
+        }
+        let response = request.send().await.map_err(describe)?;
+        let status = response.status();
+        if status.is_redirection()
+            && let Some(location) = response.headers().get(reqwest::header::LOCATION)
+        {
+            if hop == MAX_REDIRECTS {
+                return Err(FetchError::Failed("too many redirects".into()));
+            }
+            let location = location
+                .to_str()
+                .map_err(|_| FetchError::Failed("a redirect to an unreadable location".into()))?;
+            let next = url
+                .join(location)
+                .map_err(|_| FetchError::InvalidUrl(shown(location)))?;
+            let code = status.as_u16();
+            if code == 303 || ((code == 301 || code == 302) && method == "POST") {
+                method = "GET".into();
+                body = None;
+            }
+            url = next;
+            continue;
+        }
+        let max = grant.map_or(MAX_RESPONSE_BYTES, |g| g.max_response_bytes);
+        let requested = if hop == 0 {
+            url.to_string()
+        } else {
+            String::new()
+        };
+        let response = read_response(response, requested, max).await?;
+        let host = url.host_str().unwrap_or("").to_string();
+        for value in grants.injected_values() {
+            let in_headers = response
+                .headers
+                .iter()
+                .any(|(_, v)| memchr::memmem::find(v.as_bytes(), value).is_some());
+            if in_headers || memchr::memmem::find(&response.body, value).is_some() {
+                return Err(FetchError::Reflected(short(&host)));
+            }
+        }
+        return Ok(response);
+    }
+    Err(FetchError::Failed("too many redirects".into()))
 }
 
 /// What a sandbox asks for.
@@ -321,8 +512,18 @@ async fn request(
         request = request.body(body);
     }
     let response = request.send().await.map_err(describe)?;
+    read_response(response, requested, MAX_RESPONSE_BYTES).await
+}
+
+/// A response's status, headers and body (at most `max` bytes); `redirected` when its URL is not
+/// `requested`.
+async fn read_response(
+    response: reqwest::Response,
+    requested: String,
+    max: usize,
+) -> Result<FetchResponse, FetchError> {
     if let Some(len) = response.content_length()
-        && len > MAX_RESPONSE_BYTES as u64
+        && len > max as u64
     {
         return Err(FetchError::TooLarge(short(response.url().as_str())));
     }
@@ -342,7 +543,7 @@ async fn request(
     let mut stream = response.bytes_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(describe)?;
-        if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+        if body.len() + chunk.len() > max {
             return Err(FetchError::TooLarge(short(&final_url)));
         }
         body.extend_from_slice(&chunk);
@@ -365,6 +566,7 @@ fn describe(e: reqwest::Error) -> FetchError {
             return match fetch {
                 FetchError::HostNotAllowed(h) => FetchError::HostNotAllowed(h.clone()),
                 FetchError::NotHttps(u) => FetchError::NotHttps(u.clone()),
+                FetchError::PrivateAddress(a) => FetchError::PrivateAddress(a.clone()),
                 other => FetchError::Failed(other.to_string()),
             };
         }

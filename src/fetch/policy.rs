@@ -13,20 +13,16 @@ pub(super) const METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "DELETE", "
 /// Request headers a sandbox may not set: the Fetch standard's forbidden request headers (the
 /// transport's to manage, or a browser's alone to send), and `Range`, which partial downloads would
 /// need and nothing in the sandbox does.
-pub(super) const FORBIDDEN_HEADERS: [&str; 22] = [
+pub(super) const FORBIDDEN_HEADERS: [&str; 18] = [
     "accept-charset",
-    "accept-encoding",
     "access-control-request-headers",
     "access-control-request-method",
-    "connection",
-    "content-length",
     "cookie",
     "cookie2",
     "date",
     "dnt",
     "expect",
     "host",
-    "keep-alive",
     "origin",
     "referer",
     "set-cookie",
@@ -36,6 +32,17 @@ pub(super) const FORBIDDEN_HEADERS: [&str; 22] = [
     "upgrade",
     "via",
     "range",
+];
+
+/// Request headers of the connection itself, which HTTP client libraries send by default (requests'
+/// `Accept-Encoding`, `Connection: keep-alive` and `Content-Length`): dropped silently, as a
+/// browser's fetch drops them, since the transport in Rust sets its own (the length from the body
+/// it sends).
+pub(super) const DROPPED_HEADERS: [&str; 4] = [
+    "accept-encoding",
+    "connection",
+    "keep-alive",
+    "content-length",
 ];
 
 /// Package artifacts (immutable by convention) are cached; index pages and API answers are not.

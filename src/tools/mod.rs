@@ -14,6 +14,7 @@ pub mod session;
 pub mod snippets;
 pub mod tasks;
 pub mod text;
+pub mod upstream;
 pub mod validation;
 
 use std::sync::Arc;
@@ -74,6 +75,8 @@ pub struct CodeInterpreter {
     /// The newest era results are shaped for (older without `results.structured_content`).
     newest: era::Era,
     tasks: Option<tasks::Tasks>,
+    /// The upstream MCP servers (list_upstream_tools), when configured.
+    upstreams: Option<Arc<crate::upstream::Upstreams>>,
     tool_router: ToolRouter<Self>,
     /// run_python_code calls whose handler has not returned yet (see `calls_in_flight`).
     in_flight: Arc<AtomicUsize>,
@@ -117,6 +120,9 @@ impl CodeInterpreter {
         }
         if options.sessions.is_some() {
             tool_router += Self::session_router();
+        }
+        if options.upstreams.is_some() {
+            tool_router += Self::upstream_router();
         }
         if let Some(route) = tool_router.map.get_mut("run_python_code") {
             let base = route.attr.description.clone().unwrap_or_default();
@@ -188,6 +194,7 @@ resumed on its next call; the result's session.durable says whether it can be (a
                 era::Era::Unstructured
             },
             tasks: options.tasks,
+            upstreams: options.upstreams,
             tool_router,
             in_flight: Default::default(),
         }
@@ -462,8 +469,8 @@ fn upstream_description(upstreams: &crate::upstream::Upstreams) -> String {
     const MAX: usize = 1500;
     let mut text = String::from(
         " The code can call the tools of these MCP servers as async Python functions (keyword \
-arguments; `await`, or `.sync(...)`; `help()` shows a tool's parameters; results are Python objects; \
-`upstream.ToolError` when a tool fails):",
+arguments; `await`, or `.sync(...)`; `help()` or list_upstream_tools shows a tool's parameters; \
+results are Python objects; `upstream.ToolError` when a tool fails):",
     );
     for name in upstreams.names() {
         let tools = upstreams.tool_names(name);
@@ -496,7 +503,8 @@ mod tests {
     fn the_metric_labels_are_the_routers_tools() {
         let router = CodeInterpreter::tool_router()
             + CodeInterpreter::session_router()
-            + CodeInterpreter::snippet_router();
+            + CodeInterpreter::snippet_router()
+            + CodeInterpreter::upstream_router();
         let mut routed: Vec<String> = router
             .list_all()
             .into_iter()

@@ -8,7 +8,7 @@ use rmcp::service::{RoleClient, RunningService, ServiceExt};
 use rmcp::transport::async_rw::AsyncRwTransport;
 use tokio::io::AsyncReadExt;
 
-use super::secret::Secret;
+use crate::config::Secret;
 
 /// The child and its group; killed when this is dropped.
 pub(super) struct Child {

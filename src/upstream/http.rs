@@ -23,7 +23,7 @@ use rmcp::transport::streamable_http_client::{
 };
 use sse_stream::{Sse, SseStream};
 
-use super::secret::Secret;
+use crate::config::Secret;
 
 /// The client every HTTP upstream shares: trusted roots, no redirects, a connect timeout (calls
 /// have their own deadlines).

@@ -11,10 +11,8 @@ mod call;
 mod check;
 mod child;
 mod http;
-mod secret;
 
 pub use call::CallUpstream;
-pub use secret::Secret;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -25,6 +23,7 @@ use rmcp::model::{CallToolRequestParams, Tool};
 use rmcp::service::{Peer, RoleClient};
 use serde_json::{Value, json};
 
+use crate::config::secret::{self, Secret};
 use crate::config::{UpstreamSettings, UpstreamTransport};
 use crate::telemetry::{self, UpstreamOutcome};
 
@@ -188,9 +187,15 @@ impl Upstreams {
     /// What the sandbox may call, as JSON: `{"servers": [{"name", "available", "reason"?, "tools":
     /// [{"name", "description", "inputSchema"}]}]}`.
     pub fn catalog_json(&self) -> String {
+        self.catalog(None).to_string()
+    }
+
+    /// The catalog (see [`Self::catalog_json`]), of one server or all.
+    pub fn catalog(&self, only: Option<&str>) -> Value {
         let servers: Vec<Value> = self
             .servers
             .values()
+            .filter(|server| only.is_none_or(|name| name == server.name))
             .map(|server| match &*server.link() {
                 Link::Up { tools, .. } => json!({
                     "name": server.name,
@@ -210,7 +215,7 @@ impl Upstreams {
                 }),
             })
             .collect();
-        json!({ "servers": servers }).to_string()
+        json!({ "servers": servers })
     }
 
     /// One call from a sandbox: `server`'s `tool` with `args` (a JSON object), the sandbox's call

@@ -10,6 +10,7 @@ mod containment_transport;
 mod deploy;
 mod doc_paths;
 mod durable_sessions;
+mod egress;
 mod engine;
 mod eras;
 mod exec_cli;

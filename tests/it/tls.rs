@@ -1,4 +1,4 @@
-//! A loopback HTTPS server for tests: a throw-away CA, a certificate for localhost signed by it (its
+//! A loopback HTTPS server for tests: a throw-away CA, a certificate for localhost (and 127.0.0.1) signed by it (its
 //! PEM written where `extra_ca_certs` can trust it), and an axum router served over TLS.
 
 use std::net::SocketAddr;
@@ -25,10 +25,11 @@ impl TlsServer {
         let ca = ca_params.self_signed(&ca_key).unwrap();
         let issuer = rcgen::Issuer::new(ca_params, ca_key);
         let server_key = KeyPair::generate().unwrap();
-        let server_cert = CertificateParams::new(vec!["localhost".to_string()])
-            .unwrap()
-            .signed_by(&server_key, &issuer)
-            .unwrap();
+        let server_cert =
+            CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+                .unwrap()
+                .signed_by(&server_key, &issuer)
+                .unwrap();
         let ca_pem_path = dir.join("test-ca.pem");
         std::fs::write(&ca_pem_path, ca.pem()).unwrap();
 

@@ -125,6 +125,17 @@ fn serve_everything_over_http(listening: std::sync::mpsc::Sender<String>) {
     let _ = child.wait();
 }
 
+/// Where the hostile server writes the ids of the requests it was told were cancelled.
+fn hostile_log() -> PathBuf {
+    static LOG: OnceLock<PathBuf> = OnceLock::new();
+    LOG.get_or_init(|| {
+        let path = crate::common::temp_dir("upstream-hostile").join("cancelled.log");
+        let _ = std::fs::remove_file(&path);
+        path
+    })
+    .clone()
+}
+
 /// A file holding a value the child's environment takes (`@file`), as operators pass secrets.
 fn marker_file() -> PathBuf {
     let path = crate::common::temp_dir("upstream-secret").join("marker");
@@ -134,7 +145,8 @@ fn marker_file() -> PathBuf {
 
 /// One engine whose sandboxes may call: `everything` (stdio, every tool, a file-held variable in
 /// its environment), `limited` (stdio, two tools granted of three named, five calls per execution,
-/// 1 s per call), `crashy` (stdio, killed by a test), `memory` (server-memory, a knowledge graph in a temporary file), `time`
+/// 1 s per call), `crashy` (stdio, killed by a test), `hostile` (tests/upstream/hostile.py: hangs,
+/// answers 100 MB, or just over the result cap; 2 s per call), `memory` (server-memory, a knowledge graph in a temporary file), `time`
 /// (mcp-server-time, from PyPI) and `web` (server-everything over HTTP).
 fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
@@ -191,6 +203,23 @@ fn engine() -> &'static Engine {
             env.insert("UPSTREAM_TEST_ROLE".into(), "crashy".into());
         }
         servers.insert("crashy".to_string(), crashy);
+        let mut hostile = stdio(
+            "python3".into(),
+            vec![
+                root()
+                    .join("tests/upstream/hostile.py")
+                    .to_string_lossy()
+                    .into_owned(),
+            ],
+        );
+        if let UpstreamTransport::Stdio { env, .. } = &mut hostile.transport {
+            env.insert(
+                "HOSTILE_LOG".into(),
+                hostile_log().to_string_lossy().into_owned(),
+            );
+        }
+        hostile.timeout = Duration::from_secs(2);
+        servers.insert("hostile".to_string(), hostile);
         let mut web = stdio(String::new(), Vec::new());
         web.transport = UpstreamTransport::Http {
             url: everything_over_http(),
@@ -268,7 +297,15 @@ json.dumps({
     assert_eq!(out["dir"], true, "{out}");
     assert_eq!(
         out["servers"],
-        json!(["crashy", "everything", "limited", "memory", "time", "web"])
+        json!([
+            "crashy",
+            "everything",
+            "hostile",
+            "limited",
+            "memory",
+            "time",
+            "web"
+        ])
     );
 }
 
@@ -569,7 +606,7 @@ json.dumps(out)
 /// over MCP reaches the upstream, and the metrics count it by server, tool and outcome.
 #[test]
 fn the_server_describes_its_upstreams_and_counts_their_calls() {
-    use crate::fixture::{Server, call_stateless, list_tools_stateless};
+    use crate::fixture::{Server, call_stateless, call_tool_stateless, list_tools_stateless};
     let dir = crate::common::temp_dir("upstream-server");
     let config = dir.join("config.toml");
     std::fs::write(
@@ -600,6 +637,21 @@ fn the_server_describes_its_upstreams_and_counts_their_calls() {
         description.contains("`from upstream import everything` (2: echo, get-sum)"),
         "{description}"
     );
+    // The full schemas, for the model.
+    let listed = call_tool_stateless(&server, "list_upstream_tools", json!({}));
+    let text = listed["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{listed}"));
+    let catalog: Value = serde_json::from_str(text).unwrap();
+    let tools = &catalog["servers"][0]["tools"];
+    assert_eq!(catalog["servers"][0]["name"], "everything", "{catalog}");
+    assert_eq!(tools.as_array().unwrap().len(), 2, "{catalog}");
+    assert_eq!(
+        tools[0]["inputSchema"]["properties"]["message"]["description"], "Message to echo",
+        "{catalog}"
+    );
+    let unknown = call_tool_stateless(&server, "list_upstream_tools", json!({"server": "nope"}));
+    assert_eq!(unknown["result"]["isError"], true, "{unknown}");
     let reply = call_stateless(
         &server,
         json!({"code": "from upstream import everything\nawait everything.echo(message='over mcp')"}),
@@ -632,4 +684,48 @@ fn the_server_describes_its_upstreams_and_counts_their_calls() {
     );
     assert!(!text.contains("get-env"), "{text}");
     assert!(text.contains("code_interpreter_mcp_upstream_call_duration_seconds_bucket"));
+}
+
+#[test]
+fn a_hanging_or_flooding_upstream_costs_the_call_its_timeout_and_is_told_to_stop() {
+    let out = run_json(
+        r#"
+import json, time, upstream
+from upstream import hostile
+out = {}
+for tool in ["mid", "huge", "hang"]:
+    t0 = time.monotonic()
+    try:
+        await hostile[tool]()
+        out[tool] = "no error"
+    except upstream.UpstreamError as exc:
+        out[tool] = type(exc).__name__
+    out[tool + "_s"] = time.monotonic() - t0
+out["echo"] = await hostile.echo(message="still fine")
+json.dumps(out)
+"#,
+    );
+    // Over max_result_kb but within the line cap: read, measured, refused.
+    assert_eq!(out["mid"], "ResultTooLarge", "{out}");
+    // 100 MB in one line is dropped unread past the cap; the call ends at the server's timeout.
+    assert_eq!(out["huge"], "UpstreamTimeout", "{out}");
+    assert_eq!(out["hang"], "UpstreamTimeout", "{out}");
+    for tool in ["huge_s", "hang_s"] {
+        let s = out[tool].as_f64().unwrap();
+        assert!((1.5..6.0).contains(&s), "{tool}: {out}");
+    }
+    assert_eq!(out["echo"], "still fine", "{out}");
+    // The upstream heard `notifications/cancelled` for both calls it never finished.
+    let started = Instant::now();
+    loop {
+        let log = std::fs::read_to_string(hostile_log()).unwrap_or_default();
+        if log.lines().count() >= 2 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "cancellations the upstream heard: {log:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

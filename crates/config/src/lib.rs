@@ -8,7 +8,9 @@
 //!   value came from, and the error naming a key with its source;
 //! - [`validate`]: every rule (numeric ranges in one table), yielding [`Settings`] ([`settings`]):
 //!   the configuration parsed once, which the application maps into its running parts;
-//! - [`print`]: what `--print-config` shows.
+//! - [`print`]: what `--print-config` shows;
+//! - [`secret`]: credentials written as templates (`${VAR}`, `@file`), resolved at start-up into
+//!   values whose Debug never shows them.
 //!
 //! The fixed per-request limits and the request checks are the tools' wire protocol, not
 //! configuration: they live in the `code-interpreter-mcp-protocol` crate.
@@ -17,6 +19,7 @@ pub mod load;
 pub mod model;
 pub mod print;
 pub mod reference;
+pub mod secret;
 pub mod settings;
 pub mod sources;
 pub mod validate;
@@ -25,9 +28,10 @@ pub use load::{Loaded, discover, load, parse};
 pub use model::*;
 pub use print::print_config;
 pub use reference::{KeyInfo, keys, reference_json};
+pub use secret::Secret;
 pub use settings::{
-    EngineSettings, HttpSettings, SessionSettings, Settings, SnippetSettings, TaskSettings,
-    UpstreamSettings, UpstreamTransport, WorkerSettings,
+    EngineSettings, HostGrant, HttpSettings, SessionSettings, Settings, SnippetSettings,
+    TaskSettings, UpstreamSettings, UpstreamTransport, WorkerSettings,
 };
 pub use sources::{ConfigError, Source};
 

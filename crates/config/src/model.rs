@@ -99,6 +99,54 @@ pub struct AppConfig {
     pub integrations: IntegrationsConfig,
     /// MCP servers whose tools the sandbox may call (`from upstream import NAME`), by name.
     pub upstream: BTreeMap<String, UpstreamConfig>,
+    /// Outbound HTTPS the operator grants to sandboxed code beyond the package hosts.
+    pub network: NetworkConfig,
+}
+
+/// `[network]`
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetworkConfig {
+    /// `[[network.hosts]]`: HTTPS hosts sandboxed code may call (requests, httpx, urllib,
+    /// pandas.read_csv, pyfetch), each with its methods, path prefixes and headers added in this
+    /// server (credentials the code never sees).
+    pub hosts: Vec<HostGrantConfig>,
+}
+
+/// `[[network.hosts]]`: one HTTPS host granted to sandboxed code.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct HostGrantConfig {
+    /// The host: a name ("api.example.com"), "*.example.com" (its subdomains, not itself), or an
+    /// IP address.
+    pub host: String,
+    /// HTTP methods allowed to it.
+    pub methods: Vec<String>,
+    /// URL path prefixes allowed ("/v1/"); "/" is every path.
+    pub paths: Vec<String>,
+    /// Headers this server adds to every request to the host, after it leaves the sandbox; values
+    /// as in upstream headers ("Bearer ${TOKEN}", "@/run/secrets/token"). The code cannot read them
+    /// or set them itself; they never follow a redirect to another host, and a response that
+    /// contains one verbatim is refused.
+    pub inject_headers: BTreeMap<String, String>,
+    /// Largest response body from the host, in MB (at most 100).
+    pub max_response_mb: u64,
+    /// Allow the host to resolve to private, loopback or link-local addresses (refused by default,
+    /// checked after DNS resolution, so a name cannot be rebound to one).
+    pub allow_private_addresses: bool,
+}
+
+impl Default for HostGrantConfig {
+    fn default() -> Self {
+        Self {
+            host: String::new(),
+            methods: vec!["GET".into(), "HEAD".into()],
+            paths: vec!["/".into()],
+            inject_headers: BTreeMap::new(),
+            max_response_mb: 100,
+            allow_private_addresses: false,
+        }
+    }
 }
 
 /// `[auth]`
@@ -520,6 +568,7 @@ impl Default for AppConfig {
             results: ResultsConfig::default(),
             integrations: IntegrationsConfig::default(),
             upstream: BTreeMap::new(),
+            network: NetworkConfig::default(),
         }
     }
 }

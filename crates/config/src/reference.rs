@@ -61,10 +61,11 @@ fn collect_keys(
             collect_keys(field_shape, &key, &default, out);
             continue;
         }
-        // A table of named entries with defaults of their own (`[upstream.NAME]`): the table, then
-        // each entry's keys under `NAME`.
+        // A table of named entries with defaults of their own (`[upstream.NAME]`), or an array of
+        // tables (`[[network.hosts]]`): the key, then each entry's keys under `NAME` or `[]`.
         let entry = match field_shape.def {
-            facet::Def::Map(map) => entry_defaults(&key).map(|d| (map.v(), d)),
+            facet::Def::Map(map) => entry_defaults(&key).map(|d| (map.v(), d, ".NAME")),
+            facet::Def::List(list) => entry_defaults(&key).map(|d| (list.t(), d, "[]")),
             _ => None,
         };
         let mut doc_lines = Vec::new();
@@ -80,15 +81,18 @@ fn collect_keys(
             }
         }
         out.push(KeyInfo {
-            kind: kind_of(&default),
+            kind: match entry {
+                Some((_, _, "[]")) => "array of tables",
+                _ => kind_of(&default),
+            },
             key: key.clone(),
             default,
             doc: doc_lines.join(" "),
             env,
             env_whitespace,
         });
-        if let Some((value_shape, defaults)) = entry {
-            collect_keys(value_shape, &format!("{key}.NAME"), &defaults, out);
+        if let Some((value_shape, defaults, below)) = entry {
+            collect_keys(value_shape, &format!("{key}{below}"), &defaults, out);
         }
     }
 }
@@ -97,6 +101,7 @@ fn collect_keys(
 fn entry_defaults(key: &str) -> Option<serde_json::Value> {
     match key {
         "upstream" => serde_json::to_value(crate::model::UpstreamConfig::default()).ok(),
+        "network.hosts" => serde_json::to_value(crate::model::HostGrantConfig::default()).ok(),
         _ => None,
     }
 }

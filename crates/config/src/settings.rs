@@ -41,6 +41,20 @@ pub struct Settings {
     pub upstream: BTreeMap<String, UpstreamSettings>,
 }
 
+/// One HTTPS host granted to sandboxed code (`[[network.hosts]]`), checked. Header values are
+/// templates, resolved by the fetcher at start-up.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostGrant {
+    /// Lowercase; a leading "*." means the subdomains only.
+    pub host: String,
+    /// Uppercase.
+    pub methods: Vec<String>,
+    pub paths: Vec<String>,
+    pub inject_headers: BTreeMap<String, String>,
+    pub max_response_bytes: usize,
+    pub allow_private_addresses: bool,
+}
+
 /// One upstream MCP server and what the sandbox may do with it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamSettings {
@@ -97,6 +111,8 @@ pub struct EngineSettings {
     pub preimport_preinstalled: bool,
     pub package_index_urls: Vec<String>,
     pub extra_ca_certs: Vec<PathBuf>,
+    /// `[[network.hosts]]`: HTTPS hosts granted to sandboxed code.
+    pub host_grants: Vec<HostGrant>,
     pub runtime_package_installation: bool,
     pub boot: BootMode,
     /// Map the pre-imported snapshot's memory into sandboxes copy-on-write instead of copying it.

@@ -13,8 +13,8 @@ use code_interpreter_mcp_protocol::limits::shown;
 
 use crate::model::{AppConfig, BootMode};
 use crate::settings::{
-    EngineSettings, HttpSettings, SessionSettings, Settings, SnippetSettings, TaskSettings,
-    UpstreamSettings, UpstreamTransport, WorkerSettings,
+    EngineSettings, HostGrant, HttpSettings, SessionSettings, Settings, SnippetSettings,
+    TaskSettings, UpstreamSettings, UpstreamTransport, WorkerSettings,
 };
 use crate::sources::{ConfigError, Source, source_of};
 
@@ -227,8 +227,10 @@ pub fn validate(
     check_lists(c, &fail)?;
     let prometheus = prometheus(c, &fail, bind_addr, sources)?;
     let upstream = upstream(c, &fail)?;
+    let host_grants = host_grants(c, &fail)?;
     let mut settings = settings(c, bind_addr, prometheus, tokio_worker_threads);
     settings.upstream = upstream;
+    settings.engine.host_grants = host_grants;
     Ok(settings)
 }
 
@@ -534,6 +536,110 @@ fn upstream(c: &AppConfig, fail: &Fail) -> Result<BTreeMap<String, UpstreamSetti
     Ok(out)
 }
 
+/// Methods a grant may allow (those a sandbox may use at all).
+const GRANT_METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"];
+
+/// Whether `host` names a host as a grant may: a DNS name of letters, digits, '-' and '.' (with an
+/// optional leading "*."), or an IP address.
+fn grant_host_ok(host: &str) -> bool {
+    if host.parse::<IpAddr>().is_ok() {
+        return true;
+    }
+    let name = host.strip_prefix("*.").unwrap_or(host);
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+/// Headers a grant may not inject: those the transport manages.
+const UNINJECTABLE: [&str; 8] = [
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "upgrade",
+    "te",
+    "trailer",
+    "keep-alive",
+];
+
+/// The `[[network.hosts]]` grants, checked.
+fn host_grants(c: &AppConfig, fail: &Fail) -> Result<Vec<HostGrant>, ConfigError> {
+    let mut out = Vec::new();
+    for (i, g) in c.network.hosts.iter().enumerate() {
+        let key = |k: &str| format!("network.hosts[{i}].{k}");
+        let host = g.host.trim().trim_end_matches('.').to_ascii_lowercase();
+        if !grant_host_ok(&host) {
+            return Err(fail.at(
+                &key("host"),
+                format!(
+                    "\"{}\" must be a host name, \"*.\" and a domain, or an IP address",
+                    shown(&g.host)
+                ),
+            ));
+        }
+        let mut methods = Vec::new();
+        for m in &g.methods {
+            let upper = m.trim().to_ascii_uppercase();
+            if !GRANT_METHODS.contains(&upper.as_str()) {
+                return Err(fail.at(
+                    &key("methods"),
+                    format!(
+                        "\"{}\" is not one of {}",
+                        shown(m),
+                        GRANT_METHODS.join(", ")
+                    ),
+                ));
+            }
+            methods.push(upper);
+        }
+        if methods.is_empty() {
+            return Err(fail.at(&key("methods"), "at least one method"));
+        }
+        if g.paths.is_empty() || g.paths.iter().any(|p| !p.starts_with('/')) {
+            return Err(fail.at(
+                &key("paths"),
+                "one or more path prefixes, each starting with /",
+            ));
+        }
+        for name in g.inject_headers.keys() {
+            let token = !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+            if !token || UNINJECTABLE.contains(&name.to_ascii_lowercase().as_str()) {
+                return Err(fail.at(
+                    &key("inject_headers"),
+                    format!("\"{}\" cannot be injected", shown(name)),
+                ));
+            }
+        }
+        if !(1..=100).contains(&g.max_response_mb) {
+            return Err(fail.at(
+                &key("max_response_mb"),
+                format!("{} is outside 1..=100", g.max_response_mb),
+            ));
+        }
+        out.push(HostGrant {
+            host,
+            methods,
+            paths: g.paths.clone(),
+            inject_headers: g.inject_headers.clone(),
+            max_response_bytes: (g.max_response_mb as usize) << 20,
+            allow_private_addresses: g.allow_private_addresses,
+        });
+    }
+    Ok(out)
+}
+
 /// Where `/metrics` listens, when enabled: an IP address and a port apart from `bind_addr`'s.
 fn prometheus(
     c: &AppConfig,
@@ -619,6 +725,7 @@ fn settings(
             preimport_preinstalled: c.preimport_preinstalled,
             package_index_urls: c.package_index_urls.clone(),
             extra_ca_certs: c.extra_ca_certs.iter().map(PathBuf::from).collect(),
+            host_grants: Vec::new(),
             runtime_package_installation: c.runtime_package_installation,
             boot: w.boot,
             map_snapshot_memory: w.map_snapshot_memory,

@@ -705,3 +705,81 @@ timeout_ms = 5000
     );
     assert_eq!(load(&dir).settings.upstream.len(), 2);
 }
+
+#[test]
+fn network_host_grants_load_with_their_defaults_and_bad_ones_name_the_key() {
+    let dir = temp_dir("grants");
+    write(
+        &dir,
+        "code-interpreter-mcp.toml",
+        r#"
+[[network.hosts]]
+host = "API.Example.com."
+inject_headers = { Authorization = "Bearer ${API_TOKEN}" }
+
+[[network.hosts]]
+host = "*.data.example.org"
+methods = ["get", "POST"]
+paths = ["/v1/", "/v2/"]
+max_response_mb = 5
+allow_private_addresses = true
+"#,
+    );
+    let grants = load(&dir).settings.engine.host_grants;
+    assert_eq!(grants.len(), 2);
+    assert_eq!(grants[0].host, "api.example.com");
+    assert_eq!(grants[0].methods, ["GET", "HEAD"]);
+    assert_eq!(grants[0].paths, ["/"]);
+    assert_eq!(grants[0].max_response_bytes, 100 << 20);
+    assert!(!grants[0].allow_private_addresses);
+    // The template as written: resolved by the server at start-up.
+    assert_eq!(
+        grants[0].inject_headers["Authorization"],
+        "Bearer ${API_TOKEN}"
+    );
+    assert_eq!(grants[1].host, "*.data.example.org");
+    assert_eq!(grants[1].methods, ["GET", "POST"]);
+    assert_eq!(grants[1].max_response_bytes, 5 << 20);
+    assert!(grants[1].allow_private_addresses);
+
+    for (text, expected) in [
+        ("[[network.hosts]]\n", "network.hosts[0].host"),
+        (
+            "[[network.hosts]]\nhost = \"a b\"\n",
+            "network.hosts[0].host",
+        ),
+        (
+            "[[network.hosts]]\nhost = \"https://x.com\"\n",
+            "network.hosts[0].host",
+        ),
+        (
+            "[[network.hosts]]\nhost = \"x.com\"\nmethods = [\"TRACE\"]\n",
+            "network.hosts[0].methods",
+        ),
+        (
+            "[[network.hosts]]\nhost = \"x.com\"\nmethods = []\n",
+            "network.hosts[0].methods",
+        ),
+        (
+            "[[network.hosts]]\nhost = \"x.com\"\npaths = [\"v1\"]\n",
+            "network.hosts[0].paths",
+        ),
+        (
+            "[[network.hosts]]\nhost = \"x.com\"\ninject_headers = { Host = \"y\" }\n",
+            "cannot be injected",
+        ),
+        (
+            "[[network.hosts]]\nhost = \"x.com\"\nmax_response_mb = 101\n",
+            "max_response_mb",
+        ),
+        (
+            "[[network.hosts]]\nhost = \"x.com\"\nsecret = 1\n",
+            "unknown",
+        ),
+    ] {
+        let dir = temp_dir("grants-bad");
+        write(&dir, "code-interpreter-mcp.toml", text);
+        let err = error(&dir, &[]);
+        assert!(err.contains(expected), "{text}: {err}");
+    }
+}

@@ -26,6 +26,8 @@ pub struct EngineConfig {
     pub asset_dir: PathBuf,
     /// HTTPS hosts sandboxes may fetch from (subdomains included).
     pub allowed_hosts: Vec<String>,
+    /// HTTPS hosts the operator grants to sandboxed code (`[[network.hosts]]`).
+    pub host_grants: Vec<crate::config::HostGrant>,
     /// V8 heap budget per isolate, in MiB.
     pub memory_limit_mb: u64,
     /// Cap on one WebAssembly linear memory, in MiB (applies process-wide; see [`Engine::new`]).
@@ -131,6 +133,7 @@ impl EngineShared {
             .build()?;
         let fetcher = Fetcher::new(
             config.allowed_hosts.clone(),
+            &config.host_grants,
             &config.extra_ca_certs,
             io.handle().clone(),
         )?;

@@ -12,6 +12,8 @@ const {
   op_sandbox_code,
   op_sandbox_collect_file,
   op_sandbox_display,
+  op_sandbox_fetch,
+  op_sandbox_fetch_body,
   op_sandbox_file_listed,
   op_sandbox_file_read,
   op_sandbox_image_part,
@@ -28,6 +30,8 @@ const {
 const {
   ArrayIsArray,
   ArrayPrototypeSort,
+  JSONParse,
+  JSONStringify,
   SafeMap,
   String,
   StringPrototypeIncludes,
@@ -55,17 +59,28 @@ const startClock = () => op_sandbox_start_clock();
 const publish = (text) => op_sandbox_display(String(text));
 
 /**
- * What `upstream.py` calls the upstream tools through: `upstream("catalog")`, `upstream("call",
- * server, tool, args, id)` (a promise of its JSON reply), `upstream("cancel", id)`. One function, not
- * an object: a method called on a JavaScript object from Python leaves Pyodide holding the object,
- * which a session's image cannot name. Rust checks every argument; this grants nothing by itself.
+ * What `upstream.py` and `http.py` reach Rust through: `upstream("catalog")`, `upstream("call",
+ * server, tool, args, id)` (a promise of its JSON reply), `upstream("cancel", id)`, and
+ * `upstream("http", url, method, headersJson, body)` (a promise of `[metaJson, bytes]`). One
+ * function, not an object: a method called on a JavaScript object from Python leaves Pyodide holding
+ * the object, which a session's image cannot name. Rust checks every argument; this grants nothing.
  */
 const upstream = (what, a, b, c, d) => {
   if (what === "catalog") return op_sandbox_upstream_catalog();
   if (what === "call") return op_sandbox_upstream_call(String(a), String(b), String(c), d);
   if (what === "cancel") return op_sandbox_upstream_cancel(a);
-  throw new TypeError("upstream: catalog, call or cancel");
+  if (what === "http") return http(a, b, c, d);
+  throw new TypeError("upstream: catalog, call, cancel or http");
 };
+
+/** One HTTPS request for urllib (http.py), through the same op as fetch. */
+async function http(url, method, headersJson, body) {
+  const headers = JSONParse(String(headersJson));
+  const r = await op_sandbox_fetch(String(url), String(method), headers, body ?? null);
+  const data = op_sandbox_fetch_body(r.body);
+  const meta = { status: r.status, statusText: r.statusText, url: r.url, headers: r.headers };
+  return [JSONStringify(meta), new Uint8Array(data)];
+}
 
 /** Called by the runner with what the code produced (Rust caps every field). */
 const report = (success, result, resultTruncated, errorType, message, traceback) =>

@@ -1,7 +1,8 @@
 //! The `sandbox` deno_core extension: every op the sandbox's JavaScript may call, and the per-isolate
 //! state they share. Ops are the only door from the isolate to Rust; each one does a single narrow
 //! thing. They come in pairs with the JavaScript that calls them:
-//! - [`web`] and `web.js`: the Web APIs Pyodide needs (encoding, URL, Base64, time, randomness, fetch);
+//! - [`web`] and `web.js`: the Web APIs Pyodide needs (encoding, URL, Base64, time, randomness, fetch;
+//!   with `http.py`: urllib over the same fetch op);
 //! - [`call`] and `call.js` (with `runner.py`): one call's lifecycle;
 //! - [`pyodide`] and `pyodide.js`: booting Pyodide and the memory snapshot (with `dylink.js`: the
 //!   shared libraries of a snapshot with pre-imported packages);
@@ -45,10 +46,12 @@ pub(crate) const NOTEBOOK_PY: &str = include_str!("notebook.py");
 pub(crate) const DISPLAY_PY: &str = include_str!("display.py");
 /// `import upstream`: the granted upstream tools as Python functions, defined before the runner.
 pub(crate) const UPSTREAM_PY: &str = include_str!("upstream.py");
+/// urllib.request over the HTTPS op, defined before the runner.
+pub(crate) const HTTP_PY: &str = include_str!("http.py");
 
 /// The sandbox's JavaScript and Python glue as compiled into the binary (for the memory snapshot's
 /// key: the snapshot is taken by this code).
-pub(crate) fn glue() -> [&'static str; 13] {
+pub(crate) fn glue() -> [&'static str; 14] {
     [
         include_str!("runtime.js"),
         include_str!("web.js"),
@@ -63,6 +66,7 @@ pub(crate) fn glue() -> [&'static str; 13] {
         NOTEBOOK_PY,
         DISPLAY_PY,
         UPSTREAM_PY,
+        HTTP_PY,
     ]
 }
 

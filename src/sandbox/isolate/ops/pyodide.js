@@ -31,18 +31,18 @@ const INDEX_URL = "/pyodide/";
 
 /**
  * Makes the modules `_sandbox_display` (display.py, passed as `display`), `_sandbox_notebook`
- * (notebook.py, as `notebook`), `_sandbox_upstream` (upstream.py, as `upstream`) and
- * `_sandbox_runner` (runner.py, as `source`), each importing those
+ * (notebook.py, as `notebook`), `_sandbox_upstream` (upstream.py, as `upstream`), `_sandbox_http`
+ * (http.py, as `http`) and `_sandbox_runner` (runner.py, as `source`), each importing those
  * before it. Done before a snapshot is taken, so restored sandboxes
  * find them imported. (Importing micropip there would leave JavaScript references that a memory
  * snapshot cannot hold; the runner holds none.)
  */
 const DEFINE_RUNNER = `import sys, types
-for name, text, filename in (("_sandbox_display", display, "<sandbox-display>"), ("_sandbox_notebook", notebook, "<sandbox-notebook>"), ("_sandbox_upstream", upstream, "<sandbox-upstream>"), ("_sandbox_runner", source, "<sandbox-runner>")):
+for name, text, filename in (("_sandbox_display", display, "<sandbox-display>"), ("_sandbox_notebook", notebook, "<sandbox-notebook>"), ("_sandbox_upstream", upstream, "<sandbox-upstream>"), ("_sandbox_http", http, "<sandbox-http>"), ("_sandbox_runner", source, "<sandbox-runner>")):
     module = types.ModuleType(name)
     sys.modules[name] = module
     exec(compile(text, filename, "exec"), module.__dict__)
-del name, text, filename, module, display, notebook, upstream, source`;
+del name, text, filename, module, display, notebook, upstream, http, source`;
 /**
  * Run just before the memory snapshot is taken: every object alive then (the interpreter's modules,
  * Pyodide's, the runner's) moves to the garbage collector's permanent generation, which its
@@ -266,7 +266,7 @@ export async function boot(gate = null) {
     await buildLayer(pyodide, cfg.requirements, cfg.indexUrls);
     return;
   }
-  if (!restoring) defineRunner(cfg.runnerSource, cfg.notebookSource, cfg.displaySource, cfg.upstreamSource);
+  if (!restoring) defineRunner(cfg.runnerSource, cfg.notebookSource, cfg.displaySource, cfg.upstreamSource, cfg.httpSource);
   if (cfg.kind === "snapshot") {
     // The runner and the modules it imports go into the snapshot, and with `preimport` those
     // modules; nothing else happens before it. The package layer is not in it: MEMFS is not part of
@@ -410,10 +410,11 @@ export async function preloadPyodide() {
 }
 
 /** Defines the `_sandbox_runner` module from runner.py's source (and the helpers it uses). */
-function defineRunner(source, notebook, display, upstream) {
+function defineRunner(source, notebook, display, upstream, http) {
   const globals = pyodide.globals.get("dict")();
   globals.set("source", source);
   globals.set("upstream", upstream);
+  globals.set("http", http);
   globals.set("notebook", notebook);
   globals.set("display", display);
   pyodide.runPython(DEFINE_RUNNER, { globals, filename: "<sandbox-runner-setup>" });

@@ -79,6 +79,7 @@ struct BootConfig {
     notebook_source: &'static str,
     display_source: &'static str,
     upstream_source: &'static str,
+    http_source: &'static str,
     /// Whether upstream MCP servers are configured (`import upstream` finds them).
     upstream: bool,
     /// Boot with Pyodide's snapshot bookkeeping on, so that the state can be saved later.
@@ -124,6 +125,7 @@ pub(super) fn op_sandbox_boot_config(op_state: &mut OpState) -> Result<BootConfi
         notebook_source: super::NOTEBOOK_PY,
         display_source: super::DISPLAY_PY,
         upstream_source: super::UPSTREAM_PY,
+        http_source: super::HTTP_PY,
         upstream: s.shared.config.upstreams.is_some(),
         saveable: matches!(b.role, Role::Sandbox { saveable: true, .. }),
         table_rows: s.shared.config.table_rows,

@@ -23,6 +23,7 @@ from pyodide.code import eval_code_async
 
 import _sandbox_display as display
 import _sandbox_notebook as notebook
+import _sandbox_http as http_glue
 import _sandbox_upstream as upstream_tools
 
 FILENAME = "<code>"
@@ -194,6 +195,7 @@ async def run(
     linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
     display._publish = publish
     upstream_tools._js = upstream
+    http_glue._js = upstream
     display.reset_figures()
     start_clock()
     cell = None
@@ -243,6 +245,7 @@ def _finish():
     _flush()
     display._publish = None
     upstream_tools.release()
+    http_glue._js = None
 
 
 def _report(report, success, result, truncated, error_type, message, traceback):
@@ -296,6 +299,8 @@ def prepare(micropip_unavailable=None, table_rows=20, table_columns=20, reseed=T
         sys.meta_path.append(_BackendFinder)
     if upstream:
         upstream_tools.install()
+    # urlopen (pandas.read_csv of a URL) through the HTTPS op, as requests, httpx and pyfetch go.
+    http_glue.install()
     os.environ["MPLBACKEND"] = "module://" + BACKEND
     # A long time.sleep notices an interrupt within 50 ms.
     time.sleep = _interruptible_sleep

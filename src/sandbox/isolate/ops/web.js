@@ -349,6 +349,30 @@ class Response {
   get ok() {
     return this.status >= 200 && this.status < 300;
   }
+  /**
+   * The body as a stream with a reader (what urllib3's streaming requests read): the bytes, already
+   * in memory, in one chunk.
+   */
+  get body() {
+    if (this.#stream === undefined) {
+      const take = () => this.#take();
+      let done = false;
+      const reader = {
+        read: async () => {
+          if (done) return { done: true, value: undefined };
+          done = true;
+          return { done: false, value: take() };
+        },
+        cancel: async () => {
+          done = true;
+        },
+        releaseLock() {},
+      };
+      this.#stream = { getReader: () => reader, cancel: reader.cancel, locked: false };
+    }
+    return this.#stream;
+  }
+  #stream = undefined;
   #take() {
     if (this.bodyUsed) throw new TypeError("Body has already been consumed");
     this.bodyUsed = true;

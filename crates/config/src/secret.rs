@@ -75,8 +75,9 @@ mod tests {
         assert_eq!(format!("{s:?}"), "<redacted>");
         let e = resolve("upstream.x.headers.A", "${CIM_SECRET_TEST_MISSING}").unwrap_err();
         assert!(e.contains("CIM_SECRET_TEST_MISSING") && e.contains("upstream.x.headers.A"));
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("token");
+        let dir = std::env::temp_dir().join(format!("cim-secret-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("token");
         std::fs::write(&file, "from-file\n").unwrap();
         let s = resolve("k", &format!("@{}", file.display())).unwrap();
         assert_eq!(s.expose(), "from-file");
@@ -86,5 +87,6 @@ mod tests {
                 .contains("/nonexistent/x")
         );
         assert_eq!(resolve("k", "plain $HOME").unwrap().expose(), "plain $HOME");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
