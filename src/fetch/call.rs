@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use tokio_util::sync::CancellationToken;
 
 use super::FetchResponse;
-use crate::protocol::limits::MAX_FETCH_CACHE_BYTES;
+use crate::protocol::limits::{MAX_FETCH_CACHE_BYTES, MAX_FETCHES_IN_FLIGHT};
 
 /// Successful header-less GET responses for package artifacts (wheels and source archives), by
 /// normalised URL, most recently used last.
@@ -86,7 +86,18 @@ impl Drop for CallFetches {
 }
 
 /// Counts one request in flight for a call until dropped.
-pub(super) struct InFlight(pub(super) Arc<AtomicUsize>);
+pub(super) struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    /// One more request of `call` in flight, or `None` when it has its most already.
+    pub(super) fn enter(call: &CallFetches) -> Option<Self> {
+        if call.in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_FETCHES_IN_FLIGHT {
+            call.in_flight.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(Self(call.in_flight.clone()))
+    }
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {

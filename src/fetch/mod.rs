@@ -236,11 +236,7 @@ impl Fetcher {
         let parsed = self.check(&request.url)?;
         let method = request.method.to_ascii_uppercase();
         check_request(&method, &mut request)?;
-        if call.in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_FETCHES_IN_FLIGHT {
-            call.in_flight.fetch_sub(1, Ordering::SeqCst);
-            return Err(FetchError::TooMany);
-        }
-        let _in_flight = InFlight(call.in_flight.clone());
+        let _in_flight = InFlight::enter(call).ok_or(FetchError::TooMany)?;
         let mut normalised = parsed.clone();
         normalised.set_fragment(None);
         let key = normalised.to_string();
@@ -278,12 +274,7 @@ impl Fetcher {
                 response
             }
         };
-        let len = response.body.len() as u64;
-        let received = call.received.fetch_add(len, Ordering::SeqCst) + len;
-        if received > MAX_FETCH_BYTES_PER_CALL {
-            return Err(FetchError::CallBudget);
-        }
-        Ok(response)
+        charged(call, response)
     }
 
     /// A request to a granted host (see `grant.rs`): redirects followed here one hop at a time, each
@@ -298,11 +289,7 @@ impl Fetcher {
             Url::parse(&request.url).map_err(|_| FetchError::InvalidUrl(shown(&request.url)))?;
         let method = request.method.to_ascii_uppercase();
         check_request(&method, &mut request)?;
-        if call.in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_FETCHES_IN_FLIGHT {
-            call.in_flight.fetch_sub(1, Ordering::SeqCst);
-            return Err(FetchError::TooMany);
-        }
-        let _in_flight = InFlight(call.in_flight.clone());
+        let _in_flight = InFlight::enter(call).ok_or(FetchError::TooMany)?;
         let work = granted_request(
             self.grant_client.clone(),
             self.grants.clone(),
@@ -315,12 +302,7 @@ impl Fetcher {
         let response = self
             .on_io(work, deadline, Some(call.cancel.clone()))
             .await?;
-        let len = response.body.len() as u64;
-        let received = call.received.fetch_add(len, Ordering::SeqCst) + len;
-        if received > MAX_FETCH_BYTES_PER_CALL {
-            return Err(FetchError::CallBudget);
-        }
-        Ok(response)
+        charged(call, response)
     }
 
     /// A GET of `url` for the engine itself (a lock-file wheel), uncached, before `deadline`.
@@ -381,6 +363,16 @@ impl Fetcher {
         task.await
             .map_err(|e| FetchError::Failed(format!("request task failed: {e}")))?
     }
+}
+
+/// `response`, its bytes counted against the call's budget (refused once it is spent).
+fn charged(call: &CallFetches, response: FetchResponse) -> Result<FetchResponse, FetchError> {
+    let len = response.body.len() as u64;
+    let received = call.received.fetch_add(len, Ordering::SeqCst) + len;
+    if received > MAX_FETCH_BYTES_PER_CALL {
+        return Err(FetchError::CallBudget);
+    }
+    Ok(response)
 }
 
 /// The method and headers of a sandbox's request, as any request's: a usual method, no header a
