@@ -1,6 +1,7 @@
 //! Egress the operator grants (`[[network.hosts]]`): which grant a URL falls under, whether its
 //! method and path are allowed, the headers injected into its requests (credentials, resolved at
-//! start-up, never handed to the sandbox), and the resolver that refuses a granted name whose
+//! start-up, never handed to the sandbox), the request itself with its redirects followed one hop at
+//! a time, and the resolver that refuses a granted name whose
 //! addresses are private, loopback, link-local or otherwise not public (checked on the addresses
 //! the connection then uses: no second lookup, nothing to rebind).
 
@@ -10,9 +11,12 @@ use std::sync::Arc;
 use reqwest::header::{HeaderName, HeaderValue};
 use url::Url;
 
-use super::FetchError;
-use super::policy::short;
+use super::policy::{check_url, short};
+use super::{
+    FetchError, FetchResponse, MAX_REDIRECTS, MAX_RESPONSE_BYTES, describe, read_response,
+};
 use crate::config::{HostGrant, secret};
+use crate::protocol::limits::shown;
 
 /// One granted host, its credentials resolved.
 pub(super) struct Grant {
@@ -156,6 +160,90 @@ impl Grant {
             .iter()
             .any(|(n, _)| n.as_str().eq_ignore_ascii_case(name))
     }
+}
+
+/// One granted request and its redirects (at most [`MAX_REDIRECTS`]): each hop re-checked against
+/// the grants and the allowlist and carrying only its own grant's headers; a response holding an
+/// injected value refused.
+pub(super) async fn request(
+    client: reqwest::Client,
+    grants: Arc<Grants>,
+    allowed: Arc<Vec<String>>,
+    mut url: Url,
+    mut method: String,
+    headers: Vec<(String, String)>,
+    mut body: Option<Vec<u8>>,
+) -> Result<FetchResponse, FetchError> {
+    for hop in 0..=MAX_REDIRECTS {
+        let grant = grants.for_url(&url);
+        match grant {
+            Some(g) => {
+                if url.scheme() != "https" {
+                    return Err(FetchError::NotHttps(short(url.as_str())));
+                }
+                g.check(&url, &method)?;
+                if let Some((name, _)) = headers.iter().find(|(n, _)| g.injects(n)) {
+                    return Err(FetchError::InjectedHeader(shown(name)));
+                }
+            }
+            None => check_url(&allowed, &url)?,
+        }
+        let m = reqwest::Method::from_bytes(method.as_bytes())
+            .map_err(|_| FetchError::Method(shown(&method)))?;
+        let mut request = client.request(m, url.clone());
+        for (k, v) in &headers {
+            request = request.header(k, v);
+        }
+        if let Some(g) = grant {
+            for (name, value) in &g.headers {
+                request = request.header(name.clone(), value.clone());
+            }
+        }
+        if let Some(body) = &body {
+            request = request.body(body.clone());
+        }
+        let response = request.send().await.map_err(describe)?;
+        let status = response.status();
+        if status.is_redirection()
+            && let Some(location) = response.headers().get(reqwest::header::LOCATION)
+        {
+            if hop == MAX_REDIRECTS {
+                return Err(FetchError::Failed("too many redirects".into()));
+            }
+            let location = location
+                .to_str()
+                .map_err(|_| FetchError::Failed("a redirect to an unreadable location".into()))?;
+            let next = url
+                .join(location)
+                .map_err(|_| FetchError::InvalidUrl(shown(location)))?;
+            let code = status.as_u16();
+            if code == 303 || ((code == 301 || code == 302) && method == "POST") {
+                method = "GET".into();
+                body = None;
+            }
+            url = next;
+            continue;
+        }
+        let max = grant.map_or(MAX_RESPONSE_BYTES, |g| g.max_response_bytes);
+        let requested = if hop == 0 {
+            url.to_string()
+        } else {
+            String::new()
+        };
+        let response = read_response(response, requested, max).await?;
+        let host = url.host_str().unwrap_or("").to_string();
+        for value in grants.injected_values() {
+            let in_headers = response
+                .headers
+                .iter()
+                .any(|(_, v)| memchr::memmem::find(v.as_bytes(), value).is_some());
+            if in_headers || memchr::memmem::find(&response.body, value).is_some() {
+                return Err(FetchError::Reflected(short(&host)));
+            }
+        }
+        return Ok(response);
+    }
+    Err(FetchError::Failed("too many redirects".into()))
 }
 
 /// Whether `ip` is a public unicast address (IPv4-mapped, NAT64 and 6to4 addresses by their IPv4

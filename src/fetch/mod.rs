@@ -290,7 +290,7 @@ impl Fetcher {
         let method = request.method.to_ascii_uppercase();
         check_request(&method, &mut request)?;
         let _in_flight = InFlight::enter(call).ok_or(FetchError::TooMany)?;
-        let work = granted_request(
+        let work = grant::request(
             self.grant_client.clone(),
             self.grants.clone(),
             self.allowed_hosts.clone(),
@@ -394,88 +394,6 @@ fn check_request(method: &str, request: &mut SandboxRequest) -> Result<(), Fetch
         }
     }
     Ok(())
-}
-
-/// One granted request and its redirects (at most [`MAX_REDIRECTS`]).
-async fn granted_request(
-    client: reqwest::Client,
-    grants: Arc<Grants>,
-    allowed: Arc<Vec<String>>,
-    mut url: Url,
-    mut method: String,
-    headers: Vec<(String, String)>,
-    mut body: Option<Vec<u8>>,
-) -> Result<FetchResponse, FetchError> {
-    for hop in 0..=MAX_REDIRECTS {
-        let grant = grants.for_url(&url);
-        match grant {
-            Some(g) => {
-                if url.scheme() != "https" {
-                    return Err(FetchError::NotHttps(short(url.as_str())));
-                }
-                g.check(&url, &method)?;
-                if let Some((name, _)) = headers.iter().find(|(n, _)| g.injects(n)) {
-                    return Err(FetchError::InjectedHeader(shown(name)));
-                }
-            }
-            None => check_url(&allowed, &url)?,
-        }
-        let m = reqwest::Method::from_bytes(method.as_bytes())
-            .map_err(|_| FetchError::Method(shown(&method)))?;
-        let mut request = client.request(m, url.clone());
-        for (k, v) in &headers {
-            request = request.header(k, v);
-        }
-        if let Some(g) = grant {
-            for (name, value) in &g.headers {
-                request = request.header(name.clone(), value.clone());
-            }
-        }
-        if let Some(body) = &body {
-            request = request.body(body.clone());
-        }
-        let response = request.send().await.map_err(describe)?;
-        let status = response.status();
-        if status.is_redirection()
-            && let Some(location) = response.headers().get(reqwest::header::LOCATION)
-        {
-            if hop == MAX_REDIRECTS {
-                return Err(FetchError::Failed("too many redirects".into()));
-            }
-            let location = location
-                .to_str()
-                .map_err(|_| FetchError::Failed("a redirect to an unreadable location".into()))?;
-            let next = url
-                .join(location)
-                .map_err(|_| FetchError::InvalidUrl(shown(location)))?;
-            let code = status.as_u16();
-            if code == 303 || ((code == 301 || code == 302) && method == "POST") {
-                method = "GET".into();
-                body = None;
-            }
-            url = next;
-            continue;
-        }
-        let max = grant.map_or(MAX_RESPONSE_BYTES, |g| g.max_response_bytes);
-        let requested = if hop == 0 {
-            url.to_string()
-        } else {
-            String::new()
-        };
-        let response = read_response(response, requested, max).await?;
-        let host = url.host_str().unwrap_or("").to_string();
-        for value in grants.injected_values() {
-            let in_headers = response
-                .headers
-                .iter()
-                .any(|(_, v)| memchr::memmem::find(v.as_bytes(), value).is_some());
-            if in_headers || memchr::memmem::find(&response.body, value).is_some() {
-                return Err(FetchError::Reflected(short(&host)));
-            }
-        }
-        return Ok(response);
-    }
-    Err(FetchError::Failed("too many redirects".into()))
 }
 
 /// What a sandbox asks for.
