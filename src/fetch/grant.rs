@@ -27,6 +27,8 @@ pub(super) struct Grant {
     paths: Vec<String>,
     /// Injected into every request to the host (values marked sensitive).
     pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// What of those values a response must not hold (see `Secret::needles`).
+    needles: Vec<Vec<u8>>,
     pub max_response_bytes: usize,
     allow_private: bool,
 }
@@ -54,6 +56,7 @@ impl Grants {
         let mut grants = Vec::new();
         for (i, g) in config.iter().enumerate() {
             let mut headers = Vec::new();
+            let mut needles = Vec::new();
             for (name, secret) in secret::resolve_all(
                 &format!("network.hosts[{i}].inject_headers"),
                 &g.inject_headers,
@@ -66,6 +69,13 @@ impl Grants {
                 })?;
                 value.set_sensitive(true);
                 headers.push((name, value));
+                // (An injected header is a credential even when written literally.)
+                needles.extend(
+                    secret
+                        .needles(true)
+                        .into_iter()
+                        .map(|n| n.as_bytes().to_vec()),
+                );
             }
             let (host, wildcard) = match g.host.strip_prefix("*.") {
                 Some(domain) => (domain.to_string(), true),
@@ -77,6 +87,7 @@ impl Grants {
                 methods: g.methods.clone(),
                 paths: g.paths.clone(),
                 headers,
+                needles,
                 max_response_bytes: g.max_response_bytes,
                 allow_private: g.allow_private_addresses,
             });
@@ -108,12 +119,12 @@ impl Grants {
         url.host_str().and_then(|h| self.for_host(h))
     }
 
-    /// Every injected value, to refuse responses that hold one.
+    /// Every injected credential (the secret parts of each injected value), to refuse responses
+    /// that hold one.
     pub fn injected_values(&self) -> impl Iterator<Item = &[u8]> {
         self.0
             .iter()
-            .flat_map(|g| g.headers.iter().map(|(_, v)| v.as_bytes()))
-            .filter(|v| v.len() >= 4)
+            .flat_map(|g| g.needles.iter().map(Vec::as_slice))
     }
 }
 

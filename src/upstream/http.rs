@@ -15,7 +15,7 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use http::{HeaderName, HeaderValue};
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
-use rmcp::service::{RoleClient, RunningService, ServiceExt};
+use rmcp::service::ServiceExt;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClient, StreamableHttpClientTransportConfig, StreamableHttpError,
@@ -23,6 +23,7 @@ use rmcp::transport::streamable_http_client::{
 };
 use sse_stream::{Sse, SseStream};
 
+use super::{Running, Watcher};
 use crate::config::Secret;
 
 /// The client every HTTP upstream shares: trusted roots, no redirects, a connect timeout (calls
@@ -35,13 +36,15 @@ pub(super) fn client(extra_ca_certs: &[PathBuf]) -> anyhow::Result<reqwest::Clie
         .build()?)
 }
 
-/// Connects to `url` with `headers` on every request; no message larger than `max_bytes` is read.
+/// Connects to `url` as `watcher` with `headers` on every request; no message larger than
+/// `max_bytes` is read.
 pub(super) async fn connect(
+    watcher: Watcher,
     client: reqwest::Client,
     url: &str,
     headers: &[(String, Secret)],
     max_bytes: usize,
-) -> Result<RunningService<RoleClient, ()>, String> {
+) -> Result<Running, String> {
     let mut custom = HashMap::new();
     for (name, value) in headers {
         let name = HeaderName::try_from(name.as_str())
@@ -57,7 +60,8 @@ pub(super) async fn connect(
         .max_sse_event_size(max_bytes)
         .reinit_on_expired_session(true);
     let transport = StreamableHttpClientTransport::with_client(Bounded(client), config);
-    ().serve(transport)
+    watcher
+        .serve(transport)
         .await
         .map_err(|e| format!("the server did not complete the MCP initialization: {e}"))
 }

@@ -16,6 +16,7 @@ pub use call::CallUpstream;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -67,6 +68,14 @@ struct Server {
     name: String,
     settings: UpstreamSettings,
     connect: Connect,
+    /// What the credentials took from the environment or files: never passed on from the server
+    /// (a result holding one is withheld, its standard error redacted).
+    needles: Arc<[String]>,
+    /// `max_concurrent_calls` permits, shared by every sandbox.
+    slots: Arc<tokio::sync::Semaphore>,
+    /// A listing after `tools/list_changed` is running; another was asked for meanwhile.
+    relisting: AtomicBool,
+    relist_again: AtomicBool,
     link: Mutex<Link>,
 }
 
@@ -129,10 +138,26 @@ impl Upstreams {
                     client: http::client(extra_ca_certs)?,
                 },
             };
+            let needles: Vec<String> = match &connect {
+                Connect::Stdio { env: secrets, .. }
+                | Connect::Http {
+                    headers: secrets, ..
+                } => secrets
+                    .iter()
+                    .flat_map(|(_, s)| s.needles(false))
+                    .map(str::to_string)
+                    .collect(),
+            };
             let server = Arc::new(Server {
                 name: name.clone(),
                 settings: settings.clone(),
                 connect,
+                needles: needles.into(),
+                slots: Arc::new(tokio::sync::Semaphore::new(
+                    settings.max_concurrent_calls as usize,
+                )),
+                relisting: AtomicBool::new(false),
+                relist_again: AtomicBool::new(false),
                 link: Mutex::new(Link::Connecting),
             });
             servers.insert(name.clone(), server);
@@ -348,24 +373,71 @@ impl Upstreams {
         let deadline = deadline.map_or(own, |d| d.min(own));
         let max_bytes = s.settings.max_result_bytes;
         let request = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        let (slots, needles) = (s.slots.clone(), s.needles.clone());
+        let at = tokio::time::Instant::from_std(deadline);
+        let timed_out = move || {
+            if deadline < own {
+                "the execution's time ran out during the call".to_string()
+            } else {
+                format!("no answer within {} ms", timeout.as_millis())
+            }
+        };
+        let call = async move {
+            // Every sandbox's calls to the server share its slots; waiting for one is part of the
+            // call's time.
+            let _slot = match tokio::time::timeout_at(at, slots.acquire_owned()).await {
+                Err(_) => {
+                    return Err((
+                        O::Timeout,
+                        format!(
+                            "{} (every call slot of the server stayed busy)",
+                            timed_out()
+                        ),
+                    ));
+                }
+                Ok(Err(_)) => {
+                    return Err((O::Unavailable, "the server is shutting down".to_string()));
+                }
+                Ok(Ok(slot)) => slot,
+            };
+            match tokio::time::timeout_at(at, peer.call_tool(request)).await {
+                Err(_) => Err((O::Timeout, timed_out())),
+                Ok(Err(e)) => Err((
+                    O::Error,
+                    withheld(format!("the call failed: {e}"), &needles),
+                )),
+                Ok(Ok(result)) => {
+                    let text =
+                        serde_json::to_string(&result).map_err(|e| (O::Error, e.to_string()))?;
+                    if text.len() > max_bytes {
+                        Err((
+                            O::TooLarge,
+                            format!(
+                                "the result is {} bytes, over the limit of {max_bytes}",
+                                text.len()
+                            ),
+                        ))
+                    } else if needles
+                        .iter()
+                        .any(|n| memchr::memmem::find(text.as_bytes(), n.as_bytes()).is_some())
+                    {
+                        Err((
+                            O::Error,
+                            "the result holds one of the server's credentials; it was withheld"
+                                .to_string(),
+                        ))
+                    } else if result.is_error == Some(true) {
+                        Ok((O::ToolError, text))
+                    } else {
+                        Ok((O::Ok, text))
+                    }
+                }
+            }
+        };
         let task = async move {
             tokio::select! {
                 _ = token.cancelled() => Err((O::Cancelled, "the call was cancelled".to_string())),
-                r = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), peer.call_tool(request)) => match r {
-                    Err(_) if deadline < own => Err((O::Timeout, "the execution's time ran out during the call".to_string())),
-                    Err(_) => Err((O::Timeout, format!("no answer within {} ms", timeout.as_millis()))),
-                    Ok(Err(e)) => Err((O::Error, format!("the call failed: {e}"))),
-                    Ok(Ok(result)) => {
-                        let text = serde_json::to_string(&result).map_err(|e| (O::Error, e.to_string()))?;
-                        if text.len() > max_bytes {
-                            Err((O::TooLarge, format!("the result is {} bytes, over the limit of {max_bytes}", text.len())))
-                        } else if result.is_error == Some(true) {
-                            Ok((O::ToolError, text))
-                        } else {
-                            Ok((O::Ok, text))
-                        }
-                    }
-                },
+                r = call => r,
             }
         };
         let handle = self
@@ -401,6 +473,89 @@ impl Server {
     fn max_message_bytes(&self) -> usize {
         self.settings.max_result_bytes + ENVELOPE_BYTES
     }
+
+    /// The granted tools `peer` lists now.
+    async fn granted_tools(
+        &self,
+        peer: &Peer<RoleClient>,
+    ) -> Result<BTreeMap<String, Tool>, rmcp::ServiceError> {
+        Ok(peer
+            .list_all_tools()
+            .await?
+            .into_iter()
+            .filter(|t| self.granted(&t.name))
+            .map(|t| (t.name.to_string(), t))
+            .collect())
+    }
+}
+
+impl Server {
+    /// Lists the tools again (after `tools/list_changed`).
+    async fn relist(&self, peer: &Peer<RoleClient>) {
+        match self.granted_tools(peer).await {
+            Ok(listed) => {
+                if let Link::Up { tools, .. } = &mut *self.link() {
+                    tracing::info!(upstream = %self.name, tools = listed.len(), "upstream tools changed");
+                    *tools = Arc::new(listed);
+                }
+            }
+            Err(e) => {
+                let error = withheld(e.to_string(), &self.needles);
+                tracing::warn!(upstream = %self.name, %error, "listing the upstream's changed tools failed")
+            }
+        }
+    }
+}
+
+/// `message` (from the server), or a refusal if it holds one of the server's credentials.
+fn withheld(message: String, needles: &[String]) -> String {
+    if needles.iter().any(|n| message.contains(n.as_str())) {
+        "the server's answer held one of its credentials; it was withheld".into()
+    } else {
+        message
+    }
+}
+
+/// The client side of one connection: follows the server's `notifications/tools/list_changed`
+/// (a stdio server's at any time; a Streamable HTTP server's within its answers, as no standalone
+/// stream is opened), so a tool it adds becomes callable and one it drops stops being offered.
+#[derive(Clone)]
+struct Watcher {
+    server: std::sync::Weak<Server>,
+}
+
+impl Watcher {
+    fn name(&self) -> String {
+        self.server
+            .upgrade()
+            .map(|s| s.name.clone())
+            .unwrap_or_default()
+    }
+}
+
+impl rmcp::ClientHandler for Watcher {
+    async fn on_tool_list_changed(&self, context: rmcp::service::NotificationContext<RoleClient>) {
+        let Some(server) = self.server.upgrade() else {
+            return;
+        };
+        // One listing at a time however many notifications come; one asked for during a listing
+        // runs after it.
+        server.relist_again.store(true, Ordering::SeqCst);
+        if server.relisting.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        loop {
+            while server.relist_again.swap(false, Ordering::SeqCst) {
+                server.relist(&context.peer).await;
+            }
+            server.relisting.store(false, Ordering::SeqCst);
+            if !server.relist_again.load(Ordering::SeqCst)
+                || server.relisting.swap(true, Ordering::SeqCst)
+            {
+                break;
+            }
+        }
+    }
 }
 
 /// Keeps `server` connected: connects, lists its tools, waits for the connection to end, and
@@ -414,13 +569,8 @@ async fn supervise(server: Arc<Server>, first: std::sync::mpsc::Sender<()>) {
         match attempt.unwrap_or_else(|_| Err("no answer to initialize within 30 s".into())) {
             Ok((running, guard)) => {
                 let peer = running.peer().clone();
-                match peer.list_all_tools().await {
-                    Ok(listed) => {
-                        let tools: BTreeMap<String, Tool> = listed
-                            .into_iter()
-                            .filter(|t| server.granted(&t.name))
-                            .map(|t| (t.name.to_string(), t))
-                            .collect();
+                match server.granted_tools(&peer).await {
+                    Ok(tools) => {
                         if first.is_none() {
                             tracing::info!(upstream = %server.name, tools = tools.len(), "upstream connected again");
                         }
@@ -433,20 +583,24 @@ async fn supervise(server: Arc<Server>, first: std::sync::mpsc::Sender<()>) {
                         }
                         let quit = running.waiting().await;
                         server.set(Link::Down {
-                            reason: format!("the connection ended ({quit:?})"),
+                            reason: withheld(
+                                format!("the connection ended ({quit:?})"),
+                                &server.needles,
+                            ),
                         });
                         tracing::warn!(upstream = %server.name, "upstream connection ended; connecting again");
                     }
                     Err(e) => {
-                        server.set(Link::Down {
-                            reason: format!("listing its tools failed: {e}"),
-                        });
-                        tracing::warn!(upstream = %server.name, error = %e, "listing the upstream's tools failed");
+                        let reason =
+                            withheld(format!("listing its tools failed: {e}"), &server.needles);
+                        tracing::warn!(upstream = %server.name, error = %reason, "listing the upstream's tools failed");
+                        server.set(Link::Down { reason });
                     }
                 }
                 drop(guard);
             }
             Err(reason) => {
+                let reason = withheld(reason, &server.needles);
                 if first.is_none() {
                     tracing::warn!(upstream = %server.name, error = %reason, "upstream connection failed");
                 }
@@ -467,13 +621,17 @@ async fn supervise(server: Arc<Server>, first: std::sync::mpsc::Sender<()>) {
 /// What keeps a connection's other end alive: a stdio server's process.
 type Guard = Option<child::Child>;
 
-type Running = rmcp::service::RunningService<RoleClient, ()>;
+type Running = rmcp::service::RunningService<RoleClient, Watcher>;
 
-async fn connect(server: &Server) -> Result<(Running, Guard), String> {
+async fn connect(server: &Arc<Server>) -> Result<(Running, Guard), String> {
     let max = server.max_message_bytes();
+    let watcher = Watcher {
+        server: Arc::downgrade(server),
+    };
     match &server.connect {
         Connect::Stdio { command, args, env } => {
-            let (running, child) = child::connect(&server.name, command, args, env, max).await?;
+            let (running, child) =
+                child::connect(watcher, command, args, env, max, server.needles.clone()).await?;
             Ok((running, Some(child)))
         }
         Connect::Http {
@@ -481,7 +639,7 @@ async fn connect(server: &Server) -> Result<(Running, Guard), String> {
             headers,
             client,
         } => {
-            let running = http::connect(client.clone(), url, headers, max).await?;
+            let running = http::connect(watcher, client.clone(), url, headers, max).await?;
             Ok((running, None))
         }
     }

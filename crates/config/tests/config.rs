@@ -647,6 +647,7 @@ timeout_ms = 5000
     let loaded = load(&dir);
     let memory = &loaded.settings.upstream["memory"];
     assert_eq!(memory.max_calls_per_execution, 100);
+    assert_eq!(memory.max_concurrent_calls, 16);
     assert_eq!(memory.timeout, std::time::Duration::from_secs(30));
     assert_eq!(memory.max_result_bytes, 1024 * 1024);
     assert!(matches!(
@@ -688,6 +689,10 @@ timeout_ms = 5000
         (
             "[upstream.a]\ncommand = \"x\"\nmax_calls_per_execution = 0\n",
             "upstream.a.max_calls_per_execution",
+        ),
+        (
+            "[upstream.a]\ncommand = \"x\"\nmax_concurrent_calls = 2000\n",
+            "upstream.a.max_concurrent_calls",
         ),
         ("[upstream.a]\ncommand = \"x\"\nunknown = 1\n", "unknown"),
     ] {

@@ -206,6 +206,19 @@ impl Sandbox {
         self.with::<SessionState, _>(|s| s.image_base = Some((base, name)));
     }
 
+    /// The isolate's heap as a V8 heap snapshot (JSON; every string the JavaScript side still
+    /// holds after a full collection), for audits such as tests/it/secrets.rs. Not reachable from
+    /// the sandbox.
+    #[doc(hidden)]
+    pub fn heap_snapshot(&mut self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.runtime.v8_isolate().take_heap_snapshot(|chunk| {
+            out.extend_from_slice(chunk);
+            true
+        });
+        out
+    }
+
     /// Why this sandbox can run nothing more (a session's, after a hard stop), if so.
     pub fn ended(&self) -> Option<SandboxEnd> {
         self.ended

@@ -44,6 +44,9 @@ pub(crate) fn init_v8(wasm_memory_limit_mb: u64) {
             // share, but V8 counts tier-up per instance; a smaller budget optimises the start-up's
             // functions during the first sandboxes, once for the process.
             "--wasm-tiering-budget=1000000".into(),
+            // A heap snapshot (`Sandbox::heap_snapshot`, for audits such as tests/it/secrets.rs)
+            // keeps strings whole rather than their first 1024 characters; nothing else reads it.
+            "--heap-snapshot-string-limit=1073741823".into(),
         ];
         // For profiling and diagnosis only (e.g. "--perf-basic-prof"); not a configuration key.
         if let Ok(extra) = std::env::var("CODE_INTERPRETER_MCP_V8_FLAGS") {

@@ -37,12 +37,20 @@ def _open(req):
         data = data.read() if hasattr(data, "read") else b"".join(data)
     headers = json.dumps([[k, v] for k, v in req.header_items() if k.lower() not in _TRANSPORT_HEADERS])
     body = to_js(bytes(data)) if data is not None else None
+    failure = None
     try:
         reply = run_sync(js("http", req.full_url, req.get_method(), headers, body))
     except Exception as exc:
-        raise urllib.error.URLError(str(exc).splitlines()[-1] if str(exc) else repr(exc)) from None
+        failure = str(exc).splitlines()[-1] if str(exc) else repr(exc)
+    # An exception raised here keeps this frame (and no longer the JavaScript exception it
+    # replaces): it must not keep JavaScript values, or a session whose code keeps the exception
+    # could not be saved.
+    js = body = None
+    if failure is not None:
+        raise urllib.error.URLError(failure)
     meta = json.loads(str(reply[0]))
     content = reply[1].to_bytes()
+    reply = None
     message = email.message.Message()
     for name, value in meta["headers"]:
         message[name] = value

@@ -211,15 +211,26 @@ _sandbox_pending_tasks
     return { hiwireKeys, immortalKeys };
   };
   serializer = serialize;
+  // What Python no longer uses but has not collected yet can hold JavaScript values (the exception a
+  // caught rejection of an awaited promise raised, kept alive through its traceback): a record that
+  // names something it cannot carry is tried again after a collection.
+  const collectedSerialize = () => {
+    try {
+      return serialize();
+    } catch {
+      releaseFiles();
+      return serialize();
+    }
+  };
   checker = () => {
     check();
-    serialize();
+    collectedSerialize();
   };
   // The header of Pyodide's memory snapshot format (see its `makeSnapshot`); Rust copies the heap
   // straight from the WebAssembly memory.
   maker = () => {
     check();
-    const json = JSONStringify(serialize());
+    const json = JSONStringify(collectedSerialize());
     const size = MathCeil((HEADER_JSON_AT + 2 * json.length) / 16) * 16;
     const header = new Uint8Array(size);
     const { written } = encodeInto(json, header.subarray(HEADER_JSON_AT));

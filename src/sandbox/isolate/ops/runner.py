@@ -172,17 +172,21 @@ def save_figures(print=print):
         pass
 
 
-async def run(
-    code,
-    start_clock,
-    report,
-    persistent=False,
-    publish=None,
-    upstream=None,
-    BaseException=BaseException,
-    SystemExit=SystemExit,
-    str=str,
-):
+async def run(code, start_clock, report, persistent=False, publish=None, upstream=None):
+    """One call: `code` run with this call's JavaScript functions (the clock, the report, the
+    display's publisher, the upstream handle). They are held in a list emptied when the call ends:
+    a frame of this call can outlive it (an exception the code caught from an awaited JavaScript
+    promise keeps its traceback, and the frames up to here, reachable from JavaScript), and a
+    session holding a JavaScript function could not be saved."""
+    call = [start_clock, report, publish, upstream]
+    del start_clock, report, publish, upstream
+    try:
+        await _run(code, call, persistent)
+    finally:
+        call.clear()
+
+
+async def _run(code, call, persistent, BaseException=BaseException, SystemExit=SystemExit, str=str):
     global _session_namespace, _session_context
     if persistent:
         if _session_namespace is None:
@@ -193,11 +197,11 @@ async def run(
     # Tracebacks quote the code as the user wrote it; what runs has its notebook syntax made Python,
     # line for line.
     linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
-    display._publish = publish
-    upstream_tools._js = upstream
-    http_glue._js = upstream
+    display._publish = call[2]
+    upstream_tools._js = call[3]
+    http_glue._js = call[3]
     display.reset_figures()
-    start_clock()
+    call[0]()
     cell = None
     try:
         try:
@@ -212,13 +216,13 @@ async def run(
     except SystemExit as exc:
         _finish()
         if exc.code is None or exc.code == 0:
-            _report(report, True, None, False, None, None, None)
+            _report(call[1], True, None, False, None, None, None)
         else:
-            _report(report, False, None, False, *_describe(exc))
+            _report(call[1], False, None, False, *_describe(exc))
         return
     except BaseException as exc:
         _finish()
-        _report(report, False, None, False, *_describe(exc))
+        _report(call[1], False, None, False, *_describe(exc))
         return
     # (`%%capture` keeps the cell's output, its result's display included.)
     if value is not None and cell != "capture":
@@ -228,15 +232,15 @@ async def run(
             print(f"display: the result could not be displayed: {exc}", file=sys.stderr)
     _finish()
     if value is None:
-        _report(report, True, None, False, None, None, None)
+        _report(call[1], True, None, False, None, None, None)
         return
     try:
         text = str(value)
     except BaseException as exc:
-        _report(report, False, None, False, *_describe(exc))
+        _report(call[1], False, None, False, *_describe(exc))
         return
     text, truncated = _truncate(text, RESULT_LIMIT)
-    _report(report, True, text, truncated, None, None, None)
+    _report(call[1], True, text, truncated, None, None, None)
 
 
 def _finish():

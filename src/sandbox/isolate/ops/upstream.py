@@ -157,6 +157,10 @@ async def _call(server, tool, kwargs):
     except asyncio.CancelledError:
         js("cancel", call_id)
         raise
+    finally:
+        # (An exception raised below keeps this frame; it must not keep the call's JavaScript handle,
+        # or a session whose code keeps the exception could not be saved.)
+        js = None
     reply = json.loads(str(reply))
     if "error" in reply:
         error = reply["error"]
