@@ -180,6 +180,12 @@ fn main() {
         )
     };
 
+    // Where a granted GET's time goes: the response (status and headers), its body as a JavaScript
+    // ArrayBuffer, and as Python bytes.
+    let stages_code = format!(
+        "import json, time, js\nfrom pyodide.http import pyfetch\nout = []\nfor i in range({fetches}):\n    t0 = time.perf_counter()\n    r = await js.fetch({url:?})\n    t1 = time.perf_counter()\n    b = await r.arrayBuffer()\n    t2 = time.perf_counter()\n    r = await pyfetch({url:?})\n    t3 = time.perf_counter()\n    data = await r.bytes()\n    t4 = time.perf_counter()\n    out.append([(t1 - t0) * 1000, (t2 - t1) * 1000, (t3 - t2) * 1000, (t4 - t3) * 1000])\n    del b, r\njson.dumps(out)"
+    );
+
     // Warm both paths once.
     run(&engine, &echo_code(5));
     run(&engine, &fetch_code(2));
@@ -249,5 +255,23 @@ fn main() {
     let s = show("  from the sandbox (pyfetch, r.bytes())", &mut sandbox_gets);
     let n = show("  native reqwest", &mut native_gets);
     println!("  ratio of medians: {:.2}x", s / n);
+    let result = engine.execute(ExecRequest {
+        code: stages_code,
+        timeout: Duration::from_secs(300),
+        ..Default::default()
+    });
+    let stages: Vec<Vec<f64>> = serde_json::from_str(result.result.as_deref().unwrap()).unwrap();
+    for (i, label) in [
+        "  stages: js.fetch (status, headers)",
+        "  stages: arrayBuffer()",
+        "  stages: pyfetch",
+        "  stages: r.bytes()",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let mut column: Vec<f64> = stages.iter().map(|row| row[i]).collect();
+        show(label, &mut column);
+    }
     drop(direct);
 }

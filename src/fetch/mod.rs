@@ -210,9 +210,11 @@ impl Fetcher {
     /// Whether `url` falls under one of the operator's grants (which hold even where package
     /// downloads are disabled).
     pub fn granted(&self, url: &str) -> bool {
-        !self.grants.is_empty()
-            && Url::parse(url)
-                .is_ok_and(|u| u.scheme() == "https" && self.grants.for_url(&u).is_some())
+        !self.grants.is_empty() && Url::parse(url).is_ok_and(|u| self.granted_url(&u))
+    }
+
+    fn granted_url(&self, url: &Url) -> bool {
+        url.scheme() == "https" && self.grants.for_url(url).is_some()
     }
 
     /// Whether `url` may be fetched under the allowlist.
@@ -230,10 +232,12 @@ impl Fetcher {
         mut request: SandboxRequest,
         deadline: Option<Instant>,
     ) -> Result<FetchResponse, FetchError> {
-        if self.granted(&request.url) {
-            return self.fetch_granted(call, request, deadline).await;
+        let parsed =
+            Url::parse(&request.url).map_err(|_| FetchError::InvalidUrl(shown(&request.url)))?;
+        if self.granted_url(&parsed) {
+            return self.fetch_granted(call, parsed, request, deadline).await;
         }
-        let parsed = self.check(&request.url)?;
+        check_url(&self.allowed_hosts, &parsed)?;
         let method = request.method.to_ascii_uppercase();
         check_request(&method, &mut request)?;
         let _in_flight = InFlight::enter(call).ok_or(FetchError::TooMany)?;
@@ -282,11 +286,10 @@ impl Fetcher {
     async fn fetch_granted(
         &self,
         call: &CallFetches,
+        url: Url,
         mut request: SandboxRequest,
         deadline: Option<Instant>,
     ) -> Result<FetchResponse, FetchError> {
-        let url =
-            Url::parse(&request.url).map_err(|_| FetchError::InvalidUrl(shown(&request.url)))?;
         let method = request.method.to_ascii_uppercase();
         check_request(&method, &mut request)?;
         let _in_flight = InFlight::enter(call).ok_or(FetchError::TooMany)?;
@@ -449,7 +452,13 @@ async fn read_response(
             )
         })
         .collect();
-    let mut body = Vec::new();
+    // (Sized once when the length is announced, up to 16 MiB whatever a server claims: growing a
+    // large body by doubling copies it and touches fresh pages each time.)
+    let announced = response
+        .content_length()
+        .unwrap_or(0)
+        .min(max.min(16 << 20) as u64) as usize;
+    let mut body = Vec::with_capacity(announced);
     let mut stream = response.bytes_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(describe)?;

@@ -13,14 +13,16 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
-use code_interpreter_mcp::config::{HostGrant, UpstreamSettings, UpstreamTransport};
+use code_interpreter_mcp::config::{HostGrant, UpstreamTransport};
 use code_interpreter_mcp::sandbox::{Engine, EngineConfig, ExecRequest, Flavor};
 use code_interpreter_mcp::upstream::Upstreams;
 use serde_json::{Value, json};
 
 use crate::common::{engine_config, temp_dir};
 use crate::tls::TlsServer;
-use crate::upstream::{everything, everything_over_http, free_port, node, processes_with};
+use crate::upstream::{
+    everything, everything_over_http, free_port, node, processes_with, settings,
+};
 
 /// The three markers (20 bytes each, new for every test process) and the files holding them.
 struct Markers {
@@ -307,18 +309,6 @@ fn granted_host(dir: &std::path::Path) -> (TlsServer, Arc<Mutex<Vec<HeaderMap>>>
     (server, seen)
 }
 
-fn upstream(transport: UpstreamTransport) -> UpstreamSettings {
-    UpstreamSettings {
-        transport,
-        tools: Vec::new(),
-        deny_tools: Vec::new(),
-        max_calls_per_execution: 100,
-        max_concurrent_calls: 16,
-        timeout: Duration::from_secs(30),
-        max_result_bytes: 1 << 20,
-    }
-}
-
 /// What hostile code does with every path it has to the credentials: the environment, every file,
 /// every string reachable from JavaScript's globals, the upstreams (a tool that answers its
 /// environment, the catalog, errors), the granted host (an echo of the key, the request's own
@@ -429,7 +419,7 @@ fn no_credential_reaches_the_sandbox_its_memory_its_image_or_its_results() {
     let mut servers = BTreeMap::new();
     servers.insert(
         "local".to_string(),
-        upstream(UpstreamTransport::Stdio {
+        settings(UpstreamTransport::Stdio {
             command: node(),
             args: vec![everything(), "stdio".into()],
             env: BTreeMap::from([("UPSTREAM_MARKER".to_string(), markers.template("env"))]),
@@ -437,7 +427,7 @@ fn no_credential_reaches_the_sandbox_its_memory_its_image_or_its_results() {
     );
     servers.insert(
         "web".to_string(),
-        upstream(UpstreamTransport::Http {
+        settings(UpstreamTransport::Http {
             url: proxy.url.clone(),
             headers: BTreeMap::from([("X-Upstream-Key".to_string(), markers.template("header"))]),
         }),

@@ -53,12 +53,17 @@ pub(crate) fn everything() -> String {
 }
 
 fn stdio(command: String, args: Vec<String>) -> UpstreamSettings {
+    settings(UpstreamTransport::Stdio {
+        command,
+        args,
+        env: BTreeMap::new(),
+    })
+}
+
+/// A server reached through `transport`, every tool granted, the tests' limits.
+pub(crate) fn settings(transport: UpstreamTransport) -> UpstreamSettings {
     UpstreamSettings {
-        transport: UpstreamTransport::Stdio {
-            command,
-            args,
-            env: BTreeMap::new(),
-        },
+        transport,
         tools: Vec::new(),
         deny_tools: Vec::new(),
         max_calls_per_execution: 100,

@@ -379,10 +379,12 @@ class Response {
     return this.#body;
   }
   async bytes() {
-    return this.#take().slice();
+    const body = this.#take();
+    return fetched.has(body) ? body : body.slice();
   }
   async arrayBuffer() {
-    return this.#take().slice().buffer;
+    const body = this.#take();
+    return fetched.has(body) ? body.buffer : body.slice().buffer;
   }
   async text() {
     return op_sandbox_decode("utf-8", this.#take(), false, false);
@@ -414,6 +416,10 @@ class AbortController {
   }
 }
 
+// The bodies fetch() received: a whole ArrayBuffer of their own, which nothing else can reach once
+// the response hands it out (a body is read once), so it is handed out without a copy.
+const fetched = new WeakSet();
+
 async function fetch(input, init = {}) {
   const url = input instanceof Request ? input.url : String(input);
   const method = String(init.method ?? (input instanceof Request ? input.method : "GET")).toUpperCase();
@@ -427,7 +433,9 @@ async function fetch(input, init = {}) {
     } else body = core.encode(String(init.body));
   }
   const res = await op_sandbox_fetch(url, method, headers, body);
-  return new Response(new Uint8Array(op_sandbox_fetch_body(res.body)), {
+  const received = new Uint8Array(op_sandbox_fetch_body(res.body));
+  fetched.add(received);
+  return new Response(received, {
     status: res.status,
     statusText: res.statusText,
     headers: res.headers,
