@@ -420,10 +420,7 @@ impl Upstreams {
                                 text.len()
                             ),
                         ))
-                    } else if needles
-                        .iter()
-                        .any(|n| memchr::memmem::find(text.as_bytes(), n.as_bytes()).is_some())
-                    {
+                    } else if holds_credential(&text, &needles) {
                         Err((
                             O::Error,
                             "the result holds one of the server's credentials; it was withheld"
@@ -492,9 +489,16 @@ impl Server {
     }
 }
 
+/// Whether `text` (from the server) holds one of `needles`, the server's credentials.
+fn holds_credential(text: &str, needles: &[String]) -> bool {
+    needles
+        .iter()
+        .any(|n| memchr::memmem::find(text.as_bytes(), n.as_bytes()).is_some())
+}
+
 /// `message` (from the server), or a refusal if it holds one of the server's credentials.
 fn withheld(message: String, needles: &[String]) -> String {
-    if needles.iter().any(|n| message.contains(n.as_str())) {
+    if holds_credential(&message, needles) {
         "the server's answer held one of its credentials; it was withheld".into()
     } else {
         message
