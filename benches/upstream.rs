@@ -7,7 +7,9 @@
 //!   no call, over the number of calls.
 //! * **granted HTTPS GET of 1 MB** (`[[network.hosts]]`, an injected header): `FETCH_CALLS` (default
 //!   30) GETs from one execution (`pyodide.http.pyfetch(url)` then `await r.bytes()`), against the
-//!   same GETs from a native reqwest client, from a loopback HTTPS server (tests/it/tls.rs).
+//!   same GETs from a native reqwest client, from a loopback HTTPS server (tests/it/tls.rs). Then
+//!   where the time goes: the op's Rust half alone (the engine's `Fetcher` awaited from a
+//!   current-thread runtime, as the sandbox thread awaits it), and the stages inside the sandbox.
 //!
 //! Rounds alternate sandbox and direct (`ROUNDS`, default 5), so drift hits both; p50/p90 over every
 //! call, and the A/B ratio of the medians. Run with `cargo bench --bench upstream` (the servers come
@@ -19,6 +21,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use code_interpreter_mcp::config::{HostGrant, Settings, UpstreamSettings, UpstreamTransport};
+use code_interpreter_mcp::fetch::{CallFetches, Fetcher, SandboxRequest};
 use code_interpreter_mcp::packages::PackageSource;
 use code_interpreter_mcp::sandbox::{Engine, EngineConfig, ExecRequest};
 use code_interpreter_mcp::upstream::Upstreams;
@@ -126,22 +129,20 @@ fn main() {
         timeout: Duration::from_secs(30),
         max_result_bytes: 1 << 20,
     };
+    let grant = HostGrant {
+        host: "localhost".into(),
+        methods: vec!["GET".into()],
+        paths: vec!["/big".into()],
+        inject_headers: BTreeMap::from([("X-Api-Key".to_string(), format!("@{}", key.display()))]),
+        max_response_bytes: 2 << 20,
+        allow_private_addresses: true,
+    };
     let upstreams =
         Upstreams::start(&BTreeMap::from([("everything".to_string(), upstream)]), &[]).unwrap();
     let engine = Engine::new(EngineConfig {
         upstreams,
         extra_ca_certs: vec![server.ca_pem_path.clone()],
-        host_grants: vec![HostGrant {
-            host: "localhost".into(),
-            methods: vec!["GET".into()],
-            paths: vec!["/big".into()],
-            inject_headers: BTreeMap::from([(
-                "X-Api-Key".to_string(),
-                format!("@{}", key.display()),
-            )]),
-            max_response_bytes: 2 << 20,
-            allow_private_addresses: true,
-        }],
+        host_grants: vec![grant.clone()],
         package_source: PackageSource::Dir(root().join("../shared/pyodide-packages")),
         ..code_interpreter_mcp::app::engine_config(&Settings::default().engine)
     })
@@ -169,6 +170,42 @@ fn main() {
         .build()
         .unwrap();
 
+    // The op's Rust half alone: the engine's fetcher (its own one-worker I/O runtime) awaited from
+    // a current-thread runtime, as the sandbox thread awaits it.
+    let fetch_io = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let fetcher = Fetcher::new(
+        Vec::new(),
+        std::slice::from_ref(&grant),
+        std::slice::from_ref(&server.ca_pem_path),
+        fetch_io.handle().clone(),
+    )
+    .unwrap();
+    let caller = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let rust_get = || {
+        let t0 = Instant::now();
+        let response = caller
+            .block_on(fetcher.fetch(
+                &CallFetches::default(),
+                SandboxRequest {
+                    url: url.clone(),
+                    method: "GET".into(),
+                    headers: Vec::new(),
+                    body: None,
+                },
+                None,
+            ))
+            .unwrap();
+        assert_eq!(response.body.len(), 1 << 20);
+        t0.elapsed().as_secs_f64() * 1000.0
+    };
+
     let echo_code = |n: usize| {
         format!(
             "import json, time\nfrom upstream import everything\nms = []\nfor i in range({n}):\n    t0 = time.perf_counter()\n    await everything.echo(message=f'call {{i}}')\n    ms.append((time.perf_counter() - t0) * 1000)\njson.dumps(ms)"
@@ -192,7 +229,8 @@ fn main() {
 
     let (mut sandbox_calls, mut direct_calls) = (Vec::new(), Vec::new());
     let (mut wall_n, mut wall_0) = (Vec::new(), Vec::new());
-    let (mut sandbox_gets, mut native_gets) = (Vec::new(), Vec::new());
+    let (mut sandbox_gets, mut native_gets, mut rust_gets) = (Vec::new(), Vec::new(), Vec::new());
+    rust_get();
     for _ in 0..rounds {
         let (per_call, wall) = run(&engine, &echo_code(calls));
         sandbox_calls.extend(per_call);
@@ -228,6 +266,9 @@ fn main() {
                 native_gets.push(t0.elapsed().as_secs_f64() * 1000.0);
             }
         });
+        for _ in 0..fetches {
+            rust_gets.push(rust_get());
+        }
     }
 
     println!("upstream echo, {calls} calls per execution, {rounds} rounds:");
@@ -255,6 +296,11 @@ fn main() {
     let s = show("  from the sandbox (pyfetch, r.bytes())", &mut sandbox_gets);
     let n = show("  native reqwest", &mut native_gets);
     println!("  ratio of medians: {:.2}x", s / n);
+    let r = show(
+        "  stages: the op's Rust half (Fetcher::fetch)",
+        &mut rust_gets,
+    );
+    println!("  Rust half over native: {:.2}x", r / n);
     let result = engine.execute(ExecRequest {
         code: stages_code,
         timeout: Duration::from_secs(300),

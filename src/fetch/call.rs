@@ -49,10 +49,14 @@ pub struct CallFetches {
     pub(super) cancel: CancellationToken,
     pub(super) in_flight: Arc<AtomicUsize>,
     pub(super) received: Arc<AtomicU64>,
-    /// Response bodies not yet handed to JavaScript, by id.
-    bodies: Mutex<HashMap<u32, Vec<u8>>>,
+    /// Response bodies not yet handed to JavaScript, by id, each with what must live as long as it
+    /// is held (the sandbox's charge for it).
+    bodies: Mutex<HashMap<u32, (Vec<u8>, Charge)>>,
     next_body: AtomicUsize,
 }
+
+/// What must live as long as a kept body (the sandbox's charge for it).
+pub type Charge = Box<dyn std::any::Any + Send>;
 
 impl CallFetches {
     /// Aborts every request of the call.
@@ -60,22 +64,36 @@ impl CallFetches {
         self.cancel.cancel();
     }
 
-    /// Keeps a response body until JavaScript takes it; its id.
-    pub fn keep_body(&self, body: Vec<u8>) -> u32 {
+    /// Keeps a response body, and `charge` with it, until JavaScript takes it; its id.
+    pub fn keep_body(&self, body: Vec<u8>, charge: Charge) -> u32 {
         let id = self.next_body.fetch_add(1, Ordering::SeqCst) as u32;
         self.bodies
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(id, body);
+            .insert(id, (body, charge));
         id
     }
 
-    /// The response body kept as `id`, once.
+    /// The response body kept as `id`, once (its charge dropped).
     pub fn take_body(&self, id: u32) -> Option<Vec<u8>> {
         self.bodies
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&id)
+            .map(|(body, _charge)| body)
+    }
+
+    /// The response body kept as `id` copied into `out`, once; refused (and kept) unless `out` is
+    /// exactly as long.
+    pub fn take_body_into(&self, id: u32, out: &mut [u8]) -> Result<(), &'static str> {
+        let mut bodies = self.bodies.lock().unwrap_or_else(|e| e.into_inner());
+        let (body, _) = bodies.get(&id).ok_or("no such response body")?;
+        if body.len() != out.len() {
+            return Err("the buffer is not the body's length");
+        }
+        out.copy_from_slice(body);
+        bodies.remove(&id);
+        Ok(())
     }
 }
 

@@ -108,6 +108,16 @@ impl MemoryBudget {
         }
     }
 
+    /// `bytes` charged for as long as the returned value lives (what Rust holds for the sandbox,
+    /// such as a response body not yet read), or `None` (and the budget exceeded) when they do not
+    /// fit.
+    pub fn hold(self: &Arc<Self>, bytes: usize) -> Option<Held> {
+        self.charge(bytes).then(|| Held {
+            budget: self.clone(),
+            bytes,
+        })
+    }
+
     /// Charges `bytes`, or refuses (and exceeds the budget) when they do not fit.
     fn charge(&self, bytes: usize) -> bool {
         let wasm = self.wasm_bytes();
@@ -162,6 +172,18 @@ impl MemoryBudget {
             scope,
             &store.make_shared(),
         ))
+    }
+}
+
+/// Bytes charged to a budget until this is dropped (see [`MemoryBudget::hold`]).
+pub(crate) struct Held {
+    budget: Arc<MemoryBudget>,
+    bytes: usize,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.budget.release(self.bytes);
     }
 }
 

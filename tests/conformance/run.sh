@@ -4,7 +4,8 @@
 # Installs Node 22 and @modelcontextprotocol/conformance (pinned in package-lock.json beside this
 # file) into .tools/conformance, starts the server binary on a free port, runs each selected
 # scenario at each spec version it applies to (extension scenarios once each), prints a scenario x version table and exits
-# non-zero if any run failed. The server is always stopped.
+# non-zero if any run failed. The server is always stopped. With --install-only: the install, then
+# exit (scripts/install-test-tools).
 #
 # Env: CIM_BIN (default target/debug/code-interpreter-mcp, relative to the repo root),
 #      CODE_INTERPRETER_MCP_PACKAGE_BASE_URL (default ../shared/pyodide-packages when present).
@@ -39,6 +40,7 @@ if ! cmp -s "$HERE/package-lock.json" "$TOOLS/node_modules/.installed-lock.json"
   }
   cp "$HERE/package-lock.json" "$TOOLS/node_modules/.installed-lock.json"
 fi
+[ "${1:-}" != --install-only ] || exit 0
 
 # --- start the server ---------------------------------------------------------------------------
 # shellcheck source=../lib/server.sh

@@ -17,6 +17,7 @@
 # over stdio (each driver starts "$CIM_BIN --stdio" itself), runs schemas.py, prints a client x step
 # matrix per transport and each stage's time, and exits non-zero if any step FAILed, a driver
 # failed without saying which step, or the schema check failed. The server is always stopped.
+# With --install-only: the venvs and the Node packages, then exit (scripts/install-test-tools).
 # Every server (HTTP and stdio) runs in .tools/interop/server with server.toml (one code snippet).
 # Logs: .tools/interop/logs/<client>.<transport>.{out,err}, server.{stdout,stderr}.
 #
@@ -157,6 +158,13 @@ for c in "${CLIENTS[@]}"; do
 done
 
 # --- install, and the HTTP server: one for every driver and schemas.py ---------------------------
+if [ "${1:-}" = --install-only ]; then
+  pids=()
+  for v in mcp194 fastmcp agents; do install_venv "$v" & pids+=($!); done
+  install_node & pids+=($!)
+  for p in "${pids[@]}"; do wait "$p" || exit 1; done
+  exit 0
+fi
 # The installs run while the server builds its package layer and snapshot (CPU against I/O).
 stage_start
 pids=()

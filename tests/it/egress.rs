@@ -121,6 +121,14 @@ fn fixture() -> &'static Fixture {
                     "/api/redirect-vm",
                     axum::routing::get(to(format!("https://vm:{port}/api/headers"))),
                 )
+                .route(
+                    "/api/bytes/{n}",
+                    axum::routing::get(
+                        |axum::extract::Path(n): axum::extract::Path<usize>| async move {
+                            (0..n).map(|i| (i % 251) as u8).collect::<Vec<u8>>()
+                        },
+                    ),
+                )
                 .route("/private", axum::routing::get(|| async { "private" }))
         });
         let secret_file = dir.join("api-key");
@@ -213,6 +221,81 @@ json.dumps(out)
         !r.stdout.contains(SECRET) && !r.stderr.contains(SECRET),
         "{r:?}"
     );
+}
+
+#[test]
+fn a_fetched_body_reaches_python_whole_once_and_counts_against_the_budget_while_held() {
+    let base = fixture().server.base();
+    // pyodide.http's bytes() copies the body straight from Rust (http.py); every other reader takes
+    // it through JavaScript as before. Whatever the path, the bytes are the server's, read once.
+    let out = run_json(&format!(
+        r#"
+import hashlib, json, js
+from pyodide.http import pyfetch
+expected = bytes(i % 251 for i in range(1_000_000))
+out = {{}}
+r = await pyfetch("{base}/api/bytes/1000000")
+data = await r.bytes()
+out["bytes"] = [type(data).__name__, len(data), data == expected, r.body_used]
+try:
+    await r.bytes()
+    out["again"] = "read twice"
+except Exception as e:
+    out["again"] = str(e)
+out["empty"] = await (await pyfetch("{base}/api/bytes/0")).bytes()
+out["empty"] = [type(out["empty"]).__name__, len(out["empty"])]
+out["one"] = list(await (await pyfetch("{base}/api/bytes/1")).bytes())
+r = await pyfetch("{base}/api/bytes/300000")
+twin = r.clone()
+out["clone"] = [(await r.bytes()) == expected[:300000], (await twin.bytes()) == expected[:300000]]
+out["memoryview"] = bytes(await (await pyfetch("{base}/api/bytes/5000")).memoryview()) == expected[:5000]
+out["arrayBuffer"] = (await (await js.fetch("{base}/api/bytes/7000")).arrayBuffer()).to_bytes() == expected[:7000]
+out["text"] = len(await (await pyfetch("{base}/api/bytes/100")).text())
+json.dumps(out)
+"#
+    ));
+    assert_eq!(
+        out["bytes"],
+        json!(["bytes", 1_000_000, true, true]),
+        "{out}"
+    );
+    assert!(
+        out["again"].as_str().unwrap().contains("already used"),
+        "{out}"
+    );
+    assert_eq!(out["empty"], json!(["bytes", 0]), "{out}");
+    assert_eq!(out["one"], json!([0]), "{out}");
+    assert_eq!(out["clone"], json!([true, true]), "{out}");
+    assert_eq!(out["memoryview"], json!(true), "{out}");
+    assert_eq!(out["arrayBuffer"], json!(true), "{out}");
+    assert_eq!(out["text"], json!(100), "{out}");
+
+    // A body Rust holds for the sandbox is charged to its budget until read: responses fetched and
+    // never read end the call at the budget, as the ArrayBuffers they were before did.
+    let mut big = grant("localhost", &["GET"], &["/api/bytes/"], true);
+    big.max_response_bytes = 64 << 20;
+    let engine = Engine::new(EngineConfig {
+        extra_ca_certs: vec![fixture().server.ca_pem_path.clone()],
+        host_grants: vec![big],
+        sandbox_memory_limit_mb: 256,
+        ..engine_config()
+    })
+    .expect("engine");
+    let r = engine.execute(ExecRequest {
+        code: format!(
+            "import js
+held = []
+for i in range(8):
+    held.append(await js.fetch('{base}/api/bytes/{}'))
+    print(i, flush=True)",
+            60 << 20
+        ),
+        timeout: Duration::from_secs(120),
+        ..Default::default()
+    });
+    let e = r.error.as_ref().expect("past the budget");
+    assert_eq!(e.error_type, "MemoryLimitExceeded", "{r:?}");
+    assert!(!r.stdout.contains("7\n"), "{r:?}");
 }
 
 #[test]

@@ -204,7 +204,7 @@ fn bad_store_urls_are_refused() {
     ));
 }
 
-/// moto's S3 server, installed on first use; stopped when dropped.
+/// moto's S3 server (installed by tests/store/install.sh); stopped when dropped.
 pub(crate) struct Moto {
     child: Child,
     pub(crate) endpoint: String,
@@ -219,37 +219,16 @@ impl Drop for Moto {
 
 pub(crate) fn moto() -> Moto {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let venv = root.join(".tools/moto");
-    let server = venv.join("bin/moto_server");
-    let requirements = root.join("tests/store/requirements.txt");
-    let stamp = venv.join("installed-requirements.txt");
-    let wanted = std::fs::read_to_string(&requirements).unwrap();
-    if !server.exists() || std::fs::read_to_string(&stamp).ok().as_deref() != Some(wanted.as_str())
-    {
-        let ok = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv)
-            .status()
-            .unwrap();
-        assert!(ok.success(), "python3 -m venv failed");
-        let out = Command::new(venv.join("bin/pip"))
-            .args([
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--no-input",
-                "-r",
-            ])
-            .arg(&requirements)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "pip install moto: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::fs::write(&stamp, &wanted).unwrap();
-    }
+    let install = Command::new("bash")
+        .arg(root.join("tests/store/install.sh"))
+        .output()
+        .unwrap();
+    assert!(
+        install.status.success(),
+        "tests/store/install.sh: {}",
+        String::from_utf8_lossy(&install.stderr)
+    );
+    let server = root.join(".tools/moto/bin/moto_server");
     let port = crate::metrics::free_port();
     let child = Command::new(&server)
         .args(["-H", "127.0.0.1", "-p", &port.to_string()])

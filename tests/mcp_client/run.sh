@@ -4,7 +4,8 @@
 #
 # Creates the venv .tools/venv from requirements.txt (skipped when already installed from the same
 # file), starts the server binary on a free port, runs the test and always stops the server.
-# Exit status is the test's: non-zero on any failure.
+# Exit status is the test's: non-zero on any failure. With --install-only: the venv, then exit
+# (scripts/install-test-tools, which CI runs while it compiles).
 #
 # Env: CIM_BIN (default target/debug/code-interpreter-mcp, relative to the repo root),
 #      CODE_INTERPRETER_MCP_PACKAGE_BASE_URL (default ../shared/pyodide-packages when present).
@@ -31,6 +32,7 @@ if ! cmp -s "$HERE/requirements.txt" "$VENV/.installed-requirements.txt" || [ ! 
   }
   cp "$HERE/requirements.txt" "$VENV/.installed-requirements.txt"
 fi
+[ "${1:-}" != --install-only ] || exit 0
 
 # --- start the server ---------------------------------------------------------------------------
 # shellcheck source=../lib/server.sh

@@ -6,6 +6,7 @@
 import { core, primordials } from "ext:core/mod.js";
 import { checkImage, imageLibraries, makeImage } from "ext:sandbox/image.js";
 import { fatallyFailed, sandbox } from "ext:sandbox/pyodide.js";
+import { heldLength, takeHeldInto } from "ext:sandbox/web.js";
 
 const {
   op_sandbox_call_options,
@@ -60,18 +61,33 @@ const publish = (text) => op_sandbox_display(String(text));
 
 /**
  * What `upstream.py` and `http.py` reach Rust through: `upstream("catalog")`, `upstream("call",
- * server, tool, args, id)` (a promise of its JSON reply), `upstream("cancel", id)`, and
- * `upstream("http", url, method, headersJson, body)` (a promise of `[metaJson, bytes]`). One
- * function, not an object: a method called on a JavaScript object from Python leaves Pyodide holding
- * the object, which a session's image cannot name. Rust checks every argument; this grants nothing.
+ * server, tool, args, id)` (a promise of its JSON reply), `upstream("cancel", id)`,
+ * `upstream("http", url, method, headersJson, body)` (a promise of `[metaJson, bytes]`), and for
+ * pyodide.http's `bytes()`: `upstream("bodyLength", response)` (the length of the body fetch() left
+ * in Rust, or -1) and `upstream("bodyInto", response, bytes)` (that body copied into the Python
+ * bytes object, through its buffer). One function, not an object: a method called on a JavaScript
+ * object from Python leaves Pyodide holding the object, which a session's image cannot name. Rust
+ * checks every argument; this grants nothing.
  */
 const upstream = (what, a, b, c, d) => {
   if (what === "catalog") return op_sandbox_upstream_catalog();
   if (what === "call") return op_sandbox_upstream_call(String(a), String(b), String(c), d);
   if (what === "cancel") return op_sandbox_upstream_cancel(a);
   if (what === "http") return http(a, b, c, d);
-  throw new TypeError("upstream: catalog, call, cancel or http");
+  if (what === "bodyLength") return heldLength(a);
+  if (what === "bodyInto") return bodyInto(a, b);
+  throw new TypeError("upstream: catalog, call, cancel, http, bodyLength or bodyInto");
 };
+
+/** A held response body copied into the memory of `proxy`, a Python object with a buffer. */
+function bodyInto(response, proxy) {
+  const view = proxy.getBuffer("u8");
+  try {
+    takeHeldInto(response, view.data);
+  } finally {
+    view.release();
+  }
+}
 
 /** One HTTPS request for urllib (http.py), through the same op as fetch. */
 async function http(url, method, headersJson, body) {

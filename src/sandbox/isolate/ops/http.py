@@ -2,10 +2,13 @@
 # an https:// URL, for one), reach the allowlisted and granted hosts as requests, httpx and pyfetch
 # already do (their Pyodide transports call the same op through fetch). Rust decides everything:
 # the host, the method, the path, the headers it adds; nothing of a browser (CORS, XHR) is involved.
-# Loaded as the module `_sandbox_http` before the memory snapshot is taken; `install` runs at every
-# prepare(), and hooks urllib.request in when it is first imported (so sandboxes that never use it
-# do not pay for importing it).
+# And pyodide.http's `FetchResponse.bytes()` gets the body straight from Rust into the bytes object
+# it returns, with no JavaScript ArrayBuffer of it in between (web.js keeps a fetched body in Rust
+# until it is read). Loaded as the module `_sandbox_http` before the memory snapshot is taken;
+# `install` runs at every prepare(), and hooks each module in when it is first imported (so
+# sandboxes that never use them do not pay for importing them).
 
+import builtins
 import importlib.abc
 import importlib.machinery
 import io
@@ -77,10 +80,40 @@ def _handler_class(request):
     return SandboxHTTPSHandler
 
 
-def _install_now(request):
+def _install_urllib(request):
     """`request`: the module urllib.request (while it is first imported, not yet an attribute of
     urllib)."""
     request.install_opener(request.build_opener(_handler_class(request)))
+
+
+def _install_pyfetch(module):
+    """`module`: pyodide.http._pyfetch, whose FetchResponse.bytes() this replaces (once)."""
+    cls = module.FetchResponse
+    if getattr(cls.bytes, "_sandbox", False):
+        return
+    through_javascript = cls.bytes
+
+    async def bytes(self):
+        """Return the response body as a bytes object"""
+        self._raise_if_failed()
+        js = _js
+        length = js("bodyLength", self.js_response) if js is not None else -1
+        if length > 0:
+            # A new bytes object of that length, filled once through its buffer before anything
+            # else can see it (as CPython's and Pyodide's own C code fill the bytes they make).
+            out = builtins.bytes(length)
+            js("bodyInto", self.js_response, out)
+            js = None
+            return out
+        js = None
+        return await through_javascript(self)
+
+    bytes._sandbox = True
+    cls.bytes = bytes
+
+
+# What to do when each module is first imported.
+_INSTALLERS = {"urllib.request": _install_urllib, "pyodide.http._pyfetch": _install_pyfetch}
 
 
 class _Loader(importlib.abc.Loader):
@@ -92,15 +125,15 @@ class _Loader(importlib.abc.Loader):
 
     def exec_module(self, module):
         self._loader.exec_module(module)
-        _install_now(module)
+        _INSTALLERS[module.__name__](module)
 
 
 class _Finder:
-    """Installs the handler when urllib.request is first imported."""
+    """Installs what `_INSTALLERS` names when its module is first imported."""
 
     @staticmethod
     def find_spec(name, path=None, target=None):
-        if name != "urllib.request":
+        if name not in _INSTALLERS:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is not None and spec.loader is not None:
@@ -110,7 +143,11 @@ class _Finder:
 
 def install():
     """Called by the runner's prepare()."""
-    if "urllib.request" in sys.modules:
-        _install_now(sys.modules["urllib.request"])
-    elif _Finder not in sys.meta_path:
+    waiting = False
+    for name, installer in _INSTALLERS.items():
+        if name in sys.modules:
+            installer(sys.modules[name])
+        else:
+            waiting = True
+    if waiting and _Finder not in sys.meta_path:
         sys.meta_path.insert(0, _Finder)

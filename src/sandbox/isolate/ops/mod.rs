@@ -328,6 +328,7 @@ deno_core::extension!(
         web::op_sandbox_decode,
         web::op_sandbox_fetch,
         web::op_sandbox_fetch_body,
+        web::op_sandbox_fetch_body_into,
         web::op_sandbox_now,
         web::op_sandbox_random_fill,
         web::op_sandbox_url_parse,

@@ -11,6 +11,7 @@ const {
   op_sandbox_decode,
   op_sandbox_fetch,
   op_sandbox_fetch_body,
+  op_sandbox_fetch_body_into,
   op_sandbox_now,
   op_sandbox_random_fill,
   op_sandbox_url_parse,
@@ -334,6 +335,27 @@ class Headers {
   }
 }
 
+/**
+ * A body fetch() received, still in Rust: a reader of the Response takes it as an ArrayBuffer of its
+ * own (`op_sandbox_fetch_body`), and pyodide.http's `bytes()` has it copied straight into Python's
+ * memory (`takeHeldInto`, through http.py), so that no ArrayBuffer of it is ever made.
+ */
+class HeldBody {
+  constructor(id, length) {
+    this.id = id;
+    this.length = length;
+  }
+}
+
+// The bodies fetch() received: a whole ArrayBuffer of their own, which nothing else can reach once
+// the response hands it out (a body is read once), so it is handed out without a copy.
+const fetched = new WeakSet();
+
+/** The length of the body a Response from fetch() holds in Rust unread, else -1. */
+export let heldLength;
+/** Copies that body into `target`, a Uint8Array of exactly its length, and marks it read. */
+export let takeHeldInto;
+
 class Response {
   #body;
   constructor(body, init = {}) {
@@ -373,10 +395,31 @@ class Response {
     return this.#stream;
   }
   #stream = undefined;
+  /** The body's bytes, handed over by Rust first if fetch() left them there. */
+  #bytes() {
+    if (this.#body instanceof HeldBody) {
+      const received = new Uint8Array(op_sandbox_fetch_body(this.#body.id));
+      fetched.add(received);
+      this.#body = received;
+    }
+    return this.#body;
+  }
   #take() {
     if (this.bodyUsed) throw new TypeError("Body has already been consumed");
     this.bodyUsed = true;
-    return this.#body;
+    return this.#bytes();
+  }
+  static {
+    heldLength = (response) =>
+      #body in response && response.#body instanceof HeldBody && !response.bodyUsed
+        ? response.#body.length
+        : -1;
+    takeHeldInto = (response, target) => {
+      if (heldLength(response) < 0) throw new TypeError("no unread body held for this response");
+      op_sandbox_fetch_body_into(response.#body.id, target);
+      response.bodyUsed = true;
+      response.#body = new Uint8Array(0);
+    };
   }
   async bytes() {
     const body = this.#take();
@@ -394,7 +437,7 @@ class Response {
   }
   clone() {
     if (this.bodyUsed) throw new TypeError("Body has already been consumed");
-    return new Response(this.#body.slice(), this);
+    return new Response(this.#bytes().slice(), this);
   }
 }
 
@@ -416,9 +459,6 @@ class AbortController {
   }
 }
 
-// The bodies fetch() received: a whole ArrayBuffer of their own, which nothing else can reach once
-// the response hands it out (a body is read once), so it is handed out without a copy.
-const fetched = new WeakSet();
 
 async function fetch(input, init = {}) {
   const url = input instanceof Request ? input.url : String(input);
@@ -433,9 +473,7 @@ async function fetch(input, init = {}) {
     } else body = core.encode(String(init.body));
   }
   const res = await op_sandbox_fetch(url, method, headers, body);
-  const received = new Uint8Array(op_sandbox_fetch_body(res.body));
-  fetched.add(received);
-  return new Response(received, {
+  return new Response(new HeldBody(res.body, res.bodyLength), {
     status: res.status,
     statusText: res.statusText,
     headers: res.headers,

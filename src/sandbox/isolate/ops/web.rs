@@ -224,7 +224,18 @@ pub(super) async fn op_sandbox_fetch(
         .fetch(&fetches, request, deadline)
         .await
         .map_err(|e| JsErrorBox::generic(e.to_string()))?;
-    let body = fetches.keep_body(r.body);
+    // Charged to the sandbox's budget while Rust holds it, as the ArrayBuffer it may become is.
+    let body_length = r.body.len();
+    let charge = {
+        let op_state = op_state.borrow();
+        state(&op_state).budget.hold(body_length)
+    }
+    .ok_or_else(|| {
+        JsErrorBox::range_error(format!(
+            "{body_length} bytes do not fit the sandbox's memory budget"
+        ))
+    })?;
+    let body = fetches.keep_body(r.body, Box::new(charge));
     Ok(JsResponse {
         status: r.status,
         status_text: r.status_text,
@@ -232,6 +243,7 @@ pub(super) async fn op_sandbox_fetch(
         redirected: r.redirected,
         headers: r.headers,
         body,
+        body_length,
     })
 }
 
@@ -250,6 +262,21 @@ pub(super) fn op_sandbox_fetch_body<'s, 'i>(
     Ok(state(op_state).budget.array_buffer(scope, body)?.into())
 }
 
+/// The body of a response `op_sandbox_fetch` returned copied into `out`, which must be exactly as
+/// long (Python's bytes for it, in the WebAssembly memory: see `web.js`'s `takeHeldInto`); once. No
+/// ArrayBuffer is made, so nothing is charged: the bytes land in memory the budget already counts.
+#[op2(fast)]
+pub(super) fn op_sandbox_fetch_body_into(
+    op_state: &mut OpState,
+    #[smi] id: u32,
+    #[buffer] out: &mut [u8],
+) -> Result<(), JsErrorBox> {
+    call_state(op_state)
+        .fetches
+        .take_body_into(id, out)
+        .map_err(JsErrorBox::type_error)
+}
+
 /// A fetch response as handed to JavaScript; the body separately (see `op_sandbox_fetch_body`).
 #[derive(serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -260,4 +287,5 @@ struct JsResponse {
     redirected: bool,
     headers: Vec<(String, String)>,
     body: u32,
+    body_length: usize,
 }
