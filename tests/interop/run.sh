@@ -60,7 +60,7 @@ install_venv() {
   if cmp -s "$req" "$venv/.installed-requirements.txt" && [ -x "$venv/bin/python" ]; then return 0; fi
   rm -rf "$venv"
   python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input --no-deps -r "$req" \
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input --no-compile --no-deps -r "$req" \
     >"$LOGS/pip-$name.log" 2>&1 || {
     cat "$LOGS/pip-$name.log" >&2
     echo "interop: pip install for $name failed" >&2

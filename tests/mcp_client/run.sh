@@ -24,7 +24,7 @@ mkdir -p "$WORK"
 if ! cmp -s "$HERE/requirements.txt" "$VENV/.installed-requirements.txt" || [ ! -x "$PY" ]; then
   rm -rf "$VENV"
   python3 -m venv "$VENV"
-  "$PY" -m pip install --quiet --disable-pip-version-check --no-input -r "$HERE/requirements.txt" \
+  "$PY" -m pip install --quiet --disable-pip-version-check --no-input --no-compile -r "$HERE/requirements.txt" \
     >"$WORK/pip.log" 2>&1 || {
     cat "$WORK/pip.log" >&2
     echo "mcp_client: pip install failed" >&2

@@ -17,7 +17,7 @@ rm -rf "$VENV"
 python3 -m venv "$VENV"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
-"$VENV/bin/pip" install --quiet --disable-pip-version-check --no-input -r "$HERE/requirements.txt" >"$log" 2>&1 || {
+"$VENV/bin/pip" install --quiet --disable-pip-version-check --no-input --no-compile -r "$HERE/requirements.txt" >"$log" 2>&1 || {
   cat "$log" >&2
   echo "store: pip install moto failed" >&2
   exit 1

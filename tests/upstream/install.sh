@@ -61,7 +61,7 @@ if ! time_installed; then
   rm -rf "$VENV"
   {
     python3 -m venv "$VENV" \
-      && "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+      && "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input --no-compile \
         "mcp-server-time==$MCP_SERVER_TIME_VERSION"
   } >"$TOOLS/pip.log" 2>&1 || {
     cat "$TOOLS/pip.log" >&2
