@@ -22,7 +22,8 @@
 ARG RUST_VERSION=1.91
 
 FROM rust:${RUST_VERSION}-bookworm AS build
-# Node.js/npm only fetch the pinned Pyodide package; they do not reach the runtime stage.
+# Node.js/npm only fetch the pinned Pyodide package and the views' scripts; they do not reach the
+# runtime stage.
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends npm \
@@ -30,14 +31,20 @@ RUN apt-get update \
 WORKDIR /src
 COPY package.json package-lock.json ./
 RUN npm ci --ignore-scripts --no-audit --no-fund
-COPY deploy/pyodide-assets.sha256 deploy/pyodide-assets.sha256
+COPY deploy/pyodide-assets.sha256 deploy/app-assets.sha256 deploy/
 WORKDIR /src/node_modules/pyodide
 RUN sha256sum --check --strict /src/deploy/pyodide-assets.sha256
+# The MCP Apps views' two scripts (plotly.js, the ext-apps app library), flat, checked by hash.
+WORKDIR /src/app-assets
+RUN cp /src/node_modules/plotly.js-cartesian-dist-min/plotly-cartesian.min.js \
+       /src/node_modules/@modelcontextprotocol/ext-apps/dist/src/app-with-deps.js . \
+    && sha256sum --check --strict /src/deploy/app-assets.sha256
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked --bin code-interpreter-mcp \
-    && mkdir -p /out/app/pyodide \
+    && mkdir -p /out/app/pyodide /out/app/ui \
     && cp target/release/code-interpreter-mcp /out/app/ \
+    && cp app-assets/plotly-cartesian.min.js app-assets/app-with-deps.js /out/app/ui/ \
     && cp node_modules/pyodide/package.json node_modules/pyodide/pyodide.mjs \
        node_modules/pyodide/pyodide.asm.mjs node_modules/pyodide/pyodide.asm.wasm \
        node_modules/pyodide/python_stdlib.zip node_modules/pyodide/pyodide-lock.json /out/app/pyodide/
@@ -63,6 +70,7 @@ COPY --from=prepare --chown=0:0 /out/app /app
 # The configuration file (code-interpreter-mcp.toml) is read from the working directory; mount one there.
 WORKDIR /etc/code-interpreter-mcp
 ENV CODE_INTERPRETER_MCP_ASSET_DIR=/app/pyodide \
+    CODE_INTERPRETER_MCP_APPS_ASSET_DIR=/app/ui \
     CODE_INTERPRETER_MCP_PACKAGE_CACHE_DIR=/app/package-cache \
     CODE_INTERPRETER_MCP_PACKAGE_BASE_URL=${PACKAGE_BASE_URL} \
     CODE_INTERPRETER_MCP_PREINSTALL_PACKAGES="${PREINSTALL_PACKAGES}" \

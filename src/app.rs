@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::apps::Views;
 use crate::config::{EngineSettings, LogFormat, Settings};
 use crate::packages::PackageSource;
 use crate::pool::ExecPool;
@@ -121,6 +122,11 @@ impl App {
     /// then may anything listen.
     pub fn start(settings: &Settings) -> anyhow::Result<Self> {
         let started = Instant::now();
+        // The views' scripts are checked before anything boots: a missing one is a start-up error.
+        let apps = match &settings.apps {
+            Some(apps) => Some(Arc::new(Views::load(apps.asset_dir.as_deref())?)),
+            None => None,
+        };
         let upstreams = Upstreams::start(&settings.upstream, &settings.engine.extra_ca_certs)?;
         let engine = Engine::new(EngineConfig {
             upstreams: upstreams.clone(),
@@ -166,6 +172,7 @@ impl App {
                 structured_content: settings.structured_content,
                 tasks: settings.tasks.map(crate::tools::tasks::Tasks::new),
                 upstreams,
+                apps,
             },
         );
         Ok(Self {

@@ -8,7 +8,8 @@
 //!   shutdown) and stdio.
 //! - [`tools`]: the MCP tools, their schemas, request validation and the snippet catalog.
 //! - [`pool`]: dedicated worker threads fed by a bounded FIFO queue, prewarming, health atomics;
-//!   [`sessions`]: stateful sessions, each one sandbox kept alive on a thread of its own.
+//!   [`sessions`]: stateful sessions, each one sandbox kept alive on a thread of its own;
+//!   [`apps`]: the MCP Apps views (interactive results) and which clients get them.
 //! - [`sandbox`]: the engine — one request in, one result out, each in a new isolate + interpreter.
 //! - [`packages`]: where Pyodide wheels come from, their sha256 verification and the in-memory cache.
 //! - [`fetch`]: the sandboxes' outbound HTTPS (allowlist, redirects, size caps, artifact cache).
@@ -21,6 +22,7 @@
 //!   [`protocol`]: the tools' fixed per-request limits and request checks (`crates/protocol`).
 
 pub mod app;
+pub mod apps;
 pub mod assets;
 pub mod cli;
 pub use code_interpreter_mcp_config as config;

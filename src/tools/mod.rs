@@ -33,6 +33,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, tool_handler};
 
+use crate::apps::{self, Views};
 use crate::pool::ExecPool;
 use crate::sessions::Sessions;
 use crate::telemetry::{self, ToolOutcome};
@@ -61,6 +62,8 @@ pub struct ToolOptions {
     pub tasks: Option<tasks::Tasks>,
     /// The upstream MCP servers the code may call, named in run_python_code's description.
     pub upstreams: Option<Arc<crate::upstream::Upstreams>>,
+    /// The MCP Apps views, when `results.apps` is on.
+    pub apps: Option<Arc<Views>>,
 }
 
 /// The MCP server: tools over the worker pool, the sessions and the snippet catalog.
@@ -77,6 +80,8 @@ pub struct CodeInterpreter {
     tasks: Option<tasks::Tasks>,
     /// The upstream MCP servers (list_upstream_tools), when configured.
     upstreams: Option<Arc<crate::upstream::Upstreams>>,
+    /// The MCP Apps views, when on.
+    apps: Option<Arc<Views>>,
     tool_router: ToolRouter<Self>,
     /// run_python_code calls whose handler has not returned yet (see `calls_in_flight`).
     in_flight: Arc<AtomicUsize>,
@@ -195,6 +200,7 @@ resumed on its next call; the result's session.durable says whether it can be (a
             },
             tasks: options.tasks,
             upstreams: options.upstreams,
+            apps: options.apps,
             tool_router,
             in_flight: Default::default(),
         }
@@ -300,11 +306,17 @@ impl ServerHandler for CodeInterpreter {
             .enable_tools()
             .enable_prompts()
             .enable_resources();
-        let capabilities = if self.tasks.is_some() {
+        let mut capabilities = if self.tasks.is_some() {
             builder.enable_tasks().build()
         } else {
             builder.build()
         };
+        if self.apps.is_some() {
+            capabilities
+                .extensions
+                .get_or_insert_default()
+                .insert(apps::EXTENSION.into(), Default::default());
+        }
         let instructions = if self.sessions.is_some() {
             "Use run_python_code to execute Python. By default every call gets a fresh sandbox and \
 nothing persists; send input files with each call. For state across calls, pass session_id = \"new\" \
@@ -371,7 +383,8 @@ persist between calls; send input files with each call."
     }
 
     /// Every tool, as the client's protocol era knows tools (see [`era`]); cache hints from
-    /// 2026-07-28 on, as rmcp's generated list does.
+    /// 2026-07-28 on, as rmcp's generated list does. For a client that declared the MCP Apps
+    /// extension, run_python_code names its view (and the list is then private to that client).
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
@@ -380,11 +393,22 @@ persist between calls; send input files with each call."
         let cache_hints = context
             .protocol_version()
             .is_some_and(|version| version >= ProtocolVersion::V_2026_07_28);
-        let mut list =
-            ListToolsResult::with_all_items(self.era(&context).tools(self.tool_router.list_all()));
+        let mut tools = self.era(&context).tools(self.tool_router.list_all());
+        let views = self.apps.as_deref().filter(|_| apps::wants(&context));
+        if let Some(views) = views {
+            for tool in tools.iter_mut().filter(|t| t.name == "run_python_code") {
+                tool.meta = Some(Views::tool_meta(&views.result));
+            }
+        }
+        let mut list = ListToolsResult::with_all_items(tools);
         list.result_type = Some(ResultType::COMPLETE);
         list.ttl_ms = cache_hints.then_some(0);
-        list.cache_scope = cache_hints.then_some(CacheScope::Public);
+        let scope = if views.is_some() {
+            CacheScope::Private
+        } else {
+            CacheScope::Public
+        };
+        list.cache_scope = cache_hints.then_some(scope);
         Ok(list)
     }
 
@@ -419,19 +443,28 @@ persist between calls; send input files with each call."
         )
     }
 
+    /// The session files, after the MCP Apps views on the first page for a client that declared
+    /// the extension.
     async fn list_resources(
         &self,
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        match &self.sessions {
+        let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
+        let mut list = match &self.sessions {
             Some(sessions) => {
                 let caller = execute::caller(Some(&context));
-                let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
-                session::list_resources(sessions, &caller, cursor).await
+                session::list_resources(sessions, &caller, cursor).await?
             }
-            None => Ok(ListResourcesResult::with_all_items(Vec::new())),
+            None => ListResourcesResult::with_all_items(Vec::new()),
+        };
+        if let Some(views) = &self.apps
+            && cursor.is_none()
+            && apps::wants(&context)
+        {
+            list.resources.splice(0..0, views.resources());
         }
+        Ok(list)
     }
 
     async fn list_resource_templates(
@@ -445,11 +478,15 @@ persist between calls; send input files with each call."
         })
     }
 
+    /// A view (any client may read one), or a session file.
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
+        if let Some(read) = self.apps.as_deref().and_then(|v| v.read(&request.uri)) {
+            return Ok(read.into());
+        }
         match &self.sessions {
             Some(sessions) => {
                 let caller = execute::caller(Some(&context));

@@ -30,16 +30,9 @@ CLI="$TOOLS/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 RESULTS="$TOOLS/results"
 
 # --- install (skipped when the installed lockfile matches) -------------------------------------
-mkdir -p "$TOOLS"
-if ! cmp -s "$HERE/package-lock.json" "$TOOLS/node_modules/.installed-lock.json" || [ ! -x "$NODE" ] || [ ! -f "$CLI" ]; then
-  cp "$HERE/package.json" "$HERE/package-lock.json" "$TOOLS/"
-  (cd "$TOOLS" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >"$TOOLS/npm-ci.log" 2>&1) || {
-    cat "$TOOLS/npm-ci.log" >&2
-    echo "conformance: npm ci failed" >&2
-    exit 1
-  }
-  cp "$HERE/package-lock.json" "$TOOLS/node_modules/.installed-lock.json"
-fi
+# shellcheck source=../lib/npm.sh
+. "$ROOT/tests/lib/npm.sh"
+npm_ci_pinned conformance "$HERE" "$TOOLS" "$NODE" "$CLI"
 [ "${1:-}" != --install-only ] || exit 0
 
 # --- start the server ---------------------------------------------------------------------------

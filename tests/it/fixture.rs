@@ -391,6 +391,15 @@ impl LegacyClient {
 
     /// A client that negotiates `version`.
     pub fn connect_at(server: &(impl Endpoint + ?Sized), version: &'static str) -> Self {
+        Self::connect_with(server, version, json!({}))
+    }
+
+    /// A client that negotiates `version` and declares `capabilities`.
+    pub fn connect_with(
+        server: &(impl Endpoint + ?Sized),
+        version: &'static str,
+        capabilities: Value,
+    ) -> Self {
         let http = client();
         let init = post_legacy(
             &http,
@@ -398,7 +407,7 @@ impl LegacyClient {
             None,
             version,
             json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                "protocolVersion": version, "capabilities": {},
+                "protocolVersion": version, "capabilities": capabilities,
                 "clientInfo": {"name": "it", "version": "1"}}}),
         );
         assert_eq!(init.status(), 200);

@@ -11,7 +11,7 @@ const LAYERS: &[&[&str]] = &[
     &["app"],
     &["transport"],
     &["tools"],
-    &["pool", "sessions"],
+    &["pool", "sessions", "apps"],
     &["sandbox"],
     &["packages", "upstream"],
     &["fetch", "assets", "store"],

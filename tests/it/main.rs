@@ -3,6 +3,7 @@
 
 mod adversarial;
 mod adversarial_fetch;
+mod apps;
 mod common;
 mod config;
 mod containment;

@@ -30,8 +30,8 @@ pub use print::print_config;
 pub use reference::{KeyInfo, keys, reference_json};
 pub use secret::Secret;
 pub use settings::{
-    EngineSettings, HostGrant, HttpSettings, SessionSettings, Settings, SnippetSettings,
-    TaskSettings, UpstreamSettings, UpstreamTransport, WorkerSettings,
+    AppsSettings, EngineSettings, HostGrant, HttpSettings, SessionSettings, Settings,
+    SnippetSettings, TaskSettings, UpstreamSettings, UpstreamTransport, WorkerSettings,
 };
 pub use sources::{ConfigError, Source};
 

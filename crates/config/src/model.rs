@@ -287,6 +287,18 @@ pub struct ResultsConfig {
     /// whole (pydantic-ai's MCP toolsets), where returned files' Base64 would reach it as text.
     /// Environment: CODE_INTERPRETER_MCP_STRUCTURED_CONTENT
     pub structured_content: bool,
+    /// Interactive results as MCP Apps (the `io.modelcontextprotocol/ui` extension): for a client
+    /// that declares the extension, run_python_code names a `ui://` view that renders its plotly
+    /// figures, images and output in the client. Clients without the extension see no change. The
+    /// views' scripts (plotly.js and the extension's app library, from npm) are read at start-up from
+    /// apps_asset_dir and checked against pinned sha256 digests.
+    /// Environment: CODE_INTERPRETER_MCP_APPS
+    pub apps: bool,
+    /// The directory holding the views' scripts `plotly-cartesian.min.js` (npm
+    /// plotly.js-cartesian-dist-min) and `app-with-deps.js` (npm @modelcontextprotocol/ext-apps);
+    /// empty: the npm packages under `node_modules` (`npm ci` installs them).
+    /// Environment: CODE_INTERPRETER_MCP_APPS_ASSET_DIR
+    pub apps_asset_dir: String,
 }
 
 impl Default for ResultsConfig {
@@ -297,6 +309,8 @@ impl Default for ResultsConfig {
             max_table_rows: 20,
             max_table_columns: 20,
             structured_content: true,
+            apps: true,
+            apps_asset_dir: String::new(),
         }
     }
 }

@@ -35,10 +35,20 @@ pub struct Settings {
     pub max_text_chars: usize,
     /// Results carry structured content where the client's protocol has it.
     pub structured_content: bool,
+    /// Interactive results (MCP Apps), when enabled: where the views' scripts are (`None`: the
+    /// npm packages under `node_modules`).
+    pub apps: Option<AppsSettings>,
     /// Where `/metrics` listens, when the Prometheus integration is enabled.
     pub prometheus: Option<SocketAddr>,
     /// The MCP servers sandboxes may call, by name (`[upstream.NAME]`).
     pub upstream: BTreeMap<String, UpstreamSettings>,
+}
+
+/// `[results] apps`: interactive results as MCP Apps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppsSettings {
+    /// `apps_asset_dir`, when set.
+    pub asset_dir: Option<PathBuf>,
 }
 
 /// One HTTPS host granted to sandboxed code (`[[network.hosts]]`), checked. Header values are

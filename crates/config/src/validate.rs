@@ -13,8 +13,8 @@ use code_interpreter_mcp_protocol::limits::shown;
 
 use crate::model::{AppConfig, BootMode};
 use crate::settings::{
-    EngineSettings, HostGrant, HttpSettings, SessionSettings, Settings, SnippetSettings,
-    TaskSettings, UpstreamSettings, UpstreamTransport, WorkerSettings,
+    AppsSettings, EngineSettings, HostGrant, HttpSettings, SessionSettings, Settings,
+    SnippetSettings, TaskSettings, UpstreamSettings, UpstreamTransport, WorkerSettings,
 };
 use crate::sources::{ConfigError, Source, source_of};
 
@@ -774,6 +774,10 @@ fn settings(
         max_inline_image_bytes: c.results.max_inline_image_kb * 1024,
         max_text_chars: c.results.max_text_chars as usize,
         structured_content: c.results.structured_content,
+        apps: c.results.apps.then(|| AppsSettings {
+            asset_dir: (!c.results.apps_asset_dir.is_empty())
+                .then(|| PathBuf::from(&c.results.apps_asset_dir)),
+        }),
         prometheus,
         upstream: BTreeMap::new(),
     }

