@@ -220,6 +220,8 @@ fn every_environment_override_applies_after_files() {
         ("CODE_INTERPRETER_MCP_MAX_TABLE_ROWS", "10"),
         ("CODE_INTERPRETER_MCP_MAX_TABLE_COLUMNS", "8"),
         ("CODE_INTERPRETER_MCP_STRUCTURED_CONTENT", "false"),
+        ("CODE_INTERPRETER_MCP_APPS", "false"),
+        ("CODE_INTERPRETER_MCP_APPS_ASSET_DIR", "/srv/ui"),
         (
             "CODE_INTERPRETER_MCP_HTTP_ALLOWED_HOSTS",
             " mcp.example.com ,, proxy.example.com:8443 ",
@@ -317,6 +319,9 @@ fn every_environment_override_applies_after_files() {
     assert_eq!(c.results.max_table_rows, 10);
     assert_eq!(c.results.max_table_columns, 8);
     assert!(!c.results.structured_content);
+    assert!(!c.results.apps);
+    assert_eq!(c.results.apps_asset_dir, "/srv/ui");
+    assert_eq!(loaded.settings.apps, None);
     assert_eq!(c.input_limits.max_file_kb, 2048);
     assert_eq!(c.input_limits.max_total_file_kb, 4096);
     assert!(c.integrations.prometheus.enabled);
