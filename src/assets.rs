@@ -68,19 +68,25 @@ pub struct Assets {
     pub imports_by_package: HashMap<String, Vec<String>>,
 }
 
+/// `node_modules/PATH` (a file an npm package installs) in the working directory if it is there,
+/// else beside this crate's manifest if it is there (a development checkout), else the first.
+pub fn npm_path(path: &str) -> PathBuf {
+    let local = Path::new("node_modules").join(path);
+    if local.exists() {
+        return local;
+    }
+    let dev = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("node_modules")
+        .join(path);
+    if dev.exists() { dev } else { local }
+}
+
 impl Assets {
     /// The directory used when no `asset_dir` is configured: `node_modules/pyodide` in the working
     /// directory, else the one next to this crate's manifest (a development checkout).
     pub fn default_dir() -> PathBuf {
-        let local = PathBuf::from("node_modules/pyodide");
-        if local.join("pyodide.asm.wasm").exists() {
-            return local;
-        }
-        let dev = Path::new(env!("CARGO_MANIFEST_DIR")).join("node_modules/pyodide");
-        if dev.join("pyodide.asm.wasm").exists() {
-            return dev;
-        }
-        local
+        let wasm = npm_path("pyodide/pyodide.asm.wasm");
+        wasm.parent().map(Path::to_path_buf).unwrap_or(wasm)
     }
 
     /// Checks and loads every required file from `dir`.

@@ -76,8 +76,8 @@ pub struct Scripts {
 }
 
 impl Scripts {
-    /// Reads both scripts from `dir` (flat, by file name), or else from `node_modules` in the
-    /// working directory or beside this crate's manifest (a development checkout).
+    /// Reads both scripts from `dir` (flat, by file name), or else from their npm packages
+    /// ([`crate::assets::npm_path`]).
     pub fn load(dir: Option<&Path>) -> Result<Self, AppsError> {
         Ok(Self {
             plotly: read(&PLOTLY, dir)?,
@@ -89,16 +89,7 @@ impl Scripts {
 fn read(pinned: &Pinned, dir: Option<&Path>) -> Result<String, AppsError> {
     let path = match dir {
         Some(dir) => dir.join(pinned.file),
-        None => {
-            let local = Path::new("node_modules").join(pinned.in_package);
-            if local.is_file() {
-                local
-            } else {
-                Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("node_modules")
-                    .join(pinned.in_package)
-            }
-        }
+        None => crate::assets::npm_path(pinned.in_package),
     };
     if !path.is_file() {
         return Err(AppsError::Missing {
@@ -123,7 +114,7 @@ fn read(pinned: &Pinned, dir: Option<&Path>) -> Result<String, AppsError> {
     }
     // The digest pins the content, and the pinned files are UTF-8.
     String::from_utf8(bytes).map_err(|_| AppsError::Mismatch {
-        path: PathBuf::new(),
+        path,
         file: pinned.file,
         package: pinned.package,
         found: "not UTF-8".into(),
