@@ -49,6 +49,7 @@ pub fn engine_config(settings: &EngineSettings) -> EngineConfig {
         setup_timeout: settings.setup_timeout,
         table_rows: settings.table_rows,
         table_columns: settings.table_columns,
+        figure_plotly_js: settings.figure_plotly_js.clone(),
         upstreams: None,
     }
 }
@@ -124,7 +125,10 @@ impl App {
         let started = Instant::now();
         // The views' scripts are checked before anything boots: a missing one is a start-up error.
         let apps = match &settings.apps {
-            Some(apps) => Some(Arc::new(Views::load(apps.asset_dir.as_deref())?)),
+            Some(apps) => Some(Arc::new(Views::load(
+                apps.asset_dir.as_deref(),
+                apps.table_rows,
+            )?)),
             None => None,
         };
         let upstreams = Upstreams::start(&settings.upstream, &settings.engine.extra_ca_certs)?;

@@ -13,6 +13,8 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, model::ClientCapabilities};
 use serde_json::{Value, json};
 
+use crate::sandbox::{Display, TABLE_MIME};
+
 pub use assets::{AppsError, Scripts};
 
 /// The extension's identifier, in capabilities on both sides.
@@ -37,21 +39,24 @@ pub struct View {
 /// The views this server offers.
 #[derive(Debug)]
 pub struct Views {
-    /// Renders a run_python_code result: plotly figures, images, output and errors.
+    /// Renders a run_python_code result: plotly figures, tables, images, output and errors.
     pub result: View,
+    /// Rows of a DataFrame sent as a table's grid data (`results.max_table_rows_app`).
+    pub table_rows: u32,
 }
 
 impl Views {
     /// Reads and checks the scripts (see [`assets`]) and composes every view.
-    pub fn load(asset_dir: Option<&std::path::Path>) -> Result<Self, AppsError> {
+    pub fn load(asset_dir: Option<&std::path::Path>, table_rows: u32) -> Result<Self, AppsError> {
         let scripts = Scripts::load(asset_dir)?;
         Ok(Self {
+            table_rows,
             result: assets::compose(
                 &scripts,
                 "result",
                 "Python result",
                 "The interactive view of a run_python_code result: plotly figures (zoom, hover, \
-legend), images, output and errors.",
+legend), tables (sort, filter, pages), images, output and errors.",
                 include_str!("views/result.css"),
                 include_str!("views/result.js"),
             )?,
@@ -95,6 +100,36 @@ legend), images, output and errors.",
             "ui/resourceUri": view.uri,
         })))
     }
+}
+
+/// The key of a result's `_meta` that carries what only the view draws: `{"tables": [...]}`.
+pub const VIEW_META: &str = "code-interpreter-mcp/view";
+
+/// Takes the tables' grid data ([`TABLE_MIME`]) out of `displays`, so that neither the text nor
+/// the structured content a model reads ever carries it (a display left with nothing else goes
+/// too). Each table is its JSON object with `display`, the index of its display among those left;
+/// data that is not a JSON object is dropped.
+pub fn take_tables(displays: &mut Vec<Display>) -> Vec<Value> {
+    let mut tables = Vec::new();
+    let mut n = 0_u64;
+    displays.retain_mut(|display| {
+        let table = display.data.remove(TABLE_MIME);
+        if display.data.is_empty() {
+            return false;
+        }
+        if let Some(Ok(Value::Object(mut table))) = table.map(|t| serde_json::from_str(&t)) {
+            table.insert("display".into(), n.into());
+            tables.push(Value::Object(table));
+        }
+        n += 1;
+        true
+    });
+    tables
+}
+
+/// A result's `_meta` entry for its view, holding `tables` (see [`take_tables`]).
+pub fn view_meta(tables: Vec<Value>) -> (String, Value) {
+    (VIEW_META.to_string(), json!({ "tables": tables }))
 }
 
 /// A view resource's `_meta.ui`: it loads nothing from the network (every script is inline), and

@@ -22,7 +22,19 @@ pub struct ExecRequest {
     pub timeout: std::time::Duration,
     /// Where stdout and stderr also go while the code runs, for a caller that streams them.
     pub live: Option<std::sync::Arc<LiveOutput>>,
+    /// For a client that draws tables (an MCP Apps view): a DataFrame or Series displayed also
+    /// comes as [`TABLE_MIME`] data of its first rows, at most this many. 0: not at all.
+    pub table_rows: u32,
 }
+
+/// A table's data for an interactive grid, beside its Markdown (see `display.py`): JSON with
+/// `columns`, `dtypes`, `index`, `data` (rows), `total_rows`, `total_columns`. Kept within
+/// [`MAX_TABLE_BYTES`] each and [`MAX_TABLES_BYTES`] in all, apart from the other displays' budget.
+pub const TABLE_MIME: &str = "application/vnd.code-interpreter-mcp.table+json";
+/// One table's data at most (the runner sends fewer rows rather than more bytes).
+pub const MAX_TABLE_BYTES: usize = 4 * 1024 * 1024;
+/// A call's tables' data in all.
+pub const MAX_TABLES_BYTES: usize = 8 * 1024 * 1024;
 
 /// The output of a running call as it is written, for streaming: what was not taken yet (the newest
 /// `LIVE_CHUNK_BYTES` of it), the newest `LIVE_CHUNK_BYTES` in all (for a status), and the byte

@@ -226,6 +226,15 @@ resumed on its next call; the result's session.durable says whether it can be (a
 }
 
 impl CodeInterpreter {
+    /// Rows of a DataFrame's grid data for `context`'s client: `results.max_table_rows_app` for a
+    /// client that draws the views, else 0 (no grid data is made).
+    fn grid_rows(&self, context: &RequestContext<RoleServer>) -> u32 {
+        match self.apps.as_deref() {
+            Some(views) if apps::wants(context) => views.table_rows,
+            _ => 0,
+        }
+    }
+
     /// The answer to a call whose arguments do not fit the tool's schema: a tool error naming the
     /// argument (run_python_code's in its usual structured form), counted as a validation error.
     fn wrong_arguments(&self, tool: &str, message: String, era: era::Era) -> CallToolResult {
@@ -367,12 +376,14 @@ persist between calls; send input files with each call."
         {
             let arguments =
                 serde_json::Value::Object(request.arguments.clone().unwrap_or_default());
-            let args: run::RunPythonCodeArgs = serde_json::from_value(arguments).map_err(|e| {
-                ErrorData::invalid_params(
-                    format!("invalid arguments for run_python_code: {e}"),
-                    None,
-                )
-            })?;
+            let mut args: run::RunPythonCodeArgs =
+                serde_json::from_value(arguments).map_err(|e| {
+                    ErrorData::invalid_params(
+                        format!("invalid arguments for run_python_code: {e}"),
+                        None,
+                    )
+                })?;
+            args.table_rows = self.grid_rows(&context);
             return Ok(tasks.spawn(self, args, &context).await);
         }
         let call = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);

@@ -44,6 +44,11 @@ pub struct RunPythonCodeArgs {
     #[serde(default)]
     #[schemars(extend("x-mcp-header" = SESSION_ID_HEADER, "type" = "string"))]
     pub session_id: Option<String>,
+    /// Not an argument: rows of a table's grid data for the client's view (set from its
+    /// capabilities, see `CodeInterpreter::grid_rows`).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub table_rows: u32,
 }
 
 impl From<RunPythonCodeArgs> for Call {
@@ -55,6 +60,7 @@ impl From<RunPythonCodeArgs> for Call {
             session_id: args
                 .session_id
                 .filter(|id| super::execute::names_a_session(id)),
+            table_rows: args.table_rows,
         }
     }
 }
@@ -310,10 +316,11 @@ back as images and files.",
     )]
     async fn run_python_code(
         &self,
-        Parameters(args): Parameters<RunPythonCodeArgs>,
+        Parameters(mut args): Parameters<RunPythonCodeArgs>,
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
         let _in_flight = InFlight::enter(&self.in_flight);
+        args.table_rows = self.grid_rows(&context);
         let era = self.era(&context);
         let (result, kept) = self.run(args, Setup::of(Some(&context))).await;
         self.reply(&result, &kept, era)
@@ -324,7 +331,22 @@ impl CodeInterpreter {
     /// A result as MCP content for a client of `era`: its JSON (the text sized for a model), then
     /// a block per display and per file, and, where structured content does not exist, the whole of
     /// each field the text cut as an embedded resource.
+    /// Tables' grid data goes in the result's `_meta` for the view (see `apps::take_tables`).
     pub(super) fn reply(&self, result: &CallResult, kept: &Kept, era: Era) -> CallToolResult {
+        let stripped;
+        let mut tables = Vec::new();
+        let result = if result
+            .displays
+            .iter()
+            .any(|d| d.data.contains_key(crate::sandbox::TABLE_MIME))
+        {
+            let mut copy = result.clone();
+            tables = crate::apps::take_tables(&mut copy.result.displays);
+            stripped = copy;
+            &stripped
+        } else {
+            result
+        };
         let value = serde_json::to_value(result).unwrap_or_default();
         let files = content::file_blocks(
             &result.files,
@@ -357,6 +379,10 @@ impl CodeInterpreter {
             reply.content.push(rmcp::model::ContentBlock::resource(
                 rmcp::model::ResourceContents::text(whole, text::output_uri(field)),
             ));
+        }
+        if !tables.is_empty() {
+            let (key, value) = crate::apps::view_meta(tables);
+            reply.meta.get_or_insert_default().0.insert(key, value);
         }
         era.shape(reply)
     }

@@ -185,7 +185,8 @@ test("plotly figures: SVG traces, hover, legend; WebGL scatter drawn as SVG; pay
   // The payloads: shown as text, never run.
   const stdout = await frame.$eval("section.stdout pre", (pre) => pre.textContent);
   assert.equal(stdout, `${payload}\n`);
-  assert.equal(await frame.evaluate(() => document.querySelectorAll("script").length), 2);
+  // The view's module, plotly.js's text, and plotly.js run from it: no other script.
+  assert.equal(await frame.evaluate(() => document.querySelectorAll("script").length), 3);
   assert.equal(await frame.evaluate(() => document.querySelectorAll("img").length), 0);
   assert.equal(await frame.evaluate(() => window.pwned), undefined);
   assert.equal(await state.page.evaluate(() => window.pwned), undefined);
@@ -265,12 +266,96 @@ test("matplotlib images, standard error and errors; the host's theme", async () 
   await state.page.screenshot({ path: path.join(ARTIFACTS, "image-error-dark.png"), fullPage: true });
 });
 
+test("tables: a 10,000-row DataFrame as a grid that sorts, pages and filters; payloads stay text", async () => {
+  const payload = `<img src=x onerror="window.top.pwned=1"><script>window.top.pwned=1</script>`;
+  const code = [
+    "import numpy as np, pandas as pd",
+    `payload = ${JSON.stringify(payload)}`,
+    "n = 10_000",
+    "rng = np.random.default_rng(7)",
+    "df = pd.DataFrame({'value': rng.normal(size=n).round(6), 'city': [f'city {i % 37}' for i in range(n)],",
+    "    'when': pd.date_range('2024-01-01', periods=n, freq='h'), 'count': rng.integers(0, 1000, n), payload: [payload] * n})",
+    "df.loc[5, 'value'] = None",
+    "print(repr(float(df['value'].min())), repr(float(df['value'].max())), int(df['city'].str.contains('city 3').sum()))",
+    "df",
+  ].join("\n");
+  const result = await run({ code });
+  assert.equal(result.structuredContent.success, true, text(result));
+  const [min, max, matching] = result.structuredContent.stdout.trim().split(" ").map(Number);
+  // What the model reads: the Markdown table of 20 rows; the grid's data is in `_meta` only.
+  const markdown = result.content.find((b) => b.type === "text" && b.text.includes("10000 rows × 5 columns"));
+  assert.ok(markdown?.text.includes("showing 20 rows"), text(result));
+  assert.ok(!JSON.stringify(result.structuredContent).includes("table+json"));
+  const table = result._meta["code-interpreter-mcp/view"].tables[0];
+  assert.equal(table.data.length, 10000);
+
+  const drawn = [];
+  let frame;
+  for (let n = 0; n < 3; n += 1) {
+    ({ frame } = await mount(result, { code }));
+    drawn.push(await frame.evaluate(() => {
+      const at = (name) => performance.getEntriesByName(name)[0].startTime;
+      return at("rendered") - at("result");
+    }));
+  }
+  const rows = () => frame.$$eval(".grid tbody tr", (trs) => trs.length);
+  const status = () => frame.$eval(".grid-status", (node) => node.textContent);
+  const first = (column) => frame.$eval(`.grid tbody tr > :nth-child(${column + 1})`, (node) => node.textContent);
+  assert.equal(await rows(), 100);
+  assert.equal(await status(), "Rows 1–100 of 10,000");
+
+  // A header click sorts (numbers by value, the missing one last), a second the other way; timed
+  // from the click to the repainted page.
+  const sort = (name) =>
+    frame.evaluate(async (name) => {
+      const button = [...document.querySelectorAll(".grid-sort")].find((b) => b.textContent === name);
+      const started = performance.now();
+      button.click();
+      await new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
+      return performance.now() - started;
+    }, name);
+  const sorts = [];
+  for (let n = 0; n < 6; n += 1) {
+    sorts.push(await sort("value"));
+    const expected = n % 2 === 0 ? min : max;
+    assert.ok(Math.abs(Number(await first(1)) - expected) < 1e-9, `${await first(1)} vs ${expected}`);
+  }
+  await sort("city");
+  assert.equal(await first(2), "city 0");
+  await frame.click(".grid-next");
+  assert.equal(await status(), "Rows 101–200 of 10,000");
+  assert.equal(await rows(), 100);
+  await frame.fill(".grid-filter", "City 3");
+  assert.equal(await status(), `Rows 1–100 of ${matching.toLocaleString("en-US")} (filtered from 10,000)`);
+  assert.match(await first(2), /^city 3\d?$/);
+
+  // The payload as a column name and in every cell: text, never markup.
+  const headers = await frame.$$eval(".grid-sort", (buttons) => buttons.map((b) => b.textContent));
+  assert.deepEqual(headers, ["", "value", "city", "when", "count", payload]);
+  assert.equal(await first(5), payload);
+  assert.equal(await frame.evaluate(() => document.querySelectorAll("img").length), 0);
+  // No figure: plotly.js stays text, only the view's module ran.
+  assert.equal(await frame.evaluate(() => document.querySelectorAll("script").length), 2);
+  assert.equal(await frame.evaluate(() => typeof Plotly), "undefined");
+  assert.equal(await frame.evaluate(() => window.pwned), undefined);
+  assert.equal(await state.page.evaluate(() => window.pwned), undefined);
+  assert.deepEqual(state.dialogs, []);
+  await state.page.screenshot({ path: path.join(ARTIFACTS, "grid.png"), fullPage: true });
+
+  const median = (list) => [...list].sort((a, b) => a - b)[Math.floor(list.length / 2)];
+  const fmt = (list) => list.map((t) => t.toFixed(0)).join(" ");
+  console.log(`# grid, 10,000 rows x 5 columns: drawn ${median(drawn).toFixed(0)} ms median (${fmt(drawn)}), sorted and repainted ${median(sorts).toFixed(0)} ms median (${fmt(sorts)})`);
+  // The issue's target is 200 ms for each; asserted with a 2x margin for a busy machine.
+  assert.ok(median(drawn) <= 400 && median(sorts) <= 400, `drawn ${fmt(drawn)}, sorted ${fmt(sorts)}`);
+});
+
 test("first paint of a one-figure result", async () => {
   const one = structuredClone(state.chartResult);
   one.structuredContent.displays = one.structuredContent.displays.slice(2);
   one.structuredContent.stdout = "";
   const times = [];
   const inFrame = [];
+  const painted = [];
   let marks;
   for (let n = 0; n < 7; n += 1) {
     const { frame, ms } = await mount(one);
@@ -279,19 +364,26 @@ test("first paint of a one-figure result", async () => {
       const nav = performance.getEntriesByType("navigation")[0];
       const entries = performance.getEntriesByType("mark").map((m) => [m.name, m.startTime]);
       entries.push(["domInteractive", nav?.domInteractive ?? NaN]);
+      // (The view has nothing to paint before the result: its first contentful paint is the result's.)
+      const paint = performance.getEntriesByName("first-contentful-paint")[0];
+      entries.push(["firstContentfulPaint", paint?.startTime ?? NaN]);
       return Object.fromEntries(entries);
     });
     inFrame.push(marks.rendered);
+    painted.push(marks.firstContentfulPaint);
   }
   const fmt = (list) => list.map((t) => t.toFixed(0)).join(" ");
   inFrame.sort((a, b) => a - b);
+  painted.sort((a, b) => a - b);
+  console.log(`# first contentful paint (the result's text, before plotly.js runs): median ${painted[3].toFixed(0)} ms, all ${fmt(painted)}`);
   console.log(`# marks in the view, last mount (ms since its navigation): ${JSON.stringify(marks, (k, v) => (typeof v === "number" ? Math.round(v) : v))}`);
   console.log(`# first paint in the view (navigation to drawn): median ${inFrame[3].toFixed(0)} ms, all ${fmt(inFrame)}`);
   times.sort((a, b) => a - b);
   const median = times[3];
   console.log(`# mount to drawn as the driver sees it (adds handing 2 MB to the page over the DevTools protocol): median ${median.toFixed(0)} ms, all ${fmt(times)}`);
-  // The issue's target is 500 ms; this machine misses it (plotly.js alone takes ~0.55 s to compile
-  // and run in a new frame, docs/performance.md). Asserted: no worse than measured, with a 2x
-  // margin for a busy machine.
-  assert.ok(inFrame[3] <= 2000, `median ${inFrame[3]} ms`);
+  // The issue's target is 500 ms; the figure misses it on this machine (plotly.js takes ~0.4 s to
+  // compile and run, docs/performance.md), the text before it meets it. Asserted with a 2x margin
+  // for a busy machine.
+  assert.ok(inFrame[3] <= 1200, `median ${inFrame[3]} ms`);
+  assert.ok(painted[3] <= 500, `median ${painted[3]} ms`);
 });

@@ -36,7 +36,8 @@ fn stateless_with(server: &Server, method: &str, params: Value, capabilities: Va
     meta["io.modelcontextprotocol/clientCapabilities"] = capabilities;
     params["_meta"] = meta;
     let body = json!({"jsonrpc": "2.0", "id": 3, "method": method, "params": params});
-    message(send_stateless(&client(), &server.url, method, None, &body).unwrap())
+    let name = params["name"].as_str();
+    message(send_stateless(&client(), &server.url, method, name, &body).unwrap())
 }
 
 #[test]
@@ -185,4 +186,105 @@ fn a_missing_or_altered_script_stops_the_start_and_says_how_to_fix_it() {
         assert!(stderr.contains("results.apps = false"), "{case}: {stderr}");
         assert!(!stderr.contains("panicked"), "{case}: {stderr}");
     }
+}
+
+/// A DataFrame's grid data reaches a client that draws the view, in the result's `_meta` only: the
+/// text and the structured content (what a model reads) are the same as every other client's, the
+/// Markdown table of 20 rows included; rows are capped by `results.max_table_rows_app`, bytes by
+/// the runner and again in Rust; sessions and the 2026-07-28 era carry it too.
+#[test]
+fn dataframes_reach_the_view_as_grid_data_and_the_model_reads_what_it_did() {
+    let server = Server::start(&[("CODE_INTERPRETER_MCP_MAX_TABLE_ROWS_APP", "1000")]);
+    let apps = LegacyClient::connect_with(&server, "2025-11-25", apps_capabilities());
+    let plain = LegacyClient::connect(&server);
+    let code = r#"
+import pandas as pd
+n = 2500
+df = pd.DataFrame({
+    "id": range(n),
+    "value": [None if i == 7 else i / 4 for i in range(n)],
+    "when": pd.date_range("2024-01-01", periods=n, freq="h"),
+    "<b>name</b>": ["<script>alert(1)</script>"] * n,
+})
+display(df)
+df["value"].head(3)
+"#;
+    let with = apps.call("run_python_code", json!({"code": code}));
+    let without = plain.call("run_python_code", json!({"code": code}));
+    assert_eq!(with["result"]["content"], without["result"]["content"]);
+    assert_eq!(
+        with["result"]["structuredContent"],
+        without["result"]["structuredContent"]
+    );
+    assert!(without["result"].get("_meta").is_none(), "{without}");
+    let text = with["result"]["content"].to_string();
+    assert!(
+        text.contains("2500 rows × 4 columns (showing 20 rows"),
+        "{text}"
+    );
+    assert!(!text.contains("table+json"), "{text}");
+
+    let tables = with["result"]["_meta"]["code-interpreter-mcp/view"]["tables"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tables: {with}"))
+        .clone();
+    assert_eq!(tables.len(), 2, "the display and the final expression");
+    let frame = &tables[0];
+    assert_eq!(frame["display"], 0);
+    assert_eq!(
+        frame["columns"],
+        json!(["id", "value", "when", "<b>name</b>"])
+    );
+    assert_eq!(frame["total_rows"], 2500);
+    assert_eq!(frame["total_columns"], 4);
+    let rows = frame["data"].as_array().unwrap();
+    assert_eq!(rows.len(), 1000, "results.max_table_rows_app");
+    assert_eq!(frame["index"].as_array().unwrap().len(), 1000);
+    assert_eq!(
+        rows[7],
+        json!([
+            7,
+            null,
+            "2024-01-01T07:00:00.000",
+            "<script>alert(1)</script>"
+        ])
+    );
+    assert_eq!(frame["dtypes"][0], "int64");
+    let series = &tables[1];
+    assert_eq!(series["display"], 1);
+    assert_eq!(series["data"], json!([[0.0], [0.25], [0.5]]));
+
+    // A table too large for its byte cap comes with fewer rows, never more bytes.
+    let wide = apps.call(
+        "run_python_code",
+        json!({"code": "import pandas as pd\npd.DataFrame({'s': ['x' * 5000] * 10000})"}),
+    );
+    let table = &wide["result"]["_meta"]["code-interpreter-mcp/view"]["tables"][0];
+    let sent = table["data"].as_array().unwrap().len();
+    assert!((500..1000).contains(&sent), "{sent}");
+    assert!(table.to_string().len() <= 4 * 1024 * 1024 + 64 * 1024);
+    assert_eq!(table["total_rows"], 10000);
+
+    // A session's call, and a 2026-07-28 call declaring the extension in its own `_meta`.
+    let session = apps.call(
+        "run_python_code",
+        json!({"session_id": "new", "code": "import pandas as pd\npd.Series([3, 1, 2], name='s')"}),
+    );
+    let table = &session["result"]["_meta"]["code-interpreter-mcp/view"]["tables"][0];
+    assert_eq!(table["data"], json!([[3], [1], [2]]), "{session}");
+    assert_eq!(table["columns"], json!(["s"]));
+    let call = json!({"name": "run_python_code", "arguments": {"code": "import pandas as pd\npd.DataFrame({'a': [1]})"}});
+    let stateless = stateless_with(&server, "tools/call", call.clone(), apps_capabilities());
+    assert_eq!(
+        stateless["result"]["_meta"]["code-interpreter-mcp/view"]["tables"][0]["data"],
+        json!([[1]]),
+        "{stateless}"
+    );
+    let plain_stateless = request_stateless(&server, "tools/call", call);
+    assert!(
+        !plain_stateless
+            .to_string()
+            .contains("code-interpreter-mcp/view"),
+        "{plain_stateless}"
+    );
 }

@@ -259,7 +259,12 @@ open("fake.png", "w").write("<svg/>")
 #[test]
 fn plotly_and_seaborn_figures_are_captured_in_a_session() {
     let index = mirror_index("nb-figures-index");
-    let envs = index.envs();
+    let mut envs = index.envs();
+    // figure-N.html gets plotly.js from where the operator says (results.figure_plotly_js).
+    envs.push((
+        "CODE_INTERPRETER_MCP_FIGURE_PLOTLY_JS",
+        "/static/plotly-3.1.0.min.js".to_string(),
+    ));
     let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let server = Server::start(&envs);
     let legacy = LegacyClient::connect(&server);
@@ -299,6 +304,17 @@ fn plotly_and_seaborn_figures_are_captured_in_a_session() {
         "the user's figure-1.html is kept"
     );
     assert!(block_kinds(&plot).contains(&"resource:application/vnd.plotly.v1+json".to_string()));
+    let html = r["files"][0]["content_base64"].as_str().unwrap();
+    let html = String::from_utf8(
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, html).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        html.contains("src=\"/static/plotly-3.1.0.min.js\"")
+            && !html.contains("src=\"https://cdn.plot.ly/plotly"),
+        "{}",
+        &html[..html.len().min(2000)]
+    );
     let mine = legacy.call(
         "run_python_code",
         json!({"session_id": id, "code": "open('figure-1.html').read()"}),
@@ -438,4 +454,62 @@ sns.relplot(
             .any(|f| f["path"] == "figure-1.png"),
         "{r}"
     );
+}
+
+/// `results.figure_plotly_js = "inline"`: figure-N.html carries plotly.js itself and opens offline.
+#[test]
+fn figure_html_carries_plotly_js_inline_when_configured() {
+    use code_interpreter_mcp::sandbox::{Engine, EngineConfig, ExecRequest, InputFile};
+    let engine = Engine::new(EngineConfig {
+        figure_plotly_js: "inline".into(),
+        ..crate::common::engine_config()
+    })
+    .expect("engine");
+    let wheels = [
+        "plotly-7.1.0-py3-none-any.whl",
+        "narwhals-2.29.0-py3-none-any.whl",
+    ];
+    let files = wheels
+        .iter()
+        .map(|name| InputFile {
+            path: name.to_string(),
+            content: std::fs::read(package_mirror().join(name)).unwrap(),
+        })
+        .collect();
+    let code = format!(
+        "import micropip\nawait micropip.install([{}])\nimport plotly.graph_objects as go\n\
+go.Figure(go.Scatter(x=[1, 2], y=[2, 1])).show()",
+        wheels.map(|w| format!("'emfs:/workspace/{w}'")).join(", ")
+    );
+    let result = engine.execute(ExecRequest {
+        code,
+        files,
+        timeout: std::time::Duration::from_secs(120),
+        ..Default::default()
+    });
+    assert!(result.error.is_none(), "{:?}", result.error);
+    let file = result
+        .files
+        .iter()
+        .find(|f| f.path == "figure-1.html")
+        .unwrap_or_else(|| {
+            panic!(
+                "{:?}",
+                result.files.iter().map(|f| &f.path).collect::<Vec<_>>()
+            )
+        });
+    let html = String::from_utf8(
+        base64::Engine::decode(
+            &base64::engine::general_purpose::STANDARD,
+            &file.content_base64,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert!(html.len() > 3_000_000, "{} bytes", html.len());
+    assert!(
+        !html.contains("src=\"https://cdn.plot.ly/plotly"),
+        "plotly.js from its CDN"
+    );
+    assert!(html.contains("Plotly.newPlot"));
 }

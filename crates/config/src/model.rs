@@ -299,6 +299,18 @@ pub struct ResultsConfig {
     /// empty: the npm packages under `node_modules` (`npm ci` installs them).
     /// Environment: CODE_INTERPRETER_MCP_APPS_ASSET_DIR
     pub apps_asset_dir: String,
+    /// For a client with interactive results: a DataFrame or Series displayed (or left as the
+    /// final expression) also travels as data for the view's grid (sort, filter, pages), its
+    /// first rows up to this many (0 to 100000; 0: no grid data). It goes in the result's `_meta`,
+    /// never in the text or structured content the model reads, which keep the Markdown table.
+    /// Environment: CODE_INTERPRETER_MCP_MAX_TABLE_ROWS_APP
+    pub max_table_rows_app: u64,
+    /// Where a plotly figure's figure-N.html gets plotly.js: "cdn" (plotly's CDN, a small file that
+    /// needs the network when opened), "inline" (the whole plotly.js in the file, ~4.8 MB, opens
+    /// offline), or the URL of a plotly.js the operator hosts (https://..., http://... or /...,
+    /// ending in .js).
+    /// Environment: CODE_INTERPRETER_MCP_FIGURE_PLOTLY_JS
+    pub figure_plotly_js: String,
 }
 
 impl Default for ResultsConfig {
@@ -311,6 +323,8 @@ impl Default for ResultsConfig {
             structured_content: true,
             apps: true,
             apps_asset_dir: String::new(),
+            max_table_rows_app: 10_000,
+            figure_plotly_js: "cdn".into(),
         }
     }
 }

@@ -49,6 +49,8 @@ pub struct Settings {
 pub struct AppsSettings {
     /// `apps_asset_dir`, when set.
     pub asset_dir: Option<PathBuf>,
+    /// `max_table_rows_app`: rows of a DataFrame sent to the grid (0: none).
+    pub table_rows: u32,
 }
 
 /// One HTTPS host granted to sandboxed code (`[[network.hosts]]`), checked. Header values are
@@ -139,6 +141,8 @@ pub struct EngineSettings {
     /// DataFrames displayed as Markdown tables show at most this many rows and columns.
     pub table_rows: u64,
     pub table_columns: u64,
+    /// `results.figure_plotly_js`: "cdn", "inline", or a URL of plotly.js.
+    pub figure_plotly_js: String,
 }
 
 /// The worker pool.

@@ -181,6 +181,12 @@ const RANGES: &[Range] = &[
         allowed: 2..=1000,
         unit: "",
     },
+    Range {
+        key: "results.max_table_rows_app",
+        value: |c| c.results.max_table_rows_app,
+        allowed: 0..=100_000,
+        unit: "",
+    },
 ];
 
 /// The error for `key`: its source and what is allowed.
@@ -290,6 +296,24 @@ fn check_names(c: &AppConfig, fail: &Fail) -> Result<(), ConfigError> {
             format!(
                 "\"{}\" must be at most 63 lower-case letters, digits and '-' (empty: no prefix)",
                 shown(replica)
+            ),
+        ));
+    }
+    let plotly_js = &c.results.figure_plotly_js;
+    let url_ok = |u: &str| {
+        (u.starts_with("https://") || u.starts_with("http://") || u.starts_with('/'))
+            && u.ends_with(".js")
+            && u.len() <= 2048
+            && u.bytes()
+                .all(|b| b.is_ascii_graphic() && !b"\"'<>\\`".contains(&b))
+    };
+    if plotly_js != "cdn" && plotly_js != "inline" && !url_ok(plotly_js) {
+        return Err(fail.at(
+            "results.figure_plotly_js",
+            format!(
+                "\"{}\" must be \"cdn\", \"inline\", or a URL of plotly.js (https://..., http://... or \
+/..., ending in .js, without quotes, spaces or <>)",
+                shown(plotly_js)
             ),
         ));
     }
@@ -738,6 +762,7 @@ fn settings(
             setup_timeout: Duration::from_secs(w.setup_timeout_s),
             table_rows: c.results.max_table_rows,
             table_columns: c.results.max_table_columns,
+            figure_plotly_js: c.results.figure_plotly_js.clone(),
         },
         workers: WorkerSettings {
             max_workers: w.max_workers as usize,
@@ -777,6 +802,7 @@ fn settings(
         apps: c.results.apps.then(|| AppsSettings {
             asset_dir: (!c.results.apps_asset_dir.is_empty())
                 .then(|| PathBuf::from(&c.results.apps_asset_dir)),
+            table_rows: c.results.max_table_rows_app as u32,
         }),
         prometheus,
         upstream: BTreeMap::new(),

@@ -222,6 +222,8 @@ fn every_environment_override_applies_after_files() {
         ("CODE_INTERPRETER_MCP_STRUCTURED_CONTENT", "false"),
         ("CODE_INTERPRETER_MCP_APPS", "false"),
         ("CODE_INTERPRETER_MCP_APPS_ASSET_DIR", "/srv/ui"),
+        ("CODE_INTERPRETER_MCP_MAX_TABLE_ROWS_APP", "500"),
+        ("CODE_INTERPRETER_MCP_FIGURE_PLOTLY_JS", "inline"),
         (
             "CODE_INTERPRETER_MCP_HTTP_ALLOWED_HOSTS",
             " mcp.example.com ,, proxy.example.com:8443 ",
@@ -321,6 +323,8 @@ fn every_environment_override_applies_after_files() {
     assert!(!c.results.structured_content);
     assert!(!c.results.apps);
     assert_eq!(c.results.apps_asset_dir, "/srv/ui");
+    assert_eq!(c.results.max_table_rows_app, 500);
+    assert_eq!(c.results.figure_plotly_js, "inline");
     assert_eq!(loaded.settings.apps, None);
     assert_eq!(c.input_limits.max_file_kb, 2048);
     assert_eq!(c.input_limits.max_total_file_kb, 4096);
@@ -431,6 +435,18 @@ fn validation_rules_name_the_key_the_source_and_what_is_allowed() {
         (
             "[sessions]\nmax_resident = 0\n",
             &["sessions.max_resident", "1..=1024"],
+        ),
+        (
+            "[results]\nfigure_plotly_js = \"plotly.js\"\n",
+            &["results.figure_plotly_js", "\"cdn\", \"inline\""],
+        ),
+        (
+            "[results]\nfigure_plotly_js = \"https://x.test/p.js\\\"><script>\"\n",
+            &["results.figure_plotly_js", "ending in .js"],
+        ),
+        (
+            "[results]\nmax_table_rows_app = 100001\n",
+            &["results.max_table_rows_app", "0..=100000"],
         ),
         (
             "[sessions]\nstore_url = \"ftp://host/x\"\n",

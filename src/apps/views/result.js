@@ -1,7 +1,9 @@
 // The result view of run_python_code, an MCP App (src/apps/mod.rs composes it after the extension's
-// app library, which defines `ExtApps`, and plotly.js, which defines `Plotly`). The host sends the
-// call's result over the bridge; the view draws its plotly figures (zoom, hover, legend), images,
-// output and error.
+// app library, which defines `ExtApps`; plotly.js, which defines `Plotly`, is in the document as
+// inert text that `plotly()` runs when a result has a figure). The host sends the
+// call's result over the bridge; the view draws its plotly figures (zoom, hover, legend), tables
+// (sort, filter, pages: the data is in the result's `_meta`, see src/apps/mod.rs `take_tables`),
+// images, output and error.
 //
 // Everything drawn comes from code the user ran, so nothing of it is ever parsed as HTML: text goes
 // through textContent, images only as data: URLs of checked Base64, figures as JSON (prototype keys
@@ -47,6 +49,25 @@ const DRAWABLE = new Set([
 
 const pending = [];
 
+// Resolves once what is in the document now has been painted: the text of a result shows before
+// its figures are drawn (they wait for `textPainted`, set by `render`).
+const afterPaint = () => new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
+let textPainted = Promise.resolve();
+
+// plotly.js, run once, the first time a figure is drawn: the document carries it as text (see
+// src/apps/assets.rs), and a script element with the same text runs under the same hash.
+let plotlyRan = false;
+function plotly() {
+  if (!plotlyRan) {
+    plotlyRan = true;
+    const script = document.createElement("script");
+    script.textContent = document.getElementById("plotly-source").textContent;
+    document.head.append(script);
+  }
+  if (typeof Plotly === "undefined") throw new Error("plotly.js did not load");
+  return Plotly;
+}
+
 function figure(spec, heading) {
   const into = section("figure-section", heading);
   let figure;
@@ -91,14 +112,173 @@ function figure(spec, heading) {
     );
   }
   pending.push(
-    Plotly.newPlot(div, traces, layout, {
+    textPainted.then(() => plotly().newPlot(div, traces, layout, {
       responsive: true,
       displaylogo: false,
       modeBarButtonsToRemove: ["toImage", "sendDataToCloud"],
-    }).catch((error) => {
+    })).catch((error) => {
       into.append(element("p", "note", `The figure could not be drawn: ${error}`));
     }),
   );
+}
+
+// --- Tables --------------------------------------------------------------------------------------
+
+const PAGE_ROWS = 100;
+const collator = new Intl.Collator(undefined, { numeric: true, sensitivity: "base" });
+
+function cellText(value) {
+  if (value === null || value === undefined) return "";
+  if (typeof value === "object") return JSON.stringify(value);
+  return String(value);
+}
+
+// A DataFrame's first rows as a grid: a header per column that sorts on click (again: the other
+// way), a filter over every cell's text, and pages of PAGE_ROWS rows; only the page is in the DOM.
+// Columns are kept as arrays and the order as row numbers, so sorting moves no row data.
+function grid(table, heading) {
+  const rows = Array.isArray(table.data) ? table.data.filter(Array.isArray) : [];
+  const names = Array.isArray(table.columns) ? table.columns.map(cellText) : [];
+  const index = Array.isArray(table.index) ? table.index.map(cellText) : [];
+  const columns = [rows.map((_, r) => index[r] ?? String(r)), ...names.map((_, c) => rows.map((row) => row[c]))];
+  const headers = ["", ...names];
+  const count = rows.length;
+  const text = columns.map((column) => column.map(cellText));
+  let order = Uint32Array.from({ length: count }, (_, r) => r);
+  let shown = order;
+  let sorted = { column: -1, ascending: true };
+  let query = "";
+  let lower = null;
+  let page = 0;
+
+  const into = section("table-section", heading);
+  const tools = element("div", "grid-tools");
+  const filter = element("input", "grid-filter");
+  filter.type = "search";
+  filter.placeholder = "Filter rows";
+  filter.setAttribute("aria-label", "Filter rows");
+  const previous = element("button", "grid-previous", "Previous");
+  const next = element("button", "grid-next", "Next");
+  const status = element("span", "grid-status");
+  tools.append(filter, previous, next, status);
+  const scroller = element("div", "grid-scroll");
+  const tableNode = element("table", "grid");
+  const head = element("thead");
+  const headRow = element("tr");
+  const buttons = headers.map((name, c) => {
+    const th = element("th");
+    th.setAttribute("scope", "col");
+    const button = element("button", "grid-sort", name);
+    button.type = "button";
+    button.addEventListener("click", () => sortBy(c));
+    th.append(button);
+    headRow.append(th);
+    return th;
+  });
+  head.append(headRow);
+  let body = element("tbody");
+  tableNode.append(head, body);
+  scroller.append(tableNode);
+  into.append(tools, scroller);
+  const total = Number.isSafeInteger(table.total_rows) ? table.total_rows : count;
+  const totalColumns = Number.isSafeInteger(table.total_columns) ? table.total_columns : names.length;
+  if (total > count || totalColumns > names.length) {
+    into.append(
+      element(
+        "p",
+        "note",
+        `The first ${count.toLocaleString()} of ${total.toLocaleString()} rows and ` +
+          `${names.length} of ${totalColumns} columns are here.`,
+      ),
+    );
+  }
+
+  function paint() {
+    const pages = Math.max(1, Math.ceil(shown.length / PAGE_ROWS));
+    page = Math.min(Math.max(page, 0), pages - 1);
+    const from = page * PAGE_ROWS;
+    const to = Math.min(shown.length, from + PAGE_ROWS);
+    const fresh = element("tbody");
+    for (let i = from; i < to; i++) {
+      const r = shown[i];
+      const tr = element("tr");
+      for (let c = 0; c < columns.length; c++) {
+        const cell = element(c === 0 ? "th" : "td", typeof columns[c][r] === "number" ? "number" : "", text[c][r]);
+        if (c === 0) cell.setAttribute("scope", "row");
+        tr.append(cell);
+      }
+      fresh.append(tr);
+    }
+    body.replaceWith(fresh);
+    body = fresh;
+    const of = shown.length === count ? "" : ` (filtered from ${count.toLocaleString()})`;
+    status.textContent = shown.length === 0
+      ? `No rows${of}`
+      : `Rows ${(from + 1).toLocaleString()}–${to.toLocaleString()} of ${shown.length.toLocaleString()}${of}`;
+    previous.disabled = page === 0;
+    next.disabled = page >= pages - 1;
+    buttons.forEach((th, c) => {
+      th.setAttribute(
+        "aria-sort",
+        c !== sorted.column ? "none" : sorted.ascending ? "ascending" : "descending",
+      );
+    });
+  }
+
+  // Numbers (and nulls, last) by value when every value of the column is one; else text, in the
+  // user's collation, numbers inside text by value.
+  function sortBy(c) {
+    sorted = { column: c, ascending: sorted.column === c ? !sorted.ascending : true };
+    const column = columns[c];
+    const sign = sorted.ascending ? 1 : -1;
+    const numeric = c > 0 && column.every((v) => v === null || typeof v === "number");
+    let compare;
+    if (numeric) {
+      const keys = Float64Array.from(column, (v) => (v === null ? NaN : v));
+      compare = (a, b) => {
+        const x = keys[a];
+        const y = keys[b];
+        if (Number.isNaN(x) || Number.isNaN(y)) return Number.isNaN(x) - Number.isNaN(y) || a - b;
+        return (x - y) * sign || a - b;
+      };
+    } else {
+      const keys = text[c];
+      compare = (a, b) => {
+        const x = column[a] === null ? 1 : 0;
+        const y = column[b] === null ? 1 : 0;
+        return x - y || collator.compare(keys[a], keys[b]) * sign || a - b;
+      };
+    }
+    order = Uint32Array.from({ length: count }, (_, r) => r).sort(compare);
+    page = 0;
+    apply();
+  }
+
+  function apply() {
+    if (query === "") {
+      shown = order;
+    } else {
+      lower ??= text.map((column) => column.map((t) => t.toLowerCase()));
+      shown = order.filter((r) => lower.some((column) => column[r].includes(query)));
+    }
+    paint();
+    performance.mark("grid-painted");
+  }
+
+  filter.addEventListener("input", () => {
+    query = filter.value.trim().toLowerCase();
+    page = 0;
+    apply();
+  });
+  previous.addEventListener("click", () => {
+    page -= 1;
+    paint();
+  });
+  next.addEventListener("click", () => {
+    page += 1;
+    paint();
+  });
+  paint();
 }
 
 function image(mime, base64, heading) {
@@ -109,20 +289,21 @@ function image(mime, base64, heading) {
   section("image-section", heading).append(img);
 }
 
-// One rich output: a figure, an image, or its Markdown or plain text.
-function display(data, n) {
+// One rich output: a figure, a table's grid, an image, or its Markdown or plain text.
+function display(data, n, tables) {
   if (!data || typeof data !== "object") return;
   const heading = `Output ${n + 1}`;
   if (typeof data[PLOTLY] === "string") return figure(data[PLOTLY], heading);
+  if (tables.has(n)) return grid(tables.get(n), heading);
   for (const mime of IMAGES) {
     if (typeof data[mime] === "string") return image(mime, data[mime], heading);
   }
   textSection("display", heading, data["text/markdown"] ?? data["text/plain"]);
 }
 
-function renderStructured(result) {
+function renderStructured(result, tables) {
   textSection("stdout", "Output", result.stdout);
-  (Array.isArray(result.displays) ? result.displays : []).forEach((d, n) => display(d?.data, n));
+  (Array.isArray(result.displays) ? result.displays : []).forEach((d, n) => display(d?.data, n, tables));
   // Returned images (matplotlib's figure-N.png among them); other files are named in the text.
   for (const file of Array.isArray(result.files) ? result.files : []) {
     if (file && typeof file.path === "string") image(file.mime_type, file.content_base64, file.path);
@@ -138,8 +319,9 @@ function renderStructured(result) {
 }
 
 // A result without structured content (an older protocol, or results.structured_content = false):
-// the first text block is the result's JSON; figures come as embedded resources, images as blocks.
-function renderBlocks(blocks) {
+// the first text block is the result's JSON, then a block per display (a table's is its Markdown);
+// figures come as embedded resources, images as blocks.
+function renderBlocks(blocks, tables) {
   let n = 0;
   for (const block of blocks) {
     if (block?.type === "text" && n === 0) {
@@ -153,7 +335,8 @@ function renderBlocks(blocks) {
           continue;
         }
       } catch {}
-      textSection("text", "Output", block.text);
+      if (tables.has(n - 1)) grid(tables.get(n - 1), `Output ${n}`);
+      else textSection("text", "Output", block.text);
     } else if (block?.type === "image") {
       image(block.mimeType, block.data, `Image ${n + 1}`);
     } else if (block?.type === "resource" && block.resource?.mimeType === PLOTLY) {
@@ -168,11 +351,20 @@ async function render(result) {
   view.replaceChildren();
   delete document.documentElement.dataset.rendered;
   pending.length = 0;
+  textPainted = afterPaint();
+  // Tables' grid data, by the index of their display.
+  const tables = new Map();
+  const meta = result?._meta?.["code-interpreter-mcp/view"];
+  for (const table of Array.isArray(meta?.tables) ? meta.tables : []) {
+    if (table && typeof table === "object" && Number.isSafeInteger(table.display)) {
+      tables.set(table.display, table);
+    }
+  }
   const structured = result?.structuredContent;
   if (structured && typeof structured === "object") {
-    renderStructured(structured);
+    renderStructured(structured, tables);
   } else if (Array.isArray(result?.content)) {
-    renderBlocks(result.content);
+    renderBlocks(result.content, tables);
   }
   if (view.childElementCount === 0) view.append(element("p", "empty", "No output."));
   await Promise.all(pending);

@@ -12,7 +12,9 @@ use crate::protocol::limits::{
     MAX_ERROR_TYPE_BYTES, MAX_RESULT_BYTES, MAX_RETURNED_FILE_BYTES, MAX_RETURNED_FILES,
     MAX_RETURNED_TOTAL_BYTES, MAX_TRACEBACK_BYTES,
 };
-use crate::sandbox::types::{Display, DisplaySource, OutputFile};
+use crate::sandbox::types::{
+    Display, DisplaySource, MAX_TABLE_BYTES, MAX_TABLES_BYTES, OutputFile, TABLE_MIME,
+};
 
 /// A byte stream captured up to a limit.
 #[derive(Debug, Default)]
@@ -116,6 +118,8 @@ pub fn cap_text(text: String, limit: usize, keep_end: bool) -> (String, bool) {
 pub struct DisplayCollector {
     displays: Vec<Display>,
     bytes: usize,
+    /// Tables' grid data ([`TABLE_MIME`]) has a budget of its own: a grid never pushes out a figure.
+    table_bytes: usize,
     truncated: bool,
 }
 
@@ -164,6 +168,7 @@ impl DisplayCollector {
         if text == "clear" {
             self.displays.clear();
             self.bytes = 0;
+            self.table_bytes = 0;
             return None;
         }
         let Ok(published) = serde_json::from_str::<Published>(text) else {
@@ -182,6 +187,17 @@ impl DisplayCollector {
                 note = Some(format!(
                     "[a displayed {mime} was left out: it is not a valid {mime} image in Base64]\n"
                 ));
+                continue;
+            }
+            if mime == TABLE_MIME {
+                if value.len() > MAX_TABLE_BYTES
+                    || self.table_bytes + value.len() > MAX_TABLES_BYTES
+                {
+                    // (The Markdown table stays: only the grid is left out.)
+                    continue;
+                }
+                self.table_bytes += value.len();
+                data.insert(mime, value);
                 continue;
             }
             if !mime_ok(&mime)

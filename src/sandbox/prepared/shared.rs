@@ -65,6 +65,8 @@ pub struct EngineConfig {
     /// DataFrames and Series displayed as Markdown tables show at most this many rows and columns.
     pub table_rows: u64,
     pub table_columns: u64,
+    /// Where a figure-N.html gets plotly.js: "cdn", "inline" or a URL (`results.figure_plotly_js`).
+    pub figure_plotly_js: String,
     /// The upstream MCP servers sandboxes may call (none: `import upstream` finds nothing).
     pub upstreams: Option<Arc<Upstreams>>,
 }

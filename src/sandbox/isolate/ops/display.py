@@ -1,7 +1,8 @@
 # Rich outputs for the runner (runner.py), loaded as the module `_sandbox_display` before the memory
 # snapshot is taken:
 # - `display` and the MIME bundles of IPython's display protocol (`_repr_mimebundle_`, `_repr_html_`,
-#   ...), with DataFrames and Series also as a bounded Markdown table, matplotlib figures as PNG and
+#   ...), with DataFrames and Series also as a bounded Markdown table (and, for a client that draws
+#   them, as data for a grid: `grid`), matplotlib figures as PNG and
 #   plotly figures as their JSON; an `IPython.display` stand-in when the real IPython is not installed;
 # - plotly: `fig.show()` displays the figure and saves it as figure-N.html;
 # - the call's figure count and names (matplotlib's figures are saved by the runner through them).
@@ -24,19 +25,31 @@ MAX_PLAIN_CHARS = 64 * 1024
 MAX_FIGURES = 16
 MAX_FIGURE_PIXELS = 4096 * 4096
 
+# A table's data for an interactive grid (src/sandbox/types.rs TABLE_MIME, capped there again), and
+# the most of it sent: fewer rows rather than more characters; the first columns only.
+TABLE_MIME = "application/vnd.code-interpreter-mcp.table+json"
+MAX_TABLE_CHARS = 4 * 1024 * 1024
+MAX_GRID_COLUMNS = 200
+MAX_LABEL_CHARS = 200
+
 # Set by the runner for each call: publishes one bundle (a JSON string) to Rust.
 _publish = None
+# Set by the runner for each call: rows of a table's grid data (0: the client draws no grids).
+_grid_rows = 0
 # Settings from the server (see `configure`).
 _table_rows = 20
 _table_columns = 20
+_plotly_js = "cdn"
 # The displays of a `%%capture` in progress (see notebook.py), if any.
 _captured = None
 
 
-def configure(table_rows, table_columns):
-    global _table_rows, _table_columns
+def configure(table_rows, table_columns, plotly_js="cdn"):
+    global _table_rows, _table_columns, _plotly_js
     _table_rows = max(2, int(table_rows))
     _table_columns = max(2, int(table_columns))
+    # plotly's `include_plotlyjs`: "cdn", True (the whole library in the file) or a script URL.
+    _plotly_js = True if plotly_js == "inline" else str(plotly_js)
 
 
 def start_capture(outputs):
@@ -129,7 +142,7 @@ def _normalise(data):
                 continue
         elif not isinstance(value, str):
             value = str(value)
-        if len(value) > MAX_VALUE_CHARS:
+        if len(value) > (MAX_TABLE_CHARS if mime == TABLE_MIME else MAX_VALUE_CHARS):
             print(f"display: the {mime} representation was too large and was left out", file=sys.stderr)
             continue
         out[mime] = value
@@ -145,6 +158,8 @@ def _special(obj, data):
             "Series",
         ):
             data.setdefault("text/markdown", table(obj))
+            if _grid_rows > 0:
+                data[TABLE_MIME] = grid(obj, _grid_rows)
         elif module.startswith("matplotlib.figure") and "image/png" not in data:
             buffer = io.BytesIO()
             obj.savefig(buffer, format="png")
@@ -192,6 +207,35 @@ def table(obj):
     return "\n".join(lines) + f"\n\n*{note}*"
 
 
+def _label(value):
+    text = str(value)
+    return text if len(text) <= MAX_LABEL_CHARS else text[: MAX_LABEL_CHARS - 1] + "…"
+
+
+def grid(obj, max_rows):
+    """A DataFrame or Series as JSON data for a view's grid: its first `max_rows` rows (fewer when
+    that would be over MAX_TABLE_CHARS) and first MAX_GRID_COLUMNS columns; labels as text, values
+    as pandas writes JSON (NaN as null, dates in ISO 8601, other objects by str()); with its dtypes
+    and whole shape."""
+    frame = obj.to_frame() if type(obj).__name__ == "Series" else obj
+    rows, columns = frame.shape
+    frame = frame.iloc[:, :MAX_GRID_COLUMNS]
+    n = min(rows, max_rows)
+    for _ in range(6):
+        head = frame.iloc[:n]
+        text = (
+            '{"columns":' + json.dumps([_label(c) for c in head.columns])
+            + ',"dtypes":' + json.dumps([str(t) for t in head.dtypes])
+            + ',"index":' + json.dumps([_label(i) for i in head.index])
+            + ',"data":' + head.to_json(orient="values", date_format="iso", default_handler=str)
+            + f',"total_rows":{rows},"total_columns":{columns}}}'
+        )
+        if len(text) <= MAX_TABLE_CHARS or n == 0:
+            break
+        n = int(n * MAX_TABLE_CHARS / len(text) * 0.9)
+    return text
+
+
 def _emit(data, source):
     captured = capturing()
     if captured is not None and source == "display":
@@ -236,7 +280,7 @@ def _is_plotly(obj):
 
 def _save_plotly(fig):
     try:
-        fig.write_html(free_name("figure", "html"), include_plotlyjs="cdn", full_html=True)
+        fig.write_html(free_name("figure", "html"), include_plotlyjs=_plotly_js, full_html=True)
     except Exception as exc:
         _warn("saving the plotly figure", exc)
 
@@ -407,7 +451,7 @@ def free_name(stem, extension):
 
 def show_plotly(fig, *args, **kwargs):
     """plotly's `fig.show()` in the sandbox: the figure is displayed (its JSON) and saved as
-    figure-N.html, which loads plotly.js from its CDN when opened."""
+    figure-N.html, which gets plotly.js as `results.figure_plotly_js` says (its CDN by default)."""
     display(fig)
     if take_figure():
         _save_plotly(fig)

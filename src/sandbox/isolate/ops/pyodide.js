@@ -286,7 +286,12 @@ export async function boot(gate = null) {
 
   const module = pyodide.pyimport("_sandbox_runner");
   // (A JavaScript null would reach Python as `jsnull`, not None: pass the message only when set.)
-  const options = { table_rows: cfg.tableRows, table_columns: cfg.tableColumns, reseed: !image };
+  const options = {
+    table_rows: cfg.tableRows,
+    table_columns: cfg.tableColumns,
+    figure_plotly_js: cfg.figurePlotlyJs,
+    reseed: !image,
+  };
   // (A JavaScript null would reach Python as `jsnull`, not None: the message only when set.)
   if (cfg.micropipUnavailable) options.micropip_unavailable = cfg.micropipUnavailable;
   if (cfg.upstream) options.upstream = true;

@@ -87,6 +87,8 @@ struct BootConfig {
     /// DataFrames displayed as Markdown show at most this many rows and columns.
     table_rows: u64,
     table_columns: u64,
+    /// Where a figure-N.html gets plotly.js ("cdn", "inline" or a URL).
+    figure_plotly_js: String,
     auto_load: bool,
     /// "sandbox", "snapshot" (boot only to take a memory snapshot) or "installer" (boot only to
     /// build the package layer); see `Role`.
@@ -130,6 +132,7 @@ pub(super) fn op_sandbox_boot_config(op_state: &mut OpState) -> Result<BootConfi
         saveable: matches!(b.role, Role::Sandbox { saveable: true, .. }),
         table_rows: s.shared.config.table_rows,
         table_columns: s.shared.config.table_columns,
+        figure_plotly_js: s.shared.config.figure_plotly_js.clone(),
         auto_load: s.shared.config.runtime_package_installation,
         kind: b.role.name(),
         load_snapshot: b.restore_from().is_some(),

@@ -172,21 +172,22 @@ def save_figures(print=print):
         pass
 
 
-async def run(code, start_clock, report, persistent=False, publish=None, upstream=None):
+async def run(code, start_clock, report, persistent=False, publish=None, upstream=None, table_rows=0):
     """One call: `code` run with this call's JavaScript functions (the clock, the report, the
-    display's publisher, the upstream handle). They are held in a list emptied when the call ends:
+    display's publisher, the upstream handle), and the rows of a table's grid data it sends (0:
+    none; see display.py). They are held in a list emptied when the call ends:
     a frame of this call can outlive it (an exception the code caught from an awaited JavaScript
     promise keeps its traceback, and the frames up to here, reachable from JavaScript), and a
     session holding a JavaScript function could not be saved."""
     call = [start_clock, report, publish, upstream]
     del start_clock, report, publish, upstream
     try:
-        await _run(code, call, persistent)
+        await _run(code, call, persistent, table_rows)
     finally:
         call.clear()
 
 
-async def _run(code, call, persistent, BaseException=BaseException, SystemExit=SystemExit, str=str):
+async def _run(code, call, persistent, table_rows, BaseException=BaseException, SystemExit=SystemExit, str=str):
     global _session_namespace, _session_context
     if persistent:
         if _session_namespace is None:
@@ -198,6 +199,7 @@ async def _run(code, call, persistent, BaseException=BaseException, SystemExit=S
     # line for line.
     linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
     display._publish = call[2]
+    display._grid_rows = int(table_rows or 0)
     upstream_tools._js = call[3]
     http_glue._js = call[3]
     display.reset_figures()
@@ -248,6 +250,7 @@ def _finish():
     save_figures()
     _flush()
     display._publish = None
+    display._grid_rows = 0
     upstream_tools.release()
     http_glue._js = None
 
@@ -272,7 +275,7 @@ def release_files():
     gc.collect()
 
 
-def prepare(micropip_unavailable=None, table_rows=20, table_columns=20, reseed=True, upstream=False):
+def prepare(micropip_unavailable=None, table_rows=20, table_columns=20, figure_plotly_js="cdn", reseed=True, upstream=False):
     """Per-sandbox set-up after a snapshot restore (or a full boot); `micropip_unavailable`: why
     micropip cannot be imported, on a server whose package layer has none; the table size of
     DataFrames displayed as Markdown; `reseed`: false for a session restored from its image, whose
@@ -280,7 +283,7 @@ def prepare(micropip_unavailable=None, table_rows=20, table_columns=20, reseed=T
     configured (`import upstream` finds them)."""
     notebook.prepare()
     display.prepare()
-    display.configure(table_rows, table_columns)
+    display.configure(table_rows, table_columns, figure_plotly_js)
     if micropip_unavailable is not None:
         _UnavailableFinder.message = micropip_unavailable
         sys.meta_path.insert(0, _UnavailableFinder)
