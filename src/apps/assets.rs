@@ -182,15 +182,28 @@ object-src 'none'; media-src 'none'; manifest-src 'none'; base-uri 'none'; form-
     )
 }
 
+/// What a view is made of, beside the scripts.
+pub struct Parts<'a> {
+    pub name: &'static str,
+    pub title: &'static str,
+    pub description: &'static str,
+    pub css: &'a str,
+    /// The view's module code (after the app library's).
+    pub code: &'a str,
+    /// Whether the view carries plotly.js (as inert text its code runs for a figure).
+    pub plotly: bool,
+}
+
 /// One view: its stylesheet and code with the scripts, in one HTML document.
-pub fn compose(
-    scripts: &Scripts,
-    name: &'static str,
-    title: &'static str,
-    description: &'static str,
-    css: &str,
-    code: &str,
-) -> Result<View, AppsError> {
+pub fn compose(scripts: &Scripts, parts: Parts<'_>) -> Result<View, AppsError> {
+    let Parts {
+        name,
+        title,
+        description,
+        css,
+        code,
+        plotly: with_plotly,
+    } = parts;
     let fail = |reason: String| AppsError::Compose { view: name, reason };
     let module = format!("{}{code}", app_as_object(&scripts.app).map_err(fail)?);
     for (what, text, closing) in [
@@ -210,15 +223,21 @@ pub fn compose(
     // plotly.js is inert text until a result has a figure: the view then runs it as a script of
     // its own (allowed by the same hash). Compiling and running it is most of a first paint
     // (~0.55 s of ~1.1 s on the team's machine), and most results have no figure.
-    let csp = policy(&[scripts.plotly.as_str(), module.as_str()]);
-    let plotly = &scripts.plotly;
+    let (csp, plotly) = if with_plotly {
+        let csp = policy(&[scripts.plotly.as_str(), module.as_str()]);
+        let text = &scripts.plotly;
+        let element =
+            format!("<script type=\"text/x-deferred\" id=\"plotly-source\">{text}</script>\n");
+        (csp, element)
+    } else {
+        (policy(&[module.as_str()]), String::new())
+    };
     let html = format!(
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
 <meta http-equiv=\"Content-Security-Policy\" content=\"{csp}\">\n\
 <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
 <title>{title}</title>\n<style>{css}</style>\n</head>\n<body>\n<main id=\"view\"></main>\n\
-<script type=\"text/x-deferred\" id=\"plotly-source\">{plotly}</script>\n\
-<script type=\"module\">{module}</script>\n</body>\n</html>\n"
+{plotly}<script type=\"module\">{module}</script>\n</body>\n</html>\n"
     );
     let digest = hex::encode(Sha256::digest(html.as_bytes()));
     Ok(View {
@@ -251,13 +270,10 @@ mod tests {
             app: "var a=1;export{a as App};".into(),
         };
         for code in ["x='</script>'", "x='</SCRIPT '", "x='<!--'"] {
-            assert!(
-                compose(&scripts, "t", "t", "t", "", code).is_err(),
-                "{code}"
-            );
+            assert!(compose(&scripts, parts("", code, true)).is_err(), "{code}");
         }
-        assert!(compose(&scripts, "t", "t", "t", "</style>", "").is_err());
-        let view = compose(&scripts, "t", "T", "d", "b{}", "go()").unwrap();
+        assert!(compose(&scripts, parts("</style>", "", true)).is_err());
+        let view = compose(&scripts, parts("b{}", "go()", true)).unwrap();
         assert!(
             view.uri.starts_with("ui://code-interpreter-mcp/t-"),
             "{}",
@@ -267,5 +283,21 @@ mod tests {
         assert!(view.html.contains(&hash_source(module)), "{}", view.html);
         assert!(view.html.contains(&hash_source("var p=1;")));
         assert!(view.html.contains("connect-src 'none'"));
+        // Without plotly.js: neither its text nor its hash.
+        let view = compose(&scripts, parts("b{}", "go()", false)).unwrap();
+        assert!(!view.html.contains(&hash_source("var p=1;")));
+        assert!(!view.html.contains("var p=1;"));
+        assert!(view.html.contains(&hash_source(module)));
+    }
+
+    fn parts<'a>(css: &'a str, code: &'a str, plotly: bool) -> Parts<'a> {
+        Parts {
+            name: "t",
+            title: "T",
+            description: "d",
+            css,
+            code,
+            plotly,
+        }
     }
 }

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::sandbox::{Display, TABLE_MIME};
 
-pub use assets::{AppsError, Scripts};
+pub use assets::{AppsError, Parts, Scripts};
 
 /// The extension's identifier, in capabilities on both sides.
 pub const EXTENSION: &str = "io.modelcontextprotocol/ui";
@@ -41,6 +41,8 @@ pub struct View {
 pub struct Views {
     /// Renders a run_python_code result: plotly figures, tables, images, output and errors.
     pub result: View,
+    /// Renders a list_session_files result: the files, previews, downloads.
+    pub files: View,
     /// Rows of a DataFrame sent as a table's grid data (`results.max_table_rows_app`).
     pub table_rows: u32,
 }
@@ -53,18 +55,39 @@ impl Views {
             table_rows,
             result: assets::compose(
                 &scripts,
-                "result",
-                "Python result",
-                "The interactive view of a run_python_code result: plotly figures (zoom, hover, \
-legend), tables (sort, filter, pages), images, output and errors.",
-                include_str!("views/result.css"),
-                include_str!("views/result.js"),
+                Parts {
+                    name: "result",
+                    title: "Python result",
+                    description: "The interactive view of a run_python_code result: plotly figures \
+(zoom, hover, legend), tables (sort, filter, pages), images, output and errors.",
+                    css: include_str!("views/style.css"),
+                    code: concat!(
+                        include_str!("views/common.js"),
+                        include_str!("views/result.js")
+                    ),
+                    plotly: true,
+                },
+            )?,
+            files: assets::compose(
+                &scripts,
+                Parts {
+                    name: "files",
+                    title: "Session files",
+                    description: "The interactive view of a list_session_files result: the \
+session's files with previews (images, CSV as a table, text) and downloads.",
+                    css: include_str!("views/style.css"),
+                    code: concat!(
+                        include_str!("views/common.js"),
+                        include_str!("views/files.js")
+                    ),
+                    plotly: false,
+                },
             )?,
         })
     }
 
-    fn all(&self) -> [&View; 1] {
-        [&self.result]
+    fn all(&self) -> [&View; 2] {
+        [&self.result, &self.files]
     }
 
     /// Every view as a `resources/list` entry.
@@ -180,7 +203,11 @@ mod tests {
     /// to the JavaScript compiler.
     #[test]
     fn the_views_never_parse_strings_as_html_or_code() {
-        for (name, code) in [("result.js", include_str!("views/result.js"))] {
+        for (name, code) in [
+            ("common.js", include_str!("views/common.js")),
+            ("result.js", include_str!("views/result.js")),
+            ("files.js", include_str!("views/files.js")),
+        ] {
             for sink in [
                 "innerHTML",
                 "outerHTML",

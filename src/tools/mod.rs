@@ -395,7 +395,8 @@ persist between calls; send input files with each call."
 
     /// Every tool, as the client's protocol era knows tools (see [`era`]); cache hints from
     /// 2026-07-28 on, as rmcp's generated list does. For a client that declared the MCP Apps
-    /// extension, run_python_code names its view (and the list is then private to that client).
+    /// extension, run_python_code and list_session_files name their views (and the list is then
+    /// private to that client).
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
@@ -407,8 +408,12 @@ persist between calls; send input files with each call."
         let mut tools = self.era(&context).tools(self.tool_router.list_all());
         let views = self.apps.as_deref().filter(|_| apps::wants(&context));
         if let Some(views) = views {
-            for tool in tools.iter_mut().filter(|t| t.name == "run_python_code") {
-                tool.meta = Some(Views::tool_meta(&views.result));
+            for tool in &mut tools {
+                match tool.name.as_ref() {
+                    "run_python_code" => tool.meta = Some(Views::tool_meta(&views.result)),
+                    "list_session_files" => tool.meta = Some(Views::tool_meta(&views.files)),
+                    _ => {}
+                }
             }
         }
         let mut list = ListToolsResult::with_all_items(tools);

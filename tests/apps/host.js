@@ -23,7 +23,7 @@ host.mount = async ({ html, toolInput, toolResult, theme = "light" }) => {
   const bridge = new AppBridge(
     null,
     { name: "cim-test-host", version: "1.0.0" },
-    { serverTools: {}, serverResources: {} },
+    { serverTools: {}, serverResources: {}, downloadFile: {} },
     { hostContext: { theme, displayMode: "inline", platform: "web" } },
   );
   host.bridge = bridge;
@@ -35,6 +35,10 @@ host.mount = async ({ html, toolInput, toolResult, theme = "light" }) => {
   };
   bridge.onopenlink = async (params) => {
     host.events.push({ openlink: params });
+    return {};
+  };
+  bridge.ondownloadfile = async (params) => {
+    host.events.push({ download: params });
     return {};
   };
   bridge.onmessage = async (params) => {

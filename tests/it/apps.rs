@@ -63,6 +63,22 @@ fn only_clients_that_declare_the_extension_see_the_view_in_either_era() {
         "{uri}"
     );
     assert_eq!(run_tool(&tools)["_meta"]["ui/resourceUri"], uri.as_str());
+    let files_uri = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "list_session_files")
+        .map(|t| {
+            t["_meta"]["ui"]["resourceUri"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .unwrap_or_else(|| panic!("{tools}"));
+    assert!(
+        files_uri.starts_with("ui://code-interpreter-mcp/files-"),
+        "{files_uri}"
+    );
     let plain_tools = plain.request("tools/list", json!({}));
     assert!(
         run_tool(&plain_tools).get("_meta").is_none(),
@@ -75,6 +91,10 @@ fn only_clients_that_declare_the_extension_see_the_view_in_either_era() {
     assert_eq!(view["uri"], uri.as_str(), "{listed}");
     assert_eq!(view["mimeType"], MIME);
     assert_eq!(view["_meta"]["ui"]["csp"]["connectDomains"], json!([]));
+    assert_eq!(listed["result"]["resources"][1]["uri"], files_uri.as_str());
+    let files = apps.request("resources/read", json!({"uri": files_uri}));
+    let html = files["result"]["contents"][0]["text"].as_str().unwrap();
+    assert!(html.contains("ExtApps") && !html.contains("plotly-source"));
     let plain_listed = plain.request("resources/list", json!({}));
     assert!(
         !plain_listed.to_string().contains("ui://"),
