@@ -38,18 +38,43 @@ async function run(args) {
   return result;
 }
 
-// Mounts the view with `result` in a fresh iframe and waits until it says it has drawn.
-async function mount(result, toolInput = {}, theme = "light", html = state.html) {
+// The policy a host serves its sandbox proxy with, from a view's `_meta.ui.csp`, as the spec's
+// "Sandbox proxy" point 5 says: the declared domains only, and its defaults where none are.
+function proxyPolicy(csp) {
+  const list = (key) =>
+    Array.isArray(csp?.[key]) ? csp[key].filter((d) => typeof d === "string" && /^[a-z0-9.:/*-]+$/i.test(d)) : [];
+  const resources = list("resourceDomains").join(" ");
+  const or = (domains, fallback) => (domains.length ? domains.join(" ") : fallback);
+  return [
+    "default-src 'none'",
+    `script-src 'self' 'unsafe-inline' ${resources}`,
+    `style-src 'self' 'unsafe-inline' ${resources}`,
+    `img-src 'self' data: ${resources}`,
+    `font-src 'self' ${resources}`,
+    `media-src 'self' data: ${resources}`,
+    `connect-src ${or(list("connectDomains"), "'none'")}`,
+    `frame-src ${or(list("frameDomains"), "'none'")}`,
+    "object-src 'none'",
+    `base-uri ${or(list("baseUriDomains"), "'self'")}`,
+  ].join("; ");
+}
+
+// Mounts the view with `result` in a fresh sandbox proxy and view frame, and waits until it says
+// it has drawn; the view's frame.
+async function mount(result, toolInput = {}, theme = "light", html = state.html, csp = state.csp) {
   const started = performance.now();
   await state.page.evaluate((args) => window.host.mount(args), {
     html,
+    csp,
+    proxy: state.proxyOrigin,
     toolInput,
     toolResult: result,
     theme,
   });
-  const frame = await (await state.page.waitForSelector("iframe#view")).contentFrame();
+  const proxy = await (await state.page.waitForSelector("iframe#view")).contentFrame();
+  const frame = await (await proxy.waitForSelector("iframe")).contentFrame();
   await frame.waitForSelector("html[data-rendered=true]", { timeout: 30000 });
-  return { frame, ms: performance.now() - started };
+  return { frame, proxy, ms: performance.now() - started };
 }
 
 before(async () => {
@@ -67,8 +92,17 @@ before(async () => {
   });
   const hostJs = bundle.outputFiles[0].text;
   const hostHtml = readFileSync(path.join(HERE, "host.html"));
+  const sandboxHtml = readFileSync(path.join(HERE, "sandbox.html"));
+  const sandboxJs = readFileSync(path.join(HERE, "sandbox.js"));
   state.server = http.createServer((req, res) => {
-    if (req.url === "/") {
+    const url = new URL(req.url, "http://x");
+    if (url.pathname === "/sandbox.html") {
+      // The proxy, with the policy the host built from the view's declared domains.
+      const csp = proxyPolicy(JSON.parse(url.searchParams.get("csp") ?? "{}"));
+      res.writeHead(200, { "content-type": "text/html", "content-security-policy": csp }).end(sandboxHtml);
+    } else if (url.pathname === "/sandbox.js") {
+      res.writeHead(200, { "content-type": "text/javascript" }).end(sandboxJs);
+    } else if (req.url === "/") {
       res.writeHead(200, { "content-type": "text/html" }).end(hostHtml);
     } else if (req.url === "/host.js") {
       res.writeHead(200, { "content-type": "text/javascript" }).end(hostJs);
@@ -79,7 +113,9 @@ before(async () => {
     }
   });
   await new Promise((resolve) => state.server.listen(0, "127.0.0.1", resolve));
+  // The host page on one origin, the sandbox proxy on another (same server, another host name).
   state.origin = `http://127.0.0.1:${state.server.address().port}`;
+  state.proxyOrigin = `http://localhost:${state.server.address().port}`;
 
   state.client = new Client(
     { name: "cim-apps-test", version: "1.0.0" },
@@ -126,6 +162,8 @@ test("the extension's client is told of the view and reads it; the view is self-
   const contents = read.contents[0];
   assert.equal(contents.mimeType, MIME);
   state.html = contents.text;
+  state.csp = contents._meta.ui.csp;
+  assert.deepEqual(state.csp, { connectDomains: [], resourceDomains: [], frameDomains: [], baseUriDomains: [] });
   const raw = Buffer.byteLength(state.html);
   const gzip = gzipSync(state.html, { level: 9 }).length;
   console.log(`# result view: ${raw} bytes, ${gzip} bytes gzip -9 (served once per URI; the URI carries its hash)`);
@@ -155,6 +193,12 @@ test("plotly figures: SVG traces, hover, legend; WebGL scatter drawn as SVG; pay
     "big = pd.DataFrame({'x': np.arange(5000), 'y': np.sin(np.arange(5000) / 100)})",
     "px.scatter(big, x='x', y='y').show()",
     "print(payload)",
+    // A hostile _repr_html_, and a figure whose JSON tries to reach Object.prototype.
+    "class Evil:",
+    "    def _repr_html_(self): return payload",
+    "    def __repr__(self): return 'evil ' + payload",
+    "display(Evil())",
+    `display({"application/vnd.plotly.v1+json": '{"__proto__": {"polluted": 1}, "data": [{"type": "bar", "y": [1], "__proto__": {"polluted": 2}}], "layout": {"constructor": {"prototype": {"polluted": 3}}}}', "text/plain": "fig"}, raw=True)`,
     "px.histogram(df, x='y', title='histogram')",
   ].join("\n");
   const result = await run({ session_id: session, code });
@@ -163,11 +207,16 @@ test("plotly figures: SVG traces, hover, legend; WebGL scatter drawn as SVG; pay
   const { frame } = await mount(result, { code, session_id: session });
 
   const plots = await frame.$$(".js-plotly-plot");
-  assert.equal(plots.length, 3, "three figures");
+  assert.equal(plots.length, 4, "four figures");
   assert.equal(await plots[0].evaluate((p) => p.querySelectorAll(".scatterlayer .trace").length), 2);
   assert.equal(await plots[1].evaluate((p) => p.data[0].type), "scatter", "scattergl drawn as SVG");
   assert.equal(await plots[1].evaluate((p) => p.querySelectorAll(".scatterlayer .point").length), 5000);
-  assert.ok(await plots[2].evaluate((p) => p.querySelectorAll(".barlayer .point").length) > 0);
+  assert.equal(await plots[2].evaluate((p) => p.querySelectorAll(".barlayer .point").length), 1);
+  assert.ok(await plots[3].evaluate((p) => p.querySelectorAll(".barlayer .point").length) > 0);
+  // The hostile HTML shown as its text; no prototype reached.
+  const texts = await frame.$$eval("section.display pre", (pres) => pres.map((p) => p.textContent));
+  assert.ok(texts.includes(`evil ${payload}`), JSON.stringify(texts));
+  assert.equal(await frame.evaluate(() => ({}).polluted ?? null), null);
   // The view's list of drawable trace types is the bundle's.
   const registered = await frame.evaluate(() => Object.keys(Plotly.PlotSchema.get().traces).sort().join());
   const listed = "bar,box,contour,heatmap,histogram,histogram2d,histogram2dcontour,image,pie,scatter,scatterternary,violin";
@@ -200,9 +249,12 @@ test("plotly figures: SVG traces, hover, legend; WebGL scatter drawn as SVG; pay
 });
 
 test("the view's policy blocks the network, eval and injected scripts", async () => {
-  const { frame } = await mount(state.chartResult);
+  const { frame, proxy } = await mount(state.chartResult);
+  // The view runs inside the sandbox proxy, on the proxy's own origin.
+  assert.ok(proxy.url().startsWith(`${state.proxyOrigin}/sandbox.html?`), proxy.url());
   const outcome = await frame.evaluate(async (beacon) => {
-    const out = {};
+    const out = { policies: [] };
+    document.addEventListener("securitypolicyviolation", (event) => out.policies.push(event.originalPolicy));
     try {
       await fetch(`${beacon}/fetch`);
       out.fetch = "sent";
@@ -230,9 +282,15 @@ test("the view's policy blocks the network, eval and injected scripts", async ()
     script.textContent = "window.injected = 1";
     document.body.append(script);
     out.script = window.injected === 1 ? "ran" : "blocked";
+    await new Promise((resolve) => setTimeout(resolve, 50));
     return out;
   }, `${state.origin}/beacon`);
-  assert.deepEqual(outcome, { fetch: "blocked", function: "blocked", image: "blocked", script: "blocked" });
+  const { policies, ...blocked } = outcome;
+  assert.deepEqual(blocked, { fetch: "blocked", function: "blocked", image: "blocked", script: "blocked" });
+  // Both policies hold in the view: its own (scripts by hash) and the one the proxy was served with
+  // from `_meta.ui.csp` (inherited by the view's srcdoc frame).
+  assert.ok(policies.some((p) => p.includes("'sha256-")), JSON.stringify(policies));
+  assert.ok(policies.some((p) => p.includes("script-src 'self' 'unsafe-inline'")), JSON.stringify(policies));
   assert.deepEqual(state.beaconHits, [], "no request reached the beacon");
   assert.ok(
     state.consoleErrors.some((e) => /Content Security Policy/i.test(e)),
@@ -353,7 +411,8 @@ test("files: a session's files listed, previewed and downloaded through the brid
   const { tools } = await state.client.listTools();
   const uri = tools.find((t) => t.name === "list_session_files")._meta?.ui?.resourceUri;
   assert.match(uri ?? "", /^ui:\/\/code-interpreter-mcp\/files-[0-9a-f]{12}\.html$/);
-  const html = (await state.client.readResource({ uri })).contents[0].text;
+  const read = (await state.client.readResource({ uri })).contents[0];
+  const html = read.text;
   assert.ok(!html.includes("plotly-source"), "no plotly.js in the files view");
   console.log(`# files view: ${Buffer.byteLength(html)} bytes, ${gzipSync(html, { level: 9 }).length} bytes gzip -9`);
 
@@ -377,7 +436,7 @@ test("files: a session's files listed, previewed and downloaded through the brid
     CALL,
   );
   assert.equal(listed.structuredContent.files.length, 5, text(listed));
-  const { frame } = await mount(listed, { session_id: session }, "light", html);
+  const { frame } = await mount(listed, { session_id: session }, "light", html, read._meta.ui.csp);
 
   const names = () => frame.$$eval(".files-name", (cells) => cells.map((c) => c.textContent));
   assert.deepEqual((await names()).sort(), [`${payload}.txt`, "data.csv", "notes.txt", "page.html", "plot.png"].sort());
@@ -436,7 +495,7 @@ test("files: a session's files listed, previewed and downloaded through the brid
 
 test("first paint of a one-figure result", async () => {
   const one = structuredClone(state.chartResult);
-  one.structuredContent.displays = one.structuredContent.displays.slice(2);
+  one.structuredContent.displays = one.structuredContent.displays.slice(-1);
   one.structuredContent.stdout = "";
   const times = [];
   const inFrame = [];
