@@ -1,5 +1,6 @@
 //! The worker pool: dedicated OS threads (never the async runtime's), each running one sandbox at a
-//! time, fed by one shared FIFO queue of bounded capacity. Prewarmed workers keep a stock of booted
+//! time, fed by one shared queue of bounded capacity, fair between callers and first come first
+//! served within one (`fair.rs`). Prewarmed workers keep a stock of booted
 //! sandboxes ready (`ready_sandboxes` each): a call takes one, and the stock is refilled while no
 //! call waits, so calls back to back are served from it instead of waiting for a boot. Health is
 //! published through atomics only, so probes never touch the queue lock.
@@ -10,9 +11,9 @@
 //! and its stock.
 
 mod engine;
+pub mod fair;
 mod worker;
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -154,7 +155,7 @@ struct Job<J, O> {
 }
 
 struct Queue<J, O> {
-    jobs: VecDeque<Job<J, O>>,
+    jobs: fair::FairQueue<Job<J, O>>,
     closed: bool,
     /// Workers holding a ready sandbox that are idle or only tearing down their last one: while any
     /// exists, workers without one leave jobs to them.
@@ -212,7 +213,7 @@ impl<B: Backend> Pool<B> {
         let health = Arc::new(Health::default());
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue {
-                jobs: VecDeque::new(),
+                jobs: fair::FairQueue::default(),
                 closed: false,
                 ready_idle: 0,
             }),
@@ -258,8 +259,19 @@ impl<B: Backend> Pool<B> {
         self.shared.health.clone()
     }
 
-    /// Queues `job`; an overload or shutdown error when it cannot be queued.
+    /// Queues `job` for one anonymous caller; an overload or shutdown error when it cannot be
+    /// queued.
     pub fn submit(&self, job: B::Job) -> Result<Ticket<B::Job, B::Output>, SubmitError> {
+        self.submit_as(0, job)
+    }
+
+    /// Queues `job` for the caller `lane` (any number that tells callers apart): callers are
+    /// served in turn, each one's jobs in their order (see `fair.rs`).
+    pub fn submit_as(
+        &self,
+        lane: u64,
+        job: B::Job,
+    ) -> Result<Ticket<B::Job, B::Output>, SubmitError> {
         if !self.shared.health.accepting.load(Ordering::SeqCst) {
             telemetry::rejection(Rejection::Shutdown);
             return Err(SubmitError::ShuttingDown);
@@ -282,14 +294,17 @@ impl<B: Backend> Pool<B> {
         let (reply, receiver) = oneshot::channel();
         let started = Arc::new(AtomicBool::new(false));
         let cancelled = Arc::new(AtomicBool::new(false));
-        queue.jobs.push_back(Job {
-            id,
-            job,
-            enqueued: Instant::now(),
-            started: started.clone(),
-            cancelled: cancelled.clone(),
-            reply,
-        });
+        queue.jobs.push(
+            lane,
+            Job {
+                id,
+                job,
+                enqueued: Instant::now(),
+                started: started.clone(),
+                cancelled: cancelled.clone(),
+                reply,
+            },
+        );
         telemetry::queue_depth(queue.jobs.len());
         drop(queue);
         // Every idle worker re-checks: the one with a ready sandbox takes the job first.
@@ -310,7 +325,7 @@ impl<B: Backend> Pool<B> {
         let drained: Vec<Job<B::Job, B::Output>> = match self.shared.lock() {
             Some(mut queue) => {
                 queue.closed = true;
-                queue.jobs.drain(..).collect()
+                queue.jobs.drain()
             }
             None => Vec::new(),
         };
@@ -352,11 +367,7 @@ impl<J, O> Ticket<J, O> {
     /// 1-based position in the queue while waiting; `None` once taken.
     pub fn position(&self) -> Option<usize> {
         let queue = self.shared.lock()?;
-        queue
-            .jobs
-            .iter()
-            .position(|j| j.id == self.id)
-            .map(|p| p + 1)
+        queue.jobs.position(|j| j.id == self.id)
     }
 
     /// Waits for the outcome.
@@ -382,8 +393,7 @@ impl<J, O> Drop for Ticket<J, O> {
             return;
         }
         if let Some(mut queue) = self.shared.lock()
-            && let Some(index) = queue.jobs.iter().position(|j| j.id == self.id)
-            && let Some(job) = queue.jobs.remove(index)
+            && let Some(job) = queue.jobs.remove(|j| j.id == self.id)
         {
             telemetry::queue_depth(queue.jobs.len());
             telemetry::queue_wait(QueueExit::Cancelled, job.enqueued.elapsed());

@@ -381,7 +381,7 @@ impl<B: Backend> Worker<B> {
             if !queue.jobs.is_empty()
                 && (has_ready_sandbox || (boots_for_jobs && queue.ready_idle == 0))
             {
-                let job = queue.jobs.pop_front();
+                let job = queue.jobs.pop();
                 telemetry::queue_depth(queue.jobs.len());
                 break job.map_or(Next::Closed, Next::Run);
             }

@@ -183,6 +183,14 @@ pub struct Runner<'a> {
     pub max_text_chars: usize,
 }
 
+/// The pool's queue lane of a caller: its bearer token (callers are served in turn, so one token's
+/// burst does not hold up another's calls), or one lane for every call without a token.
+fn queue_lane(caller: &Caller) -> u64 {
+    caller.principal.map_or(0, |Principal(digest)| {
+        u64::from_le_bytes(digest[..8].try_into().unwrap_or_default())
+    })
+}
+
 /// The error of a `timeout_ms` over the synchronous cap, or over a task's.
 fn timeout_refusal(timeout_ms: u64, max_timeout_ms: u64) -> String {
     if max_timeout_ms <= MAX_TIMEOUT_MS && timeout_ms > MAX_TIMEOUT_MS {
@@ -234,7 +242,7 @@ impl Runner<'_> {
     }
 
     async fn stateless(&self, request: ExecRequest, setup: &Setup) -> Ended {
-        let ticket = match self.pool.submit(request) {
+        let ticket = match self.pool.submit_as(queue_lane(&setup.caller), request) {
             Ok(ticket) => ticket,
             Err(error) => return Ended::refused(Refusal::Queue(error)),
         };

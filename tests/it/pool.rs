@@ -1,6 +1,6 @@
 //! The worker pool through the real server: overload, FIFO queue with progress, queue wait not charged
-//! to timeout_ms, cancellation while queued, probes through start-up, drain and worker loss, and
-//! SIGTERM with running and queued calls.
+//! to timeout_ms, cancellation while queued, probes through start-up, drain and worker loss,
+//! SIGTERM with running and queued calls, and bearer tokens served in turn.
 
 use std::process::{Command, Stdio};
 use std::thread;
@@ -389,4 +389,82 @@ fn sigterm_drains_running_calls_cancels_queued_ones_and_exits() {
         thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "{status}");
+}
+
+/// The queue serves bearer tokens in turn: while one token keeps a dozen calls queued on the only
+/// worker, another token's calls wait for the running call only (in a first-come queue they would
+/// wait for all twelve, over 4.8 s of sleeping alone).
+#[test]
+fn one_tokens_burst_does_not_hold_up_another_tokens_calls() {
+    let dir = crate::common::temp_dir("fair-tokens");
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, "alice-token\nbob-token\n").unwrap();
+    let server = Server::start(&[
+        (
+            "CODE_INTERPRETER_MCP_AUTH_BEARER_TOKENS_FILE",
+            tokens.to_str().unwrap(),
+        ),
+        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "1"),
+        ("CODE_INTERPRETER_MCP_QUEUE_CAPACITY", "32"),
+    ]);
+    let call = |url: String, token: &'static str, code: &'static str| {
+        move || {
+            let body = tool_call_body("run_python_code", json!({"code": code}), None);
+            let started = Instant::now();
+            let reply = client()
+                .post(&url)
+                .header("Content-Type", "application/json")
+                .header("Accept", "application/json, text/event-stream")
+                .header("MCP-Protocol-Version", "2026-07-28")
+                .header("Mcp-Method", "tools/call")
+                .header("Mcp-Name", "run_python_code")
+                .header("Authorization", format!("Bearer {token}"))
+                .body(body.to_string())
+                .send()
+                .unwrap();
+            (
+                structured(&crate::fixture::message(reply)).clone(),
+                started.elapsed(),
+            )
+        }
+    };
+    // Both tokens' first calls, so that neither pays a first boot below.
+    for token in ["alice-token", "bob-token"] {
+        let (r, _) = call(server.url.clone(), token, "1 + 1")();
+        assert_eq!(r["result"], "2", "{r}");
+    }
+    let alice: Vec<_> = (0..12)
+        .map(|_| {
+            thread::spawn(call(
+                server.url.clone(),
+                "alice-token",
+                "import time\ntime.sleep(0.4)\n'alice'",
+            ))
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(600));
+    let mut waits = Vec::new();
+    for _ in 0..3 {
+        let (r, took) = call(server.url.clone(), "bob-token", "1 + 1")();
+        assert_eq!(r["result"], "2", "{r}");
+        waits.push(took);
+    }
+    let mut alice_times = Vec::new();
+    for handle in alice {
+        let (r, took) = handle.join().unwrap();
+        assert_eq!(r["result"], "alice", "{r}");
+        alice_times.push(took);
+    }
+    alice_times.sort();
+    println!("bob's calls while alice's were queued: {waits:?}; alice's: {alice_times:?}");
+    assert!(
+        alice_times[11] > Duration::from_millis(4800),
+        "alice's calls ran one at a time: {alice_times:?}"
+    );
+    for took in &waits {
+        assert!(
+            *took < Duration::from_millis(2500),
+            "bob waited behind alice's queue: {waits:?}"
+        );
+    }
 }
