@@ -46,6 +46,9 @@ const TASK_STOP_BEFORE_DEADLINE: Duration = Duration::from_secs(5);
 /// ...and their failure stays readable with tasks/get this long (two poll intervals) before HTTP
 /// closes.
 const TASK_FAILURE_VISIBLE: Duration = Duration::from_secs(2);
+/// After the last call's handler has returned, how long the transport stays open for its reply to
+/// be written.
+const REPLY_GRACE: Duration = Duration::from_millis(250);
 
 /// What the HTTP transport needs of the configuration.
 #[derive(Debug, Clone)]
@@ -195,6 +198,11 @@ pub async fn serve_http(
             {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
+            // A handler that has returned has not always had its reply written yet: under load,
+            // cancelling at once answered a call that had finished with HTTP 500 ("failed to send
+            // pending response during drain", seen once in tests/it/pool.rs's SIGTERM test).
+            let grace = REPLY_GRACE.min(deadline.saturating_duration_since(Instant::now()));
+            tokio::time::sleep(grace).await;
             tracing::info!("workers stopped; closing HTTP");
             token.cancel();
         })
