@@ -320,6 +320,18 @@ test("matplotlib images, standard error and errors; the host's theme", async () 
   assert.equal(await frame.$eval("section.stderr pre", (pre) => pre.textContent), "<script>alert(1)</script>\n");
   assert.match(await frame.$eval("section.error pre", (pre) => pre.textContent), /ValueError: <img src=x onerror=alert\(1\)>/);
   assert.equal(await frame.evaluate(() => document.documentElement.dataset.theme), "dark");
+  // The PNG's Download hands the host the image itself (an embedded blob named as the file).
+  await state.page.evaluate(() => {
+    window.host.events.length = 0;
+  });
+  await frame.click(".image-download");
+  await state.page.waitForFunction(() => window.host.events.some((e) => e.download));
+  const download = await state.page.evaluate(() => window.host.events.find((e) => e.download).download);
+  const png = result.structuredContent.files.find((f) => f.path === "figure-1.png");
+  assert.deepEqual(download.contents[0], {
+    type: "resource",
+    resource: { uri: "file:///figure-1.png", mimeType: "image/png", blob: png.content_base64 },
+  });
   assert.deepEqual(state.dialogs, []);
   await state.page.screenshot({ path: path.join(ARTIFACTS, "image-error-dark.png"), fullPage: true });
 });

@@ -198,11 +198,6 @@ function imageElement(mime, base64, alt) {
   return img;
 }
 
-function image(mime, base64, heading) {
-  const img = imageElement(mime, base64, heading);
-  if (img) section("image-section", heading).append(img);
-}
-
 // The host's theme and style variables, when it sends them (names checked, values as CSS text).
 function applyContext(context) {
   if (!context || typeof context !== "object") return;

@@ -96,6 +96,35 @@ function figure(spec, heading) {
   );
 }
 
+// An image with its heading, and a Download button when the host lets views download (the image
+// goes to the host as an embedded blob named `name`).
+function image(mime, base64, heading, name) {
+  const img = imageElement(mime, base64, heading);
+  if (!img) return;
+  const into = section("image-section", heading);
+  into.append(img);
+  if (!app.getHostCapabilities()?.downloadFile) return;
+  const button = element("button", "image-download", "Download");
+  button.type = "button";
+  const status = element("span", "files-status");
+  button.addEventListener("click", async () => {
+    const uri = `file:///${name.split("/").map(encodeURIComponent).join("/")}`;
+    try {
+      const { isError } = await app.downloadFile({
+        contents: [{ type: "resource", resource: { uri, mimeType: mime, blob: base64 } }],
+      });
+      status.textContent = isError ? "The download was refused or cancelled." : "";
+    } catch (error) {
+      status.textContent = String(error?.message ?? error);
+    }
+  });
+  const tools = element("div", "grid-tools");
+  tools.append(button, status);
+  into.append(tools);
+}
+
+const EXTENSIONS = { "image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/webp": "webp" };
+
 // One rich output: a figure, a table's grid, an image, or its Markdown or plain text.
 function display(data, n, tables) {
   if (!data || typeof data !== "object") return;
@@ -103,7 +132,9 @@ function display(data, n, tables) {
   if (typeof data[PLOTLY] === "string") return figure(data[PLOTLY], heading);
   if (tables.has(n)) return grid(tables.get(n), section("table-section", heading));
   for (const mime of IMAGES) {
-    if (typeof data[mime] === "string") return image(mime, data[mime], heading);
+    if (typeof data[mime] === "string") {
+      return image(mime, data[mime], heading, `output-${n + 1}.${EXTENSIONS[mime]}`);
+    }
   }
   textSection("display", heading, data["text/markdown"] ?? data["text/plain"]);
 }
@@ -113,7 +144,9 @@ function renderStructured(result, tables) {
   (Array.isArray(result.displays) ? result.displays : []).forEach((d, n) => display(d?.data, n, tables));
   // Returned images (matplotlib's figure-N.png among them); other files are named in the text.
   for (const file of Array.isArray(result.files) ? result.files : []) {
-    if (file && typeof file.path === "string") image(file.mime_type, file.content_base64, file.path);
+    if (file && typeof file.path === "string") {
+      image(file.mime_type, file.content_base64, file.path, file.path);
+    }
   }
   // (A final expression shown as a rich output above is not repeated as text.)
   const shown = Array.isArray(result.displays) && result.displays.some((d) => d?.source === "result");
@@ -147,7 +180,7 @@ function renderBlocks(blocks, tables) {
       if (tables.has(n - 1)) grid(tables.get(n - 1), section("table-section", `Output ${n}`));
       else textSection("text", "Output", block.text);
     } else if (block?.type === "image") {
-      image(block.mimeType, block.data, `Image ${n + 1}`);
+      image(block.mimeType, block.data, `Image ${n + 1}`, `image-${n + 1}.${EXTENSIONS[block.mimeType]}`);
     } else if (block?.type === "resource" && block.resource?.mimeType === PLOTLY) {
       figure(block.resource.text, `Output ${n + 1}`);
     }
