@@ -67,6 +67,16 @@ impl<T> FairQueue<T> {
         Some(entry.item)
     }
 
+    /// Takes the first item `matches` accepts out of turn, as if it were next (for a caller that
+    /// waits for its item to be first, then for a slot: the order it took may have changed since).
+    pub fn take(&mut self, matches: impl Fn(&T) -> bool) -> Option<T> {
+        let index = self.entries.iter().position(|e| matches(&e.item))?;
+        let entry = self.entries.remove(index)?;
+        self.virtual_time = self.virtual_time.max(entry.tag);
+        self.forget(entry.lane);
+        Some(entry.item)
+    }
+
     /// Removes and returns the first item `matches` accepts.
     pub fn remove(&mut self, matches: impl Fn(&T) -> bool) -> Option<T> {
         let index = self.entries.iter().position(|e| matches(&e.item))?;
@@ -181,6 +191,13 @@ mod tests {
         assert_eq!(queue.position(|i| *i == "b1"), Some(1));
         assert_eq!(queue.drain(), ["b1", "a2", "b2"]);
         assert!(queue.is_empty());
+        // Taking an item moves the queue's time on as popping it would.
+        for (lane, item) in [(1, "a1"), (1, "a2"), (1, "a3"), (2, "b1")] {
+            queue.push(lane, item);
+        }
+        assert_eq!(queue.take(|i| *i == "a2"), Some("a2"));
+        queue.push(3, "c1");
+        assert_eq!(order(&mut queue), ["a1", "b1", "c1", "a3"]);
     }
 
     #[test]

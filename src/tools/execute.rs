@@ -185,7 +185,7 @@ pub struct Runner<'a> {
 
 /// The pool's queue lane of a caller: its bearer token (callers are served in turn, so one token's
 /// burst does not hold up another's calls), or one lane for every call without a token.
-fn queue_lane(caller: &Caller) -> u64 {
+pub(super) fn queue_lane(caller: &Caller) -> u64 {
     caller.principal.map_or(0, |Principal(digest)| {
         u64::from_le_bytes(digest[..8].try_into().unwrap_or_default())
     })

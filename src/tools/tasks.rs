@@ -7,7 +7,8 @@
 //! code (a session's is interrupted first) and the task ends `cancelled` within a second.
 //!
 //! Bounds: at most `tasks.max_running` tasks run at once (default `max_workers - 1`, so long tasks
-//! never take every worker from synchronous calls), `tasks.queue_capacity` wait (one more is the
+//! never take every worker from synchronous calls), `tasks.queue_capacity` wait, served in turn
+//! between bearer tokens as the worker queue is (`pool/fair.rs`) (one more is the
 //! overload error, answered synchronously), each is kept for `tasks.ttl_s` (rmcp's task manager
 //! fails a task still running then and drops a finished one a TTL later), and at most
 //! `MAX_TASKS` exist at once. Task ids are random (UUID v4) and, with bearer tokens, visible only to
@@ -16,7 +17,7 @@
 //! before the drain deadline ([`Tasks::stop`]); then they are stopped and end `failed` with a
 //! shutdown error, which `tasks/get` returns until HTTP closes.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -24,7 +25,7 @@ use std::time::Instant;
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResponse, CallToolResult, CreateTaskResult, GetTaskResult, TaskStatus};
 use rmcp::task_manager::{TaskContext, TaskExit, TaskManager, TaskOptions};
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::CodeInterpreter;
@@ -32,6 +33,7 @@ use super::era::Era;
 use super::execute::{Outcome, Refusal, Setup, caller};
 use super::run::RunPythonCodeArgs;
 use crate::config::TaskSettings;
+use crate::pool::fair::FairQueue;
 use crate::pool::{JobError, SubmitError};
 use crate::protocol::limits::MAX_TIMEOUT_MS;
 use crate::sandbox::LiveOutput;
@@ -51,9 +53,11 @@ pub struct Tasks {
     manager: TaskManager,
     settings: TaskSettings,
     running: Arc<Semaphore>,
-    /// The tickets of the tasks waiting for a running slot, in arrival order (the semaphore is
-    /// fair, so a task's queue position is the number of smaller tickets plus one).
-    waiting: Arc<Mutex<BTreeSet<u64>>>,
+    /// The tickets of the tasks waiting for a running slot, in fair order between bearer tokens:
+    /// only the first one waits on `running`, the others for `turn`.
+    waiting: Arc<Mutex<FairQueue<u64>>>,
+    /// Notified whenever a ticket leaves `waiting`.
+    turn: Arc<Notify>,
     next_ticket: Arc<AtomicU64>,
     /// Who created each task (its bearer token), for `tasks/get` and `tasks/cancel`.
     owners: Arc<Mutex<HashMap<String, Option<Principal>>>>,
@@ -101,6 +105,7 @@ impl Tasks {
             running: Arc::new(Semaphore::new(settings.max_running)),
             settings,
             waiting: Arc::default(),
+            turn: Arc::default(),
             next_ticket: Arc::default(),
             owners: Arc::default(),
             working: Arc::default(),
@@ -114,7 +119,7 @@ impl Tasks {
         self.settings.max_timeout_ms
     }
 
-    fn queue(&self) -> std::sync::MutexGuard<'_, BTreeSet<u64>> {
+    fn queue(&self) -> std::sync::MutexGuard<'_, FairQueue<u64>> {
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -206,9 +211,10 @@ impl Tasks {
                 interpreter.era(context),
             ));
         }
+        let lane = super::execute::queue_lane(&caller(Some(context)));
         let begin = Begin::Queued {
             args,
-            ticket: Waiting::enter(self),
+            ticket: Waiting::enter(self, lane),
         };
         self.create(interpreter, context, started, begin)
     }
@@ -276,9 +282,28 @@ impl Tasks {
             Begin::Running(running) => running,
             Begin::Queued { args, ticket } => {
                 let permit = {
+                    let mut tick = tokio::time::interval(STATUS_INTERVAL);
+                    // First this task's turn among the waiting ones, then a running slot.
+                    loop {
+                        let turn = self.turn.notified();
+                        tokio::pin!(turn);
+                        turn.as_mut().enable();
+                        if ticket.first() {
+                            break;
+                        }
+                        tokio::select! {
+                            () = &mut turn => {}
+                            () = ctx.cancelled() => return Err(TaskExit::Cancelled),
+                            () = self.closing.cancelled() => return Err(shutting_down()),
+                            () = tokio::time::sleep_until(deadline) => {
+                                ctx.set_status_message("expired before it could run");
+                                return Err(expired());
+                            }
+                            _ = tick.tick() => ctx.set_status_message(ticket.status()),
+                        }
+                    }
                     let acquire = self.running.clone().acquire_owned();
                     tokio::pin!(acquire);
-                    let mut tick = tokio::time::interval(STATUS_INTERVAL);
                     loop {
                         tokio::select! {
                             permit = &mut acquire => break permit.map_err(|_| shutting_down())?,
@@ -292,7 +317,7 @@ impl Tasks {
                         }
                     }
                 };
-                drop(ticket);
+                ticket.taken();
                 let started = Instant::now();
                 let max = self.settings.max_timeout_ms;
                 let (call, live) = start_call(interpreter, args, caller, max);
@@ -413,41 +438,65 @@ impl Drop for Ending {
     }
 }
 
-/// A task's place in the queue for a running slot, until dropped.
+/// A task's place in the queue for a running slot (its bearer token's lane), until it takes a
+/// slot or is dropped.
 struct Waiting {
-    queue: Arc<Mutex<BTreeSet<u64>>>,
+    queue: Arc<Mutex<FairQueue<u64>>>,
+    turn: Arc<Notify>,
     ticket: u64,
 }
 
 impl Waiting {
-    fn enter(tasks: &Tasks) -> Self {
+    fn enter(tasks: &Tasks, lane: u64) -> Self {
         let ticket = tasks.next_ticket.fetch_add(1, Ordering::SeqCst);
         let mut queue = tasks.queue();
-        queue.insert(ticket);
+        queue.push(lane, ticket);
         telemetry::tasks_waiting(queue.len());
         drop(queue);
         Self {
             queue: tasks.waiting.clone(),
+            turn: tasks.turn.clone(),
             ticket,
         }
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, FairQueue<u64>> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether this task is the next to take a running slot.
+    fn first(&self) -> bool {
+        self.lock().position(|t| *t == self.ticket) == Some(1)
+    }
+
     /// "queued: position P of N waiting for a running slot".
     fn status(&self) -> String {
-        let queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        let position = queue.range(..self.ticket).count() + 1;
+        let queue = self.lock();
+        let position = queue.position(|t| *t == self.ticket).unwrap_or(1);
         format!(
             "queued: position {position} of {} waiting for a running slot",
             queue.len()
         )
     }
+
+    /// The task took its slot: it leaves the queue as the next in turn.
+    fn taken(self) {
+        let mut queue = self.lock();
+        queue.take(|t| *t == self.ticket);
+        telemetry::tasks_waiting(queue.len());
+        drop(queue);
+        self.turn.notify_waiters();
+    }
 }
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        queue.remove(&self.ticket);
-        telemetry::tasks_waiting(queue.len());
+        let mut queue = self.lock();
+        if queue.remove(|t| *t == self.ticket).is_some() {
+            telemetry::tasks_waiting(queue.len());
+            drop(queue);
+            self.turn.notify_waiters();
+        }
     }
 }
 

@@ -555,3 +555,61 @@ fn at_shutdown_a_task_that_cannot_finish_fails_and_pollers_read_why() {
         started.elapsed()
     );
 }
+
+/// Tasks waiting for a running slot are served in turn between bearer tokens: while one token has
+/// five tasks queued behind the only slot, another token's task runs after the running one (in
+/// arrival order it would wait for all five, 3 s of sleeping).
+#[test]
+fn a_tokens_queued_tasks_do_not_hold_up_another_tokens_task() {
+    let dir = crate::common::temp_dir("task-fair-tokens");
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, "alice\nbob\n").unwrap();
+    let server = Server::start(&[
+        (
+            "CODE_INTERPRETER_MCP_AUTH_BEARER_TOKENS_FILE",
+            tokens.to_str().unwrap(),
+        ),
+        ("CODE_INTERPRETER_MCP_TASKS_IMMEDIATE_RESULT_MS", "0"),
+        ("CODE_INTERPRETER_MCP_TASKS_MAX_RUNNING", "1"),
+    ]);
+    let start_as = |token: &str, code: &str| {
+        let reply = request(
+            &server,
+            "tools/call",
+            json!({"name": "run_python_code", "arguments": {"code": code, "timeout_ms": 60000}}),
+            Some(token),
+        );
+        reply["result"]["taskId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{reply}"))
+            .to_string()
+    };
+    let settle_as = |token: &str, task: &str| loop {
+        let state =
+            request(&server, "tasks/get", json!({"taskId": task}), Some(token))["result"].clone();
+        if state["status"] != "working" {
+            return (state, Instant::now());
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let alice: Vec<String> = (0..5)
+        .map(|_| start_as("alice", "import time\ntime.sleep(0.6)\n'alice'"))
+        .collect();
+    thread::sleep(Duration::from_millis(300));
+    let asked = Instant::now();
+    let bob = start_as("bob", "6 * 7");
+    let (state, bob_done) = settle_as("bob", &bob);
+    assert_eq!(state["status"], "completed", "{state}");
+    let waited = bob_done - asked;
+    let (state, alice_done) = settle_as("alice", &alice[4]);
+    assert_eq!(state["status"], "completed", "{state}");
+    println!(
+        "bob's task took {waited:?}; alice's last ended {:?} after bob asked",
+        alice_done - asked
+    );
+    assert!(
+        waited < Duration::from_millis(2000),
+        "bob's task waited behind alice's: {waited:?}"
+    );
+    assert!(alice_done > bob_done, "alice's last task ran after bob's");
+}
