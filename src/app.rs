@@ -127,7 +127,7 @@ impl App {
         let apps = match &settings.apps {
             Some(apps) => Some(Arc::new(Views::load(
                 apps.asset_dir.as_deref(),
-                apps.table_rows,
+                apps.grid_rows,
             )?)),
             None => None,
         };

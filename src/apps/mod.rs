@@ -44,15 +44,15 @@ pub struct Views {
     /// Renders a list_session_files result: the files, previews, downloads.
     pub files: View,
     /// Rows of a DataFrame sent as a table's grid data (`results.max_table_rows_app`).
-    pub table_rows: u32,
+    pub grid_rows: u32,
 }
 
 impl Views {
     /// Reads and checks the scripts (see [`assets`]) and composes every view.
-    pub fn load(asset_dir: Option<&std::path::Path>, table_rows: u32) -> Result<Self, AppsError> {
+    pub fn load(asset_dir: Option<&std::path::Path>, grid_rows: u32) -> Result<Self, AppsError> {
         let scripts = Scripts::load(asset_dir)?;
         Ok(Self {
-            table_rows,
+            grid_rows,
             result: assets::compose(
                 &scripts,
                 Parts {

@@ -37,8 +37,7 @@ pub use prepared::shared::{BootMode, EngineConfig, EngineError};
 pub use prepared::snapshots::Flavor;
 pub use types::{
     Display, DisplaySource, ErrorKind, ErrorType, ExecError, ExecRequest, ExecResult, InputFile,
-    LIVE_CHUNK_BYTES, LiveOutput, MAX_TABLE_BYTES, MAX_TABLES_BYTES, OutputFile, SandboxEnd,
-    TABLE_MIME,
+    LIVE_CHUNK_BYTES, LiveOutput, OutputFile, SandboxEnd, TABLE_MIME,
 };
 
 pub use crate::protocol::limits::{

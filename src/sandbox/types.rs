@@ -24,7 +24,7 @@ pub struct ExecRequest {
     pub live: Option<std::sync::Arc<LiveOutput>>,
     /// For a client that draws tables (an MCP Apps view): a DataFrame or Series displayed also
     /// comes as [`TABLE_MIME`] data of its first rows, at most this many. 0: not at all.
-    pub table_rows: u32,
+    pub grid_rows: u32,
 }
 
 /// A table's data for an interactive grid, beside its Markdown (see `display.py`): JSON with

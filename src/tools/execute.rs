@@ -94,8 +94,8 @@ pub struct Call {
     pub files: Vec<FileInput>,
     pub timeout_ms: u64,
     pub session_id: Option<String>,
-    /// Rows of a table's grid data (see `ExecRequest::table_rows`).
-    pub table_rows: u32,
+    /// Rows of a table's grid data (see `ExecRequest::grid_rows`).
+    pub grid_rows: u32,
 }
 
 /// How a call ended.
@@ -224,7 +224,7 @@ impl Runner<'_> {
             files,
             timeout: Duration::from_millis(args.timeout_ms),
             live: live.clone(),
-            table_rows: args.table_rows,
+            grid_rows: args.grid_rows,
         };
         let stream = stream_output(setup.progress.clone(), live);
         let cancelled = setup.cancelled.clone();

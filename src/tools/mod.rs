@@ -230,7 +230,7 @@ impl CodeInterpreter {
     /// client that draws the views, else 0 (no grid data is made).
     fn grid_rows(&self, context: &RequestContext<RoleServer>) -> u32 {
         match self.apps.as_deref() {
-            Some(views) if apps::wants(context) => views.table_rows,
+            Some(views) if apps::wants(context) => views.grid_rows,
             _ => 0,
         }
     }
@@ -383,7 +383,7 @@ persist between calls; send input files with each call."
                         None,
                     )
                 })?;
-            args.table_rows = self.grid_rows(&context);
+            args.grid_rows = self.grid_rows(&context);
             return Ok(tasks.spawn(self, args, &context).await);
         }
         let call = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);

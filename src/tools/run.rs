@@ -48,7 +48,7 @@ pub struct RunPythonCodeArgs {
     /// capabilities, see `CodeInterpreter::grid_rows`).
     #[serde(skip)]
     #[schemars(skip)]
-    pub table_rows: u32,
+    pub grid_rows: u32,
 }
 
 impl From<RunPythonCodeArgs> for Call {
@@ -60,7 +60,7 @@ impl From<RunPythonCodeArgs> for Call {
             session_id: args
                 .session_id
                 .filter(|id| super::execute::names_a_session(id)),
-            table_rows: args.table_rows,
+            grid_rows: args.grid_rows,
         }
     }
 }
@@ -320,7 +320,7 @@ back as images and files.",
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
         let _in_flight = InFlight::enter(&self.in_flight);
-        args.table_rows = self.grid_rows(&context);
+        args.grid_rows = self.grid_rows(&context);
         let era = self.era(&context);
         let (result, kept) = self.run(args, Setup::of(Some(&context))).await;
         self.reply(&result, &kept, era)

@@ -291,31 +291,13 @@ impl Tasks {
                         if ticket.first() {
                             break;
                         }
-                        tokio::select! {
-                            () = &mut turn => {}
-                            () = ctx.cancelled() => return Err(TaskExit::Cancelled),
-                            () = self.closing.cancelled() => return Err(shutting_down()),
-                            () = tokio::time::sleep_until(deadline) => {
-                                ctx.set_status_message("expired before it could run");
-                                return Err(expired());
-                            }
-                            _ = tick.tick() => ctx.set_status_message(ticket.status()),
-                        }
+                        self.wait_queued(turn, &ticket, &mut tick, deadline, ctx)
+                            .await?;
                     }
                     let acquire = self.running.clone().acquire_owned();
-                    tokio::pin!(acquire);
-                    loop {
-                        tokio::select! {
-                            permit = &mut acquire => break permit.map_err(|_| shutting_down())?,
-                            () = ctx.cancelled() => return Err(TaskExit::Cancelled),
-                            () = self.closing.cancelled() => return Err(shutting_down()),
-                            () = tokio::time::sleep_until(deadline) => {
-                                ctx.set_status_message("expired before it could run");
-                                return Err(expired());
-                            }
-                            _ = tick.tick() => ctx.set_status_message(ticket.status()),
-                        }
-                    }
+                    self.wait_queued(acquire, &ticket, &mut tick, deadline, ctx)
+                        .await?
+                        .map_err(|_| shutting_down())?
                 };
                 ticket.taken();
                 let started = Instant::now();
@@ -362,6 +344,31 @@ impl Tasks {
         ctx.set_status_message(status(&live, started, "ran for"));
         // (Only a client of the tasks extension gets here: 2025-11-25 or later.)
         Ok(interpreter.reply(&result, &kept, Era::Resumable.min(interpreter.newest)))
+    }
+
+    /// Waits for `until` while a task is queued for a running slot: its cancellation, the shutdown
+    /// and its TTL end the wait first; its status shows its place in the queue meanwhile.
+    async fn wait_queued<T>(
+        &self,
+        until: impl std::future::Future<Output = T>,
+        ticket: &Waiting,
+        tick: &mut tokio::time::Interval,
+        deadline: tokio::time::Instant,
+        ctx: &TaskContext,
+    ) -> Result<T, TaskExit> {
+        tokio::pin!(until);
+        loop {
+            tokio::select! {
+                value = &mut until => return Ok(value),
+                () = ctx.cancelled() => return Err(TaskExit::Cancelled),
+                () = self.closing.cancelled() => return Err(shutting_down()),
+                () = tokio::time::sleep_until(deadline) => {
+                    ctx.set_status_message("expired before it could run");
+                    return Err(expired());
+                }
+                _ = tick.tick() => ctx.set_status_message(ticket.status()),
+            }
+        }
     }
 
     /// `tasks/get` for `principal`.

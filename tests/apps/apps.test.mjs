@@ -17,6 +17,8 @@ const MIRROR = process.env.CIM_MIRROR;
 const EXTENSION = "io.modelcontextprotocol/ui";
 const MIME = "text/html;profile=mcp-app";
 const CALL = { timeout: 120000 };
+// Markup that would run if a view ever parsed what user code produced as HTML.
+const XSS = `<img src=x onerror="window.top.pwned=1"><script>window.top.pwned=1</script>`;
 
 // Packages resolve from .tools/apps/node_modules, where run.sh installed them.
 async function load(specifier) {
@@ -184,7 +186,7 @@ test("plotly figures: SVG traces, hover, legend; WebGL scatter drawn as SVG; pay
   });
   assert.equal(setup.structuredContent.success, true, text(setup));
   const session = setup.structuredContent.session_id;
-  const payload = `<img src=x onerror="window.top.pwned=1"><script>window.top.pwned=1</script>`;
+  const payload = XSS;
   const code = [
     "import numpy as np, pandas as pd, plotly.express as px",
     `payload = ${JSON.stringify(payload)}`,
@@ -337,7 +339,7 @@ test("matplotlib images, standard error and errors; the host's theme", async () 
 });
 
 test("tables: a 10,000-row DataFrame as a grid that sorts, pages and filters; payloads stay text", async () => {
-  const payload = `<img src=x onerror="window.top.pwned=1"><script>window.top.pwned=1</script>`;
+  const payload = XSS;
   const code = [
     "import numpy as np, pandas as pd",
     `payload = ${JSON.stringify(payload)}`,

@@ -50,7 +50,7 @@ pub struct AppsSettings {
     /// `apps_asset_dir`, when set.
     pub asset_dir: Option<PathBuf>,
     /// `max_table_rows_app`: rows of a DataFrame sent to the grid (0: none).
-    pub table_rows: u32,
+    pub grid_rows: u32,
 }
 
 /// One HTTPS host granted to sandboxed code (`[[network.hosts]]`), checked. Header values are

@@ -802,7 +802,7 @@ fn settings(
         apps: c.results.apps.then(|| AppsSettings {
             asset_dir: (!c.results.apps_asset_dir.is_empty())
                 .then(|| PathBuf::from(&c.results.apps_asset_dir)),
-            table_rows: c.results.max_table_rows_app as u32,
+            grid_rows: c.results.max_table_rows_app as u32,
         }),
         prometheus,
         upstream: BTreeMap::new(),

@@ -14,6 +14,26 @@ function element(tag, className, text) {
   return node;
 }
 
+// A button that calls `onClick`.
+function button(className, label, onClick) {
+  const node = element("button", className, label);
+  node.type = "button";
+  node.addEventListener("click", onClick);
+  return node;
+}
+
+// Hands `content` (one item of a download: an embedded resource or a resource link) to `app`'s
+// host to save; what went wrong, if anything, goes into `status`, after `what`.
+async function download(app, content, what, status) {
+  status.textContent = "";
+  try {
+    const { isError } = await app.downloadFile({ contents: [content] });
+    if (isError) status.textContent = `${what}: the download was refused or cancelled.`;
+  } catch (error) {
+    status.textContent = `${what}: ${error?.message ?? error}`;
+  }
+}
+
 function section(kind, heading) {
   const node = element("section", kind);
   node.append(element("h2", "", heading));
@@ -65,8 +85,14 @@ function grid(table, into) {
   filter.type = "search";
   filter.placeholder = "Filter rows";
   filter.setAttribute("aria-label", "Filter rows");
-  const previous = element("button", "grid-previous", "Previous");
-  const next = element("button", "grid-next", "Next");
+  const previous = button("grid-previous", "Previous", () => {
+    page -= 1;
+    paint();
+  });
+  const next = button("grid-next", "Next", () => {
+    page += 1;
+    paint();
+  });
   const status = element("span", "grid-status");
   tools.append(filter, previous, next, status);
   const scroller = element("div", "grid-scroll");
@@ -76,10 +102,7 @@ function grid(table, into) {
   const buttons = headers.map((name, c) => {
     const th = element("th");
     th.setAttribute("scope", "col");
-    const button = element("button", "grid-sort", name);
-    button.type = "button";
-    button.addEventListener("click", () => sortBy(c));
-    th.append(button);
+    th.append(button("grid-sort", name, () => sortBy(c)));
     headRow.append(th);
     return th;
   });
@@ -177,14 +200,6 @@ function grid(table, into) {
     query = filter.value.trim().toLowerCase();
     page = 0;
     apply();
-  });
-  previous.addEventListener("click", () => {
-    page -= 1;
-    paint();
-  });
-  next.addEventListener("click", () => {
-    page += 1;
-    paint();
   });
   paint();
 }

@@ -113,18 +113,6 @@ async function preview(file, pane) {
   pane.dataset.previewed = file.path;
 }
 
-async function download(file, status) {
-  status.textContent = "";
-  try {
-    const { isError } = await app.downloadFile({
-      contents: [{ type: "resource_link", uri: file.uri, name: file.path, mimeType: file.mime_type }],
-    });
-    status.textContent = isError ? `${file.path}: the download was refused or cancelled.` : "";
-  } catch (error) {
-    status.textContent = `${file.path}: ${error?.message ?? error}`;
-  }
-}
-
 function render(result) {
   performance.mark("result");
   view.replaceChildren();
@@ -154,9 +142,7 @@ function listing(listed) {
   const tools = element("div", "grid-tools");
   const status = element("span", "files-status");
   if (host.serverTools && sessionId) {
-    const refresh = element("button", "files-refresh", "List again");
-    refresh.type = "button";
-    refresh.addEventListener("click", async () => {
+    const refresh = button("files-refresh", "List again", async () => {
       try {
         render(await app.callServerTool({ name: "list_session_files", arguments: { session_id: sessionId } }));
       } catch (error) {
@@ -181,19 +167,16 @@ function listing(listed) {
     const tr = element("tr");
     const actions = element("td", "files-actions");
     if (host.serverResources) {
-      const button = element("button", "files-preview", "Preview");
-      button.type = "button";
-      button.addEventListener("click", () => {
-        pane.hidden = false;
-        preview(file, pane);
-      });
-      actions.append(button);
+      actions.append(
+        button("files-preview", "Preview", () => {
+          pane.hidden = false;
+          preview(file, pane);
+        }),
+      );
     }
     if (host.downloadFile) {
-      const button = element("button", "files-download", "Download");
-      button.type = "button";
-      button.addEventListener("click", () => download(file, status));
-      actions.append(button);
+      const link = { type: "resource_link", uri: file.uri, name: file.path, mimeType: file.mime_type };
+      actions.append(button("files-download", "Download", () => download(app, link, file.path, status)));
     }
     tr.append(
       element("td", "files-name", file.path),

@@ -104,22 +104,11 @@ function image(mime, base64, heading, name) {
   const into = section("image-section", heading);
   into.append(img);
   if (!app.getHostCapabilities()?.downloadFile) return;
-  const button = element("button", "image-download", "Download");
-  button.type = "button";
   const status = element("span", "files-status");
-  button.addEventListener("click", async () => {
-    const uri = `file:///${name.split("/").map(encodeURIComponent).join("/")}`;
-    try {
-      const { isError } = await app.downloadFile({
-        contents: [{ type: "resource", resource: { uri, mimeType: mime, blob: base64 } }],
-      });
-      status.textContent = isError ? "The download was refused or cancelled." : "";
-    } catch (error) {
-      status.textContent = String(error?.message ?? error);
-    }
-  });
+  const uri = `file:///${name.split("/").map(encodeURIComponent).join("/")}`;
+  const resource = { type: "resource", resource: { uri, mimeType: mime, blob: base64 } };
   const tools = element("div", "grid-tools");
-  tools.append(button, status);
+  tools.append(button("image-download", "Download", () => download(app, resource, name, status)), status);
   into.append(tools);
 }
 

@@ -277,7 +277,7 @@ impl Sandbox {
             Some(arming.clone()),
         );
         call.live = request.live;
-        call.table_rows = request.table_rows;
+        call.grid_rows = request.grid_rows;
         self.runtime.op_state().borrow_mut().put(call);
         let Some(run) = self.with_state(|s| s.entry.as_ref().map(|e| e.run.clone())) else {
             return ExecResult::failure(ExecError::new(

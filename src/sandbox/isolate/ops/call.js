@@ -109,7 +109,7 @@ const report = (success, result, resultTruncated, errorType, message, traceback)
 export async function run() {
   const { pyodide, runner, autoLoad, fs, transform } = sandbox;
   const code = op_sandbox_code();
-  const { persistent, interrupt, tableRows } = op_sandbox_call_options();
+  const { persistent, interrupt, gridRows } = op_sandbox_call_options();
   if (interrupt) pyodide.setInterruptBuffer(new Int32Array(interrupt));
   fs.mkdirTree(WORKSPACE);
   fs.chdir(WORKSPACE);
@@ -143,7 +143,7 @@ export async function run() {
   }
   if (fatallyFailed()) return;
   try {
-    await runner(code, startClock, report, persistent, publish, upstream, tableRows);
+    await runner(code, startClock, report, persistent, publish, upstream, gridRows);
   } finally {
     fatallyFailed();
   }

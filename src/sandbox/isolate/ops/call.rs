@@ -40,14 +40,14 @@ pub(crate) struct SessionState {
 }
 
 /// How this call runs: `persistent` (a session's: the namespace is kept, changed files return too),
-/// `tableRows` (rows of a table's grid data, 0: none) and, for a session's first call, `interrupt`, the SharedArrayBuffer Pyodide polls for
+/// `gridRows` (rows of a table's grid data, 0: none) and, for a session's first call, `interrupt`, the SharedArrayBuffer Pyodide polls for
 /// interrupts (the watchdog writes to it from its own thread).
 #[op2]
 pub(super) fn op_sandbox_call_options<'s, 'i>(
     scope: &mut v8::PinScope<'s, 'i>,
     op_state: &mut OpState,
 ) -> Result<v8::Local<'s, v8::Value>, JsErrorBox> {
-    let table_rows = call_mut(op_state).table_rows;
+    let grid_rows = call_mut(op_state).grid_rows;
     let s = op_state.borrow_mut::<SessionState>();
     let options = v8::Object::new(scope);
     let persistent = v8::Boolean::new(scope, s.persistent);
@@ -58,8 +58,8 @@ pub(super) fn op_sandbox_call_options<'s, 'i>(
             .ok_or_else(|| JsErrorBox::generic("cannot build the call's options"))
     };
     set(scope, "persistent", persistent.into())?;
-    let table_rows = v8::Integer::new_from_unsigned(scope, table_rows);
-    set(scope, "tableRows", table_rows.into())?;
+    let grid_rows = v8::Integer::new_from_unsigned(scope, grid_rows);
+    set(scope, "gridRows", grid_rows.into())?;
     if let Some(buffer) = s.interrupt.clone()
         && !std::mem::replace(&mut s.interrupt_installed, true)
     {

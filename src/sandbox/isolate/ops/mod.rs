@@ -183,8 +183,8 @@ pub(crate) struct CallState {
     pub upstream: Arc<CallUpstream>,
     /// Where the output also goes while the call runs, when its caller streams it.
     pub live: Option<Arc<crate::sandbox::types::LiveOutput>>,
-    /// Rows of a table's grid data (see `ExecRequest::table_rows`); 0: none.
-    pub table_rows: u32,
+    /// Rows of a table's grid data (see `ExecRequest::grid_rows`); 0: none.
+    pub grid_rows: u32,
 }
 
 impl CallState {
@@ -213,7 +213,7 @@ impl CallState {
             fetches: Arc::default(),
             upstream: Arc::default(),
             live: None,
-            table_rows: 0,
+            grid_rows: 0,
         }
     }
 

@@ -172,7 +172,7 @@ def save_figures(print=print):
         pass
 
 
-async def run(code, start_clock, report, persistent=False, publish=None, upstream=None, table_rows=0):
+async def run(code, start_clock, report, persistent=False, publish=None, upstream=None, grid_rows=0):
     """One call: `code` run with this call's JavaScript functions (the clock, the report, the
     display's publisher, the upstream handle), and the rows of a table's grid data it sends (0:
     none; see display.py). They are held in a list emptied when the call ends:
@@ -182,12 +182,12 @@ async def run(code, start_clock, report, persistent=False, publish=None, upstrea
     call = [start_clock, report, publish, upstream]
     del start_clock, report, publish, upstream
     try:
-        await _run(code, call, persistent, table_rows)
+        await _run(code, call, persistent, grid_rows)
     finally:
         call.clear()
 
 
-async def _run(code, call, persistent, table_rows, BaseException=BaseException, SystemExit=SystemExit, str=str):
+async def _run(code, call, persistent, grid_rows, BaseException=BaseException, SystemExit=SystemExit, str=str):
     global _session_namespace, _session_context
     if persistent:
         if _session_namespace is None:
@@ -199,7 +199,7 @@ async def _run(code, call, persistent, table_rows, BaseException=BaseException, 
     # line for line.
     linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
     display._publish = call[2]
-    display._grid_rows = int(table_rows or 0)
+    display._grid_rows = int(grid_rows or 0)
     upstream_tools._js = call[3]
     http_glue._js = call[3]
     display.reset_figures()
