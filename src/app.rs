@@ -62,10 +62,12 @@ pub fn http_settings(settings: &Settings) -> anyhow::Result<HttpSettings> {
         allowed_hosts: http.allowed_hosts.clone(),
         allowed_origins: http.allowed_origins.clone(),
         limits: http.input_limits,
-        auth: match &http.bearer_tokens_file {
+        tokens: match &http.bearer_tokens_file {
             None => None,
             Some(path) => Some(Arc::new(BearerAuth::load(path)?)),
         },
+        oauth: http.oauth.clone(),
+        extra_ca_certs: settings.engine.extra_ca_certs.clone(),
         replica_id: settings.replica_id.clone(),
     })
 }

@@ -152,6 +152,36 @@ labels! {
 }
 
 labels! {
+    /// Why a /mcp request was refused by authentication or authorization.
+    AuthRefusal {
+        NoToken => "no_token",
+        TooLong => "too_long",
+        UnknownToken => "unknown_token",
+        Malformed => "malformed",
+        Type => "type",
+        Critical => "critical",
+        Algorithm => "algorithm",
+        UnknownKey => "unknown_key",
+        Signature => "signature",
+        Expired => "expired",
+        NotYetValid => "not_yet_valid",
+        Issuer => "issuer",
+        Audience => "audience",
+        Claims => "claims",
+        NoKeys => "no_keys",
+        InsufficientScope => "insufficient_scope",
+    }
+}
+
+labels! {
+    /// How a fetch of the authorization server's metadata and keys ended.
+    KeysFetch {
+        Loaded => "loaded",
+        Failed => "failed",
+    }
+}
+
+labels! {
     /// How a call from the sandbox to an upstream MCP server's tool ended.
     UpstreamOutcome {
         Ok => "ok",

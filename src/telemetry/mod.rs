@@ -1,4 +1,4 @@
-//! Prometheus metrics: the twenty-six `code_interpreter_mcp_` families recorded through the `metrics` facade,
+//! Prometheus metrics: the twenty-eight `code_interpreter_mcp_` families recorded through the `metrics` facade,
 //! the Prometheus recorder and its dedicated `/metrics` listener, and the five-second tokio-metrics
 //! reporter for the main runtime. When metrics are disabled nothing is installed, so every recording
 //! call below is a no-op; no listener opens and no reporter runs.
@@ -42,6 +42,8 @@ const TASKS_ENDED: &str = "code_interpreter_mcp_tasks_ended_total";
 const TASK_DURATION: &str = "code_interpreter_mcp_task_duration_seconds";
 const UPSTREAM_CALLS: &str = "code_interpreter_mcp_upstream_calls_total";
 const UPSTREAM_DURATION: &str = "code_interpreter_mcp_upstream_call_duration_seconds";
+const AUTH_REFUSALS: &str = "code_interpreter_mcp_auth_refusals_total";
+const KEYS_FETCHES: &str = "code_interpreter_mcp_authorization_keys_fetches_total";
 
 /// Buckets of the Python execution histogram, in seconds.
 pub const EXECUTION_BUCKETS: [f64; 15] = [
@@ -87,6 +89,16 @@ pub fn upstream_call(server: &str, tool: &str, outcome: UpstreamOutcome, duratio
     )
     .increment(1);
     histogram!(UPSTREAM_DURATION, "server" => server.to_string()).record(duration.as_secs_f64());
+}
+
+/// One /mcp request refused by authentication (401) or for a missing scope (403).
+pub fn auth_refused(reason: AuthRefusal) {
+    counter!(AUTH_REFUSALS, "reason" => reason.label()).increment(1);
+}
+
+/// One fetch of the authorization server's signing keys (with its metadata when discovered).
+pub fn keys_fetched(outcome: KeysFetch) {
+    counter!(KEYS_FETCHES, "outcome" => outcome.label()).increment(1);
 }
 
 pub fn rejection(reason: Rejection) {
@@ -351,6 +363,20 @@ fn register_families(queue_capacity: u64) {
         "Task lifetime from creation to its end, by status"
     );
 
+    metrics::describe_counter!(
+        AUTH_REFUSALS,
+        "Requests to /mcp refused by authentication (401) or for a missing scope (403), by reason"
+    );
+    metrics::describe_counter!(
+        KEYS_FETCHES,
+        "Fetches of the OAuth authorization server's signing keys, by outcome"
+    );
+    for reason in AuthRefusal::ALL {
+        counter!(AUTH_REFUSALS, "reason" => reason.label()).absolute(0);
+    }
+    for outcome in KeysFetch::ALL {
+        counter!(KEYS_FETCHES, "outcome" => outcome.label()).absolute(0);
+    }
     for tool in TOOLS {
         for outcome in ToolOutcome::ALL {
             let labels = [("tool", tool), ("outcome", outcome.label())];

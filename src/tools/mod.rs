@@ -4,6 +4,7 @@
 //! and output schemas, titles and annotations. Request checks before anything is queued are in
 //! [`validation`]; what results carry besides JSON (images, links) in [`content`].
 
+pub mod access;
 pub mod arguments;
 pub mod content;
 pub mod era;
@@ -356,6 +357,27 @@ persist between calls; send input files with each call."
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let era = self.era(&context);
+        if let Some(access) = access_of(&context) {
+            let arguments = request.arguments.as_ref();
+            let asked = access::Asked {
+                method: "tools/call",
+                tool: Some(request.name.as_ref()),
+                session: arguments
+                    .and_then(|a| a.get("session_id"))
+                    .is_some_and(|v| !v.is_null()),
+                uri: None,
+            };
+            if let Some(needed) = access.lacks(&asked) {
+                return Err(ErrorData::invalid_request(
+                    format!(
+                        "{} needs the scopes {}: get a token that grants them",
+                        request.name,
+                        needed.join(" ")
+                    ),
+                    None,
+                ));
+            }
+        }
         if let Some(route) = self.tool_router.map.get(request.name.as_ref()) {
             let mut arguments = request.arguments.take().unwrap_or_default();
             if let Err(message) = arguments::check(&route.attr.input_schema, &mut arguments) {
@@ -406,6 +428,18 @@ persist between calls; send input files with each call."
             .protocol_version()
             .is_some_and(|version| version >= ProtocolVersion::V_2026_07_28);
         let mut tools = self.era(&context).tools(self.tool_router.list_all());
+        // An OAuth principal sees only the tools its scopes allow (a call naming no session).
+        let access = access_of(&context);
+        if let Some(access) = &access {
+            tools.retain(|tool| {
+                let asked = access::Asked {
+                    method: "tools/call",
+                    tool: Some(tool.name.as_ref()),
+                    ..access::Asked::default()
+                };
+                access.lacks(&asked).is_none()
+            });
+        }
         let views = self.apps.as_deref().filter(|_| apps::wants(&context));
         if let Some(views) = views {
             for tool in &mut tools {
@@ -419,7 +453,7 @@ persist between calls; send input files with each call."
         let mut list = ListToolsResult::with_all_items(tools);
         list.result_type = Some(ResultType::COMPLETE);
         list.ttl_ms = cache_hints.then_some(0);
-        let scope = if views.is_some() {
+        let scope = if views.is_some() || access.is_some() {
             CacheScope::Private
         } else {
             CacheScope::Public
@@ -546,6 +580,16 @@ results are Python objects; `upstream.ToolError` when a tool fails):",
         text.push('.');
     }
     text
+}
+
+/// The OAuth scopes of the request's principal, when it has them (none: static token or no auth).
+fn access_of(context: &RequestContext<RoleServer>) -> Option<access::Access> {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()?
+        .extensions
+        .get::<access::Access>()
+        .cloned()
 }
 
 #[cfg(test)]

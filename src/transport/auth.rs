@@ -2,20 +2,24 @@
 //! line; blank lines and `#` comments ignored), checked on every request in constant time, reloaded when
 //! the file's contents change (polled every two seconds, which also follows a Kubernetes Secret's
 //! symlink swap) or at once on SIGHUP. The probes and `/metrics` are outside it, and stdio has no HTTP
-//! to authenticate. Only SHA-256 digests of the tokens are kept, and no token is ever logged.
+//! to authenticate. Only SHA-256 digests of the tokens are kept, and no token is ever logged. With
+//! `[auth.oauth]` the same middleware also takes the issuer's JWT access tokens ([`super::oauth`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq as _;
 
+use super::oauth::{self, ResourceServer};
 use crate::sessions::Principal;
+use crate::telemetry::{self, AuthRefusal};
+use crate::tools::access::Access;
 
 /// How often the token file is re-read for changes.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(2);
@@ -110,12 +114,18 @@ impl BearerAuth {
 
     /// Checks an `Authorization` header value.
     pub fn verify(&self, authorization: Option<&HeaderValue>) -> Verdict {
-        let Some(token) = authorization
+        match authorization
             .and_then(|v| v.to_str().ok())
             .and_then(bearer_token)
-        else {
-            return Verdict::Missing;
-        };
+        {
+            None => Verdict::Missing,
+            Some(token) if self.accepts(token) => Verdict::Accepted,
+            Some(_) => Verdict::Invalid,
+        }
+    }
+
+    /// Whether `token` is one of the file's.
+    pub fn accepts(&self, token: &str) -> bool {
         let presented: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
         // Every digest is compared, so the time taken says nothing about which one (if any) matched.
@@ -123,11 +133,7 @@ impl BearerAuth {
             .digests
             .iter()
             .fold(subtle::Choice::from(0), |acc, d| acc | d.ct_eq(&presented));
-        if bool::from(matched) {
-            Verdict::Accepted
-        } else {
-            Verdict::Invalid
-        }
+        bool::from(matched)
     }
 
     /// Reloads on SIGHUP and whenever the file's contents change, until the process ends.
@@ -185,39 +191,111 @@ fn read(path: &Path) -> Result<Loaded, AuthError> {
     })
 }
 
-/// Axum middleware: passes authenticated requests on, with the token's digest as their
-/// [`Principal`] (sessions answer only to the token that created them); answers others with 401 and
-/// a `WWW-Authenticate: Bearer` challenge (RFC 6750 §3).
+/// The longest bearer token looked at; a longer one is refused unread.
+pub const MAX_TOKEN_BYTES: usize = 8192;
+
+/// Who may use /mcp: the static tokens, an OAuth issuer's access tokens, or both.
+#[derive(Debug, Default, Clone)]
+pub struct Authenticator {
+    pub tokens: Option<Arc<BearerAuth>>,
+    pub oauth: Option<Arc<ResourceServer>>,
+}
+
+impl Authenticator {
+    /// Whether /mcp needs a token at all.
+    pub fn required(&self) -> bool {
+        self.tokens.is_some() || self.oauth.is_some()
+    }
+
+    /// The principal of a presented token (and for an OAuth token, what its scopes allow), or the
+    /// description of why it is refused and the reason counted.
+    async fn check(
+        &self,
+        token: &str,
+    ) -> Result<(Principal, Option<Access>), (&'static str, AuthRefusal)> {
+        if token.len() > MAX_TOKEN_BYTES {
+            return Err(("the bearer token is too long", AuthRefusal::TooLong));
+        }
+        if let Some(tokens) = &self.tokens
+            && tokens.accepts(token)
+        {
+            return Ok((Principal(Sha256::digest(token.as_bytes()).into()), None));
+        }
+        match &self.oauth {
+            Some(oauth) if token.bytes().filter(|&b| b == b'.').count() == 2 => {
+                match oauth.authenticate(token).await {
+                    Ok(identity) => {
+                        let principal = oauth::principal(&identity);
+                        tracing::debug!(principal = %oauth::label(&principal), "OAuth access token accepted");
+                        Ok((principal, Some(oauth.access(identity))))
+                    }
+                    Err(refusal) => Err((refusal.description(), refusal.metric())),
+                }
+            }
+            _ => Err((
+                "the bearer token is not accepted",
+                AuthRefusal::UnknownToken,
+            )),
+        }
+    }
+
+    /// The `WWW-Authenticate` value of a 401 (RFC 6750 §3; with OAuth, RFC 9728 §5.1).
+    fn challenge(&self, description: Option<&str>, headers: &HeaderMap) -> String {
+        if let Some(oauth) = &self.oauth {
+            return oauth.challenge(description, headers);
+        }
+        match description {
+            None => r#"Bearer realm="code-interpreter-mcp""#.to_string(),
+            Some(description) => format!(
+                r#"Bearer realm="code-interpreter-mcp", error="invalid_token", error_description="{description}""#
+            ),
+        }
+    }
+}
+
+/// Axum middleware: passes authenticated requests on with their [`Principal`] (sessions and tasks
+/// answer only to the principal that created them: a static token's digest, or an OAuth token's
+/// issuer and subject); answers others with 401 and a `WWW-Authenticate: Bearer` challenge.
 pub async fn require_bearer(
-    State(auth): State<Arc<BearerAuth>>,
+    State(auth): State<Arc<Authenticator>>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let verdict = auth.verify(request.headers().get(header::AUTHORIZATION));
-    let challenge = match verdict {
-        Verdict::Accepted => {
-            if let Some(token) = request
-                .headers()
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(bearer_token)
-            {
-                let principal = Principal(Sha256::digest(token.as_bytes()).into());
+    let token = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(bearer_token)
+        .map(str::to_owned);
+    let (description, reason) = match token {
+        None => (None, AuthRefusal::NoToken),
+        Some(token) => match auth.check(&token).await {
+            Ok((principal, access)) => {
                 request.extensions_mut().insert(principal);
+                if let Some(access) = access {
+                    request.extensions_mut().insert(access);
+                }
+                return next.run(request).await;
             }
-            return next.run(request).await;
-        }
-        Verdict::Missing => r#"Bearer realm="code-interpreter-mcp""#,
-        Verdict::Invalid => {
-            r#"Bearer realm="code-interpreter-mcp", error="invalid_token", error_description="the bearer token is not accepted""#
-        }
+            Err((description, reason)) => (Some(description), reason),
+        },
     };
-    tracing::warn!(?verdict, method = %request.method(), "refused an unauthenticated /mcp request");
+    telemetry::auth_refused(reason);
+    tracing::warn!(
+        reason = reason.label(),
+        method = %request.method(),
+        "refused an unauthenticated /mcp request"
+    );
+    let challenge = HeaderValue::from_str(&auth.challenge(description, request.headers()))
+        .unwrap_or_else(|_| HeaderValue::from_static("Bearer"));
     (
         StatusCode::UNAUTHORIZED,
         [
             (header::WWW_AUTHENTICATE, challenge),
-            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            ),
         ],
         "unauthorized: send Authorization: Bearer <token>\n",
     )

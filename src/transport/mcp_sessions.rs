@@ -2,6 +2,11 @@
 //! rmcp's in-memory session manager, except that ids start with `replica_id` and a dot, so a load
 //! balancer can send every request of an MCP session to the replica that holds it (the same prefix
 //! as the tool sessions' ids; see deploy/nginx). Without a replica id the ids are rmcp's own.
+//! With authentication, an MCP session belongs to the principal that opened it: another principal
+//! presenting its id is told the session does not exist ([`ReplicaSessionManager::owned_by`]).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 use futures::Stream;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
@@ -14,19 +19,23 @@ use rmcp::transport::streamable_http_server::session::{
     ServerSseMessage, SessionId, SessionManager,
 };
 
+use crate::sessions::Principal;
+
 /// [`LocalSessionManager`] minting replica-prefixed ids.
 #[derive(Default)]
 pub struct ReplicaSessionManager {
     /// `replica_id`, or empty.
     replica: String,
     inner: LocalSessionManager,
+    /// The principal that opened each MCP session (with authentication only).
+    owners: Mutex<HashMap<String, Principal>>,
 }
 
 impl ReplicaSessionManager {
     pub fn new(replica_id: &str) -> Self {
         Self {
             replica: replica_id.to_string(),
-            inner: LocalSessionManager::default(),
+            ..Self::default()
         }
     }
 }
@@ -35,6 +44,46 @@ impl ReplicaSessionManager {
     /// How many MCP sessions are open.
     pub async fn open(&self) -> usize {
         self.inner.sessions.read().await.len()
+    }
+
+    /// Records that `principal` opened the MCP session `id`. Owners of sessions that have ended
+    /// are forgotten once there are more owners than open sessions can account for.
+    pub async fn bind(&self, id: &str, principal: Principal) {
+        let over = {
+            let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+            owners.insert(id.to_string(), principal);
+            owners.len() > super::requests::MAX_MCP_SESSIONS
+        };
+        if over {
+            let open: std::collections::HashSet<String> = self
+                .inner
+                .sessions
+                .read()
+                .await
+                .keys()
+                .map(|k| k.to_string())
+                .collect();
+            let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+            owners.retain(|id, _| open.contains(id));
+        }
+    }
+
+    /// Whether the MCP session `id` may be used by `principal`: it opened it, or nobody is known to
+    /// have (no authentication, or an id this replica does not hold, which rmcp answers itself).
+    pub fn owned_by(&self, id: &str, principal: Option<&Principal>) -> bool {
+        let owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        match owners.get(id) {
+            None => true,
+            Some(owner) => principal == Some(owner),
+        }
+    }
+
+    /// Forgets the owner of a closed session.
+    pub fn unbind(&self, id: &str) {
+        self.owners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
     }
 }
 

@@ -1,6 +1,6 @@
 //! The transports: an axum app serving MCP Streamable HTTP at `/mcp` (both protocol eras, through
 //! rmcp) behind the HTTP body ceiling, with Host and Origin verification and optional bearer tokens
-//! ([`auth`]), the checks of a request before rmcp reads it ([`requests`]: body ceiling and framing,
+//! ([`auth`]: static tokens and OAuth access tokens, [`oauth`]), the checks of a request before rmcp reads it ([`requests`]: body ceiling and framing,
 //! x-mcp-header against the body, bounded MCP sessions), legacy-era MCP sessions whose ids name the
 //! replica ([`mcp_sessions`]), bound to
 //! `bind_addr` and announcing its effective address once it listens, with the probes beside it and
@@ -8,10 +8,12 @@
 
 pub mod auth;
 pub mod mcp_sessions;
+pub mod oauth;
 pub mod priming;
 pub mod requests;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,11 +21,13 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use code_interpreter_mcp_config::OAuthSettings;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
-use self::auth::BearerAuth;
+use self::auth::{Authenticator, BearerAuth};
 use self::mcp_sessions::ReplicaSessionManager;
+use self::oauth::ResourceServer;
 use crate::pool::{ExecPool, Health};
 use crate::sessions::Sessions;
 use crate::tools::CodeInterpreter;
@@ -60,8 +64,12 @@ pub struct HttpSettings {
     pub allowed_origins: Vec<String>,
     /// The input limits (the HTTP body ceiling derives from them).
     pub limits: InputLimits,
-    /// Bearer tokens required on /mcp, if configured.
-    pub auth: Option<Arc<BearerAuth>>,
+    /// Static bearer tokens accepted on /mcp, if configured.
+    pub tokens: Option<Arc<BearerAuth>>,
+    /// OAuth access tokens accepted on /mcp, if configured.
+    pub oauth: Option<OAuthSettings>,
+    /// Extra trust roots for the authorization server's metadata and keys.
+    pub extra_ca_certs: Vec<PathBuf>,
     /// Prefix of legacy-era MCP session ids (`replica_id`); empty: none.
     pub replica_id: String,
 }
@@ -122,18 +130,16 @@ pub async fn serve_http(
     let in_flight = interpreter.calls_in_flight();
     let tasks = interpreter.tasks().cloned();
     let shutdown = CancellationToken::new();
-    if let Some(auth) = &settings.auth {
-        auth.watch();
-    }
+    let listener = tokio::net::TcpListener::bind(settings.bind_addr).await?;
+    let addr = listener.local_addr()?;
+    let auth = Arc::new(authenticator(&settings, addr)?);
     let app = router(
         interpreter,
         pool.health(),
         &settings,
+        &auth,
         shutdown.child_token(),
     );
-
-    let listener = tokio::net::TcpListener::bind(settings.bind_addr).await?;
-    let addr = listener.local_addr()?;
     announce(&format!(
         "code-interpreter-mcp listening on port {} at http://{}/mcp",
         addr.port(),
@@ -219,10 +225,39 @@ fn announce(line: &str) {
 }
 
 /// The axum application.
+/// The authentication of /mcp, started: the static tokens watched for changes, the OAuth issuer's
+/// keys loading. Without `auth.oauth.resource` the resource is the URL the server is bound at.
+fn authenticator(settings: &HttpSettings, addr: SocketAddr) -> anyhow::Result<Authenticator> {
+    if let Some(tokens) = &settings.tokens {
+        tokens.watch();
+    }
+    let oauth = match &settings.oauth {
+        None => None,
+        Some(oauth) => {
+            let resource = oauth
+                .resource
+                .clone()
+                .unwrap_or_else(|| format!("http://{addr}/mcp"));
+            let server = Arc::new(ResourceServer::new(
+                oauth,
+                &resource,
+                &settings.extra_ca_certs,
+            )?);
+            server.start();
+            Some(server)
+        }
+    };
+    Ok(Authenticator {
+        tokens: settings.tokens.clone(),
+        oauth,
+    })
+}
+
 pub fn router(
     interpreter: CodeInterpreter,
     health: Arc<Health>,
     settings: &HttpSettings,
+    auth: &Arc<Authenticator>,
     shutdown: CancellationToken,
 ) -> axum::Router {
     let limits = settings.limits;
@@ -256,16 +291,19 @@ pub fn router(
         .nest_service("/mcp", mcp)
         .layer(axum::middleware::from_fn(session_delete_status))
         .layer(axum::middleware::from_fn_with_state(
-            requests::Checks::new(
-                body_limit as u64,
-                limits.max_total_file_kb,
-                mcp_sessions,
-                sessions,
-            ),
+            requests::Checks {
+                metadata_url: auth.oauth.as_ref().map(|o| Arc::from(o.metadata_url())),
+                ..requests::Checks::new(
+                    body_limit as u64,
+                    limits.max_total_file_kb,
+                    mcp_sessions,
+                    sessions,
+                )
+            },
             requests::check_request,
         ));
     // Outermost: an unauthenticated request is refused before anything reads its body.
-    if let Some(auth) = &settings.auth {
+    if auth.required() {
         mcp = mcp.layer(axum::middleware::from_fn_with_state(
             Arc::clone(auth),
             auth::require_bearer,
@@ -276,7 +314,13 @@ pub fn router(
         .route("/livez", axum::routing::get(livez))
         .route("/readyz", axum::routing::get(readyz))
         .with_state(health);
-    mcp.merge(probes)
+    // The protected-resource metadata: public, outside authentication and Host verification.
+    let metadata = auth
+        .oauth
+        .as_ref()
+        .map(ResourceServer::routes)
+        .unwrap_or_default();
+    mcp.merge(probes).merge(metadata)
 }
 
 fn probe(ok: bool) -> Response {

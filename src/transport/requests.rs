@@ -17,13 +17,16 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt as _;
 use tokio::sync::Semaphore;
 
 use super::mcp_sessions::ReplicaSessionManager;
+use crate::sessions::Principal;
+use crate::tools::access::{Access, Asked};
 
 /// How many HTTP body ceilings' worth of request bodies may be read at once.
 pub const BODY_BYTES_IN_FLIGHT: u64 = 4;
@@ -45,6 +48,8 @@ pub struct Checks {
     pub mcp_sessions: Arc<ReplicaSessionManager>,
     /// The session manager, to hand sessions over while the server drains.
     pub sessions: Option<crate::sessions::Sessions>,
+    /// The protected-resource metadata URL, named in 403 challenges (OAuth only).
+    pub metadata_url: Option<Arc<str>>,
 }
 
 impl Checks {
@@ -65,6 +70,7 @@ impl Checks {
             )),
             mcp_sessions,
             sessions,
+            metadata_url: None,
         }
     }
 }
@@ -84,11 +90,46 @@ fn plain(status: StatusCode, message: String) -> Response {
 
 /// The middleware (see the module's doc).
 pub async fn check_request(State(checks): State<Checks>, request: Request, next: Next) -> Response {
+    // A legacy MCP session answers only to the principal that opened it; to any other its id is
+    // unknown, with rmcp's own answer for one.
+    let principal = request.extensions().get::<Principal>().copied();
+    let session = request
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(id) = &session
+        && !checks.mcp_sessions.owned_by(id, principal.as_ref())
+    {
+        tracing::warn!("refused a request for an MCP session another principal opened");
+        return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+    }
+    let is_delete = request.method() == Method::DELETE;
+    let response = check_body(&checks, request, next).await;
+    match (&session, principal) {
+        (Some(id), _) if is_delete && response.status().is_success() => {
+            checks.mcp_sessions.unbind(id);
+        }
+        (None, Some(principal)) => {
+            if let Some(opened) = response
+                .headers()
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+            {
+                checks.mcp_sessions.bind(opened, principal).await;
+            }
+        }
+        _ => {}
+    }
+    response
+}
+
+async fn check_body(checks: &Checks, request: Request, next: Next) -> Response {
     if request.method() != Method::POST {
         let era = super::priming::era(request.headers(), None);
         return super::priming::filter(era, next.run(request).await);
     }
-    if let Some(response) = hand_over(&checks, request.headers()).await {
+    if let Some(response) = hand_over(checks, request.headers()).await {
         return response;
     }
     let declared = request
@@ -99,7 +140,7 @@ pub async fn check_request(State(checks): State<Checks>, request: Request, next:
     if let Some(len) = declared
         && len > checks.body_limit
     {
-        return too_large(&checks, len, request).await;
+        return too_large(checks, len, request).await;
     }
     let (parts, body) = request.into_parts();
     let wanted = kib(declared.unwrap_or(checks.body_limit));
@@ -136,7 +177,7 @@ pub async fn check_request(State(checks): State<Checks>, request: Request, next:
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             return plain(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                ceiling_message(&checks, "a chunked body"),
+                ceiling_message(checks, "a chunked body"),
             );
         }
         Err(e) => {
@@ -150,7 +191,10 @@ pub async fn check_request(State(checks): State<Checks>, request: Request, next:
         }
     };
     drop(permit);
-    if let Some(response) = refuse_by_body(&checks, &parts.headers, &bytes).await {
+    if let Some(response) = refuse_by_scope(checks, &parts, &bytes) {
+        return response;
+    }
+    if let Some(response) = refuse_by_body(checks, &parts.headers, &bytes).await {
         return response;
     }
     let initialize = may_initialize(&parts.headers, &bytes).then_some(&bytes[..]);
@@ -231,8 +275,73 @@ struct Peek {
 
 #[derive(serde::Deserialize)]
 struct PeekParams {
+    /// The tool of a `tools/call`.
+    #[serde(default)]
+    name: Option<String>,
+    /// The resource of a `resources/read`.
+    #[serde(default)]
+    uri: Option<String>,
     #[serde(default)]
     arguments: Option<PeekArguments>,
+}
+
+/// 403 `insufficient_scope` when an OAuth principal's token lacks a scope the request needs
+/// ([`crate::tools::access`]); a body that is not one readable JSON-RPC message needs every scope
+/// (a batch, duplicate keys and bad JSON fail closed; rmcp refuses them anyway).
+fn refuse_by_scope(checks: &Checks, parts: &Parts, body: &Bytes) -> Option<Response> {
+    let access = parts.extensions.get::<Access>()?;
+    // (serde reads a struct from an array too: only an object is one message.)
+    let object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    let peek = serde_json::from_slice::<Peek>(body).ok().filter(|_| object);
+    let (needed, what) = match peek {
+        Some(peek) => {
+            let params = peek.params.as_ref();
+            let asked = Asked {
+                method: peek.method.as_deref().unwrap_or(""),
+                tool: params.and_then(|p| p.name.as_deref()),
+                session: params
+                    .and_then(|p| p.arguments.as_ref())
+                    .and_then(|a| a.session_id.as_ref())
+                    .is_some_and(|v| !v.is_null()),
+                uri: params.and_then(|p| p.uri.as_deref()),
+            };
+            let what = match asked.tool {
+                Some(tool) if asked.method == "tools/call" => tool,
+                _ => asked.method,
+            };
+            let plain = !what.is_empty()
+                && what.len() <= 64
+                && what
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_-/.".contains(&b));
+            let what = if plain { what } else { "this request" };
+            (access.lacks(&asked)?, what.to_string())
+        }
+        None => (access.lacks_any()?, "this request".to_string()),
+    };
+    let metadata_url = checks.metadata_url.as_deref().unwrap_or_default();
+    let challenge = super::oauth::insufficient_scope(metadata_url, &needed, &what);
+    tracing::warn!(needed = %needed.join(" "), request = %what, "refused a request: the token lacks a scope");
+    crate::telemetry::auth_refused(crate::telemetry::AuthRefusal::InsufficientScope);
+    Some(
+        (
+            StatusCode::FORBIDDEN,
+            [
+                (
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_str(&challenge).unwrap_or_else(|_| {
+                        HeaderValue::from_static("Bearer error=\"insufficient_scope\"")
+                    }),
+                ),
+                (
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; charset=utf-8"),
+                ),
+            ],
+            format!("forbidden: {what} needs the scopes {}\n", needed.join(" ")),
+        )
+            .into_response(),
+    )
 }
 
 #[derive(serde::Deserialize)]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::containment::{legacy_post, new_session, structured};
-use crate::fixture::{LegacyClient, Server, call_stateless, client, message};
+use crate::fixture::{LegacyClient, Server, call_stateless, message};
 
 // --- 5. Smaller: links, headers, bodies, tokens -----------------------------------------------------
 
@@ -126,18 +126,15 @@ fn with_bearer_tokens_a_session_answers_only_to_the_token_that_created_it() {
     )]);
     let call = |token: &str, arguments: Value| {
         let body = crate::fixture::tool_call_body("run_python_code", arguments, None);
-        let mut request = client()
-            .post(&server.url)
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json, text/event-stream")
-            .header("MCP-Protocol-Version", "2026-07-28")
-            .header("Mcp-Method", "tools/call")
-            .header("Mcp-Name", "run_python_code")
-            .header("Authorization", format!("Bearer {token}"));
-        if let Some(session) = body["params"]["arguments"]["session_id"].as_str() {
-            request = request.header("Mcp-Param-Session-Id", session);
-        }
-        structured(&message(request.body(body.to_string()).send().unwrap())).clone()
+        let http = crate::fixture::client_with_token(token);
+        let response = crate::fixture::send_stateless(
+            &http,
+            &server.url,
+            "tools/call",
+            Some("run_python_code"),
+            &body,
+        );
+        structured(&message(response.unwrap())).clone()
     };
     let r = call(
         "alice-token",

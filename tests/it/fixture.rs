@@ -197,6 +197,21 @@ pub fn client() -> reqwest::blocking::Client {
         .unwrap()
 }
 
+/// An HTTP client that sends `Authorization: Bearer <token>` with every request.
+pub fn client_with_token(token: &str) -> reqwest::blocking::Client {
+    let headers = [(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {token}").parse().unwrap(),
+    )]
+    .into_iter()
+    .collect();
+    reqwest::blocking::Client::builder()
+        .default_headers(headers)
+        .timeout(std::time::Duration::from_secs(120))
+        .build()
+        .unwrap()
+}
+
 /// The JSON-RPC message in a response that is either JSON or an SSE stream.
 pub fn message(response: reqwest::blocking::Response) -> Value {
     let is_sse = response

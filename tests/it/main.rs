@@ -26,6 +26,7 @@ mod metrics;
 mod mirror_index;
 mod no_growth;
 mod notebook;
+mod oauth;
 mod packages;
 mod pool;
 mod preimport;

@@ -477,6 +477,8 @@ fn the_dashboard_and_alerts_use_only_exported_series() {
         "session_resumes_total",
         "session_save_duration_seconds_bucket",
         "session_resume_duration_seconds_bucket",
+        "auth_refusals_total",
+        "authorization_keys_fetches_total",
     ];
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let dashboard =

@@ -158,6 +158,80 @@ pub struct AuthConfig {
     /// when it changes or on SIGHUP. Empty: no authentication.
     /// Environment: CODE_INTERPRETER_MCP_AUTH_BEARER_TOKENS_FILE
     pub bearer_tokens_file: String,
+    /// `[auth.oauth]`: /mcp as an OAuth 2.1 resource server (JWT access tokens from one issuer).
+    pub oauth: OAuthConfig,
+}
+
+/// `[auth.oauth]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct OAuthConfig {
+    /// The authorization server's issuer identifier (https, or http on a loopback address); when
+    /// set, /mcp accepts JWT access tokens it signed (RFC 9068) for this server's `resource`, serves
+    /// RFC 9728 metadata at /.well-known/oauth-protected-resource, and names it in every 401.
+    /// Static tokens of `auth.bearer_tokens_file` keep working beside it. Empty: off.
+    /// Environment: CODE_INTERPRETER_MCP_OAUTH_ISSUER
+    pub issuer: String,
+    /// This server's resource identifier (RFC 8707): the `aud` every token must carry and the
+    /// `resource` of the metadata, e.g. https://mcp.example.com/mcp. Empty: http://<bind_addr>/mcp,
+    /// allowed only when bind_addr is a loopback address.
+    /// Environment: CODE_INTERPRETER_MCP_OAUTH_RESOURCE
+    pub resource: String,
+    /// Signature algorithms accepted, among RS256, PS256, ES256 and EdDSA (`none` and HS* never).
+    /// Environment: CODE_INTERPRETER_MCP_OAUTH_ALGORITHMS (comma-separated)
+    pub algorithms: Vec<String>,
+    /// Seconds of clock difference allowed on `exp` and `nbf` (0 to 300).
+    /// Environment: CODE_INTERPRETER_MCP_OAUTH_CLOCK_SKEW_S
+    pub clock_skew_s: u64,
+    /// Where the issuer's signing keys are; empty: the `jwks_uri` of its metadata
+    /// (/.well-known/oauth-authorization-server, then /.well-known/openid-configuration).
+    /// Environment: CODE_INTERPRETER_MCP_OAUTH_JWKS_URI
+    pub jwks_uri: String,
+    /// Seconds between refreshes of the signing keys (1 to 86400); a token with an unknown key id
+    /// refreshes them sooner, at most once per `jwks_min_refresh_interval_s`.
+    /// Environment: CODE_INTERPRETER_MCP_OAUTH_JWKS_REFRESH_S
+    pub jwks_refresh_s: u64,
+    /// Seconds at least between two fetches of the signing keys (1 to 3600), whatever tokens arrive.
+    /// Environment: CODE_INTERPRETER_MCP_OAUTH_JWKS_MIN_REFRESH_INTERVAL_S
+    pub jwks_min_refresh_interval_s: u64,
+    /// Time allowed for one fetch of the metadata or the keys, in milliseconds (100 to 30000).
+    /// Environment: CODE_INTERPRETER_MCP_OAUTH_JWKS_TIMEOUT_MS
+    pub jwks_timeout_ms: u64,
+    /// Largest key set or metadata document read, in KB (1 to 4096); a larger one is refused and the
+    /// current keys kept.
+    /// Environment: CODE_INTERPRETER_MCP_OAUTH_JWKS_MAX_KB
+    pub jwks_max_kb: u64,
+    /// The scope a token needs to run code: run_python_code, the snippet and upstream tools, and
+    /// tasks. Empty: none needed.
+    /// Environment: CODE_INTERPRETER_MCP_OAUTH_SCOPE_RUN
+    pub scope_run: String,
+    /// The scope a token needs to read sessions: list_session_files and session:// resources
+    /// (`scope_sessions_write` implies it). Empty: none needed.
+    /// Environment: CODE_INTERPRETER_MCP_OAUTH_SCOPE_SESSIONS_READ
+    pub scope_sessions_read: String,
+    /// The scope a token needs to create or change sessions: run_python_code with a session_id,
+    /// clear_session and fork_session. Empty: none needed.
+    /// Environment: CODE_INTERPRETER_MCP_OAUTH_SCOPE_SESSIONS_WRITE
+    pub scope_sessions_write: String,
+}
+
+impl Default for OAuthConfig {
+    fn default() -> Self {
+        Self {
+            issuer: String::new(),
+            resource: String::new(),
+            algorithms: vec!["RS256".into(), "ES256".into(), "EdDSA".into()],
+            clock_skew_s: 30,
+            jwks_uri: String::new(),
+            jwks_refresh_s: 300,
+            jwks_min_refresh_interval_s: 10,
+            jwks_timeout_ms: 3000,
+            jwks_max_kb: 256,
+            scope_run: "code:run".into(),
+            scope_sessions_read: "sessions:read".into(),
+            scope_sessions_write: "sessions:write".into(),
+        }
+    }
 }
 
 /// `[sessions]`

@@ -108,6 +108,36 @@ pub struct HttpSettings {
     pub bearer_tokens_file: Option<PathBuf>,
     /// The input-file allowances (the HTTP body ceiling derives from them).
     pub input_limits: InputLimits,
+    /// The OAuth resource server, when `auth.oauth.issuer` is set.
+    pub oauth: Option<OAuthSettings>,
+}
+
+/// `[auth.oauth]`, checked: JWT access tokens of one issuer, for one resource.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OAuthSettings {
+    /// The issuer identifier, exactly as tokens and its metadata carry it.
+    pub issuer: String,
+    /// This server's resource identifier: the audience required and the metadata's `resource`;
+    /// `None`: `http://<bound address>/mcp` (a loopback `bind_addr` only).
+    pub resource: Option<String>,
+    /// Accepted JWS algorithm names (a subset of RS256, PS256, ES256, EdDSA).
+    pub algorithms: Vec<String>,
+    pub clock_skew: Duration,
+    /// The key set's URL; `None`: discovered from the issuer's metadata.
+    pub jwks_uri: Option<String>,
+    pub jwks_refresh: Duration,
+    pub jwks_min_refresh_interval: Duration,
+    pub jwks_timeout: Duration,
+    pub jwks_max_bytes: usize,
+    pub scopes: OAuthScopes,
+}
+
+/// The scope names each kind of request needs (empty: none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OAuthScopes {
+    pub run: String,
+    pub sessions_read: String,
+    pub sessions_write: String,
 }
 
 /// The engine: where Pyodide and packages come from, and each sandbox's budgets.

@@ -13,8 +13,9 @@ use code_interpreter_mcp_protocol::limits::shown;
 
 use crate::model::{AppConfig, BootMode};
 use crate::settings::{
-    AppsSettings, EngineSettings, HostGrant, HttpSettings, SessionSettings, Settings,
-    SnippetSettings, TaskSettings, UpstreamSettings, UpstreamTransport, WorkerSettings,
+    AppsSettings, EngineSettings, HostGrant, HttpSettings, OAuthScopes, OAuthSettings,
+    SessionSettings, Settings, SnippetSettings, TaskSettings, UpstreamSettings, UpstreamTransport,
+    WorkerSettings,
 };
 use crate::sources::{ConfigError, Source, source_of};
 
@@ -31,6 +32,36 @@ const MAX_KB: u64 = 1_048_576;
 
 /// Every numeric key's range, in the order they are checked.
 const RANGES: &[Range] = &[
+    Range {
+        key: "auth.oauth.clock_skew_s",
+        value: |c| c.auth.oauth.clock_skew_s,
+        allowed: 0..=300,
+        unit: " s",
+    },
+    Range {
+        key: "auth.oauth.jwks_refresh_s",
+        value: |c| c.auth.oauth.jwks_refresh_s,
+        allowed: 1..=86_400,
+        unit: " s",
+    },
+    Range {
+        key: "auth.oauth.jwks_min_refresh_interval_s",
+        value: |c| c.auth.oauth.jwks_min_refresh_interval_s,
+        allowed: 1..=3600,
+        unit: " s",
+    },
+    Range {
+        key: "auth.oauth.jwks_timeout_ms",
+        value: |c| c.auth.oauth.jwks_timeout_ms,
+        allowed: 100..=30_000,
+        unit: " ms",
+    },
+    Range {
+        key: "auth.oauth.jwks_max_kb",
+        value: |c| c.auth.oauth.jwks_max_kb,
+        allowed: 1..=4096,
+        unit: " KB",
+    },
     Range {
         key: "input_limits.max_file_kb",
         value: |c| c.input_limits.max_file_kb,
@@ -234,7 +265,9 @@ pub fn validate(
     let prometheus = prometheus(c, &fail, bind_addr, sources)?;
     let upstream = upstream(c, &fail)?;
     let host_grants = host_grants(c, &fail)?;
+    let oauth = oauth(c, &fail, bind_addr)?;
     let mut settings = settings(c, bind_addr, prometheus, tokio_worker_threads);
+    settings.http.oauth = oauth;
     settings.upstream = upstream;
     settings.engine.host_grants = host_grants;
     Ok(settings)
@@ -442,6 +475,110 @@ fn python_name(name: &str) -> bool {
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
         && name.len() <= 64
         && !PYTHON_KEYWORDS.contains(&name)
+}
+
+/// The JWS algorithms `auth.oauth.algorithms` may name (asymmetric only: no `none`, no HS*).
+const OAUTH_ALGORITHMS: &[&str] = &["RS256", "PS256", "ES256", "EdDSA"];
+
+/// `[auth.oauth]`, checked: `None` when no issuer is set.
+fn oauth(
+    c: &AppConfig,
+    fail: &Fail,
+    bind_addr: SocketAddr,
+) -> Result<Option<OAuthSettings>, ConfigError> {
+    let o = &c.auth.oauth;
+    if o.issuer.is_empty() {
+        return Ok(None);
+    }
+    if !upstream_url_ok(&o.issuer) || o.issuer.contains(['?', '#']) {
+        return Err(fail.at(
+            "auth.oauth.issuer",
+            format!(
+                "\"{}\" must be an https URL (http only on a loopback address) without query or fragment",
+                shown(&o.issuer)
+            ),
+        ));
+    }
+    if o.resource.is_empty() && !bind_addr.ip().is_loopback() {
+        return Err(fail.at(
+            "auth.oauth.issuer",
+            format!(
+                "needs auth.oauth.resource set (the URL clients reach /mcp at, e.g. https://mcp.example.com/mcp) when bind_addr ({bind_addr}) is not a loopback address"
+            ),
+        ));
+    }
+    if !o.resource.is_empty()
+        && (!upstream_url_ok(&o.resource) || o.resource.contains(['#', '?', ' ', '"', '\\']))
+    {
+        return Err(fail.at(
+            "auth.oauth.resource",
+            format!(
+                "\"{}\" must be an https URL (http only on a loopback address) without query, fragment, spaces or quotes",
+                shown(&o.resource)
+            ),
+        ));
+    }
+    if o.algorithms.is_empty() {
+        return Err(fail.at("auth.oauth.algorithms", "must name at least one algorithm"));
+    }
+    if let Some(bad) = o
+        .algorithms
+        .iter()
+        .find(|a| !OAUTH_ALGORITHMS.contains(&a.as_str()))
+    {
+        return Err(fail.at(
+            "auth.oauth.algorithms",
+            format!(
+                "\"{}\" is not one of {} (none and HS* are never accepted)",
+                shown(bad),
+                OAUTH_ALGORITHMS.join(", ")
+            ),
+        ));
+    }
+    if !o.jwks_uri.is_empty() && !upstream_url_ok(&o.jwks_uri) {
+        return Err(fail.at(
+            "auth.oauth.jwks_uri",
+            format!(
+                "\"{}\" must be an https URL (http only on a loopback address), or empty",
+                shown(&o.jwks_uri)
+            ),
+        ));
+    }
+    for (key, scope) in [
+        ("auth.oauth.scope_run", &o.scope_run),
+        ("auth.oauth.scope_sessions_read", &o.scope_sessions_read),
+        ("auth.oauth.scope_sessions_write", &o.scope_sessions_write),
+    ] {
+        // RFC 6749 §3.3 scope-token: visible ASCII but space, '"' and '\\'.
+        if !scope
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
+        {
+            return Err(fail.at(
+                key,
+                format!(
+                    "\"{}\" is not one scope: visible ASCII without spaces, quotes or backslashes",
+                    shown(scope)
+                ),
+            ));
+        }
+    }
+    Ok(Some(OAuthSettings {
+        issuer: o.issuer.clone(),
+        resource: (!o.resource.is_empty()).then(|| o.resource.clone()),
+        algorithms: o.algorithms.clone(),
+        clock_skew: Duration::from_secs(o.clock_skew_s),
+        jwks_uri: (!o.jwks_uri.is_empty()).then(|| o.jwks_uri.clone()),
+        jwks_refresh: Duration::from_secs(o.jwks_refresh_s),
+        jwks_min_refresh_interval: Duration::from_secs(o.jwks_min_refresh_interval_s),
+        jwks_timeout: Duration::from_millis(o.jwks_timeout_ms),
+        jwks_max_bytes: usize::try_from(o.jwks_max_kb * 1024).unwrap_or(usize::MAX),
+        scopes: OAuthScopes {
+            run: o.scope_run.clone(),
+            sessions_read: o.scope_sessions_read.clone(),
+            sessions_write: o.scope_sessions_write.clone(),
+        },
+    }))
 }
 
 /// Whether `url` may carry an upstream's requests: https, or http to a loopback address.
@@ -740,6 +877,7 @@ fn settings(
                 max_file_kb: c.input_limits.max_file_kb,
                 max_total_file_kb: c.input_limits.max_total_file_kb,
             },
+            oauth: None,
         },
         engine: EngineSettings {
             asset_dir: nonempty_path(&c.asset_dir),

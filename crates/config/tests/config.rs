@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use code_interpreter_mcp_config::{
     self as config, AppConfig, BootMode, ConfigError, Loaded, LogFormat, Source,
@@ -253,6 +254,33 @@ fn every_environment_override_applies_after_files() {
         ("CODE_INTERPRETER_MCP_PROMETHEUS_HOST", "::1"),
         ("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", "9100"),
         ("TOKIO_WORKER_THREADS", "2"),
+        (
+            "CODE_INTERPRETER_MCP_OAUTH_ISSUER",
+            "https://idp.example.com/realms/mcp",
+        ),
+        (
+            "CODE_INTERPRETER_MCP_OAUTH_RESOURCE",
+            "https://mcp.example.com/mcp",
+        ),
+        ("CODE_INTERPRETER_MCP_OAUTH_ALGORITHMS", "ES256, EdDSA"),
+        ("CODE_INTERPRETER_MCP_OAUTH_CLOCK_SKEW_S", "5"),
+        (
+            "CODE_INTERPRETER_MCP_OAUTH_JWKS_URI",
+            "https://idp.example.com/keys",
+        ),
+        ("CODE_INTERPRETER_MCP_OAUTH_JWKS_REFRESH_S", "600"),
+        (
+            "CODE_INTERPRETER_MCP_OAUTH_JWKS_MIN_REFRESH_INTERVAL_S",
+            "20",
+        ),
+        ("CODE_INTERPRETER_MCP_OAUTH_JWKS_TIMEOUT_MS", "1500"),
+        ("CODE_INTERPRETER_MCP_OAUTH_JWKS_MAX_KB", "64"),
+        ("CODE_INTERPRETER_MCP_OAUTH_SCOPE_RUN", "mcp.run"),
+        ("CODE_INTERPRETER_MCP_OAUTH_SCOPE_SESSIONS_READ", ""),
+        (
+            "CODE_INTERPRETER_MCP_OAUTH_SCOPE_SESSIONS_WRITE",
+            "api://mcp/sessions.write",
+        ),
     ];
     let loaded = load_with(&dir, &[], &env).unwrap();
     let c = &loaded.config;
@@ -300,6 +328,30 @@ fn every_environment_override_applies_after_files() {
     assert_eq!(c.preimport_modules, ["pandas", "matplotlib.pyplot"]);
     assert_eq!(c.replica_id, "pod-7");
     assert_eq!(c.auth.bearer_tokens_file, "/run/secrets/tokens");
+    let oauth = loaded.settings.http.oauth.as_ref().unwrap();
+    assert_eq!(oauth.issuer, "https://idp.example.com/realms/mcp");
+    assert_eq!(
+        oauth.resource.as_deref(),
+        Some("https://mcp.example.com/mcp")
+    );
+    assert_eq!(oauth.algorithms, ["ES256", "EdDSA"]);
+    assert_eq!(oauth.clock_skew, Duration::from_secs(5));
+    assert_eq!(
+        oauth.jwks_uri.as_deref(),
+        Some("https://idp.example.com/keys")
+    );
+    assert_eq!(oauth.jwks_refresh, Duration::from_secs(600));
+    assert_eq!(oauth.jwks_min_refresh_interval, Duration::from_secs(20));
+    assert_eq!(oauth.jwks_timeout, Duration::from_millis(1500));
+    assert_eq!(oauth.jwks_max_bytes, 64 * 1024);
+    assert_eq!(
+        (
+            oauth.scopes.run.as_str(),
+            oauth.scopes.sessions_read.as_str(),
+            oauth.scopes.sessions_write.as_str()
+        ),
+        ("mcp.run", "", "api://mcp/sessions.write")
+    );
     assert_eq!(c.workers.sandbox_memory_limit_mb, 1500);
     assert_eq!(c.workers.setup_timeout_s, 20);
     assert!(!c.sessions.enabled);
@@ -355,6 +407,34 @@ fn validation_rules_name_the_key_the_source_and_what_is_allowed() {
         (
             "[input_limits]\nmax_file_kb = 0\n",
             &["input_limits.max_file_kb", "1..=1048576"],
+        ),
+        (
+            "[auth.oauth]\nissuer = \"http://idp.example.com\"\n",
+            &["auth.oauth.issuer", "https URL"],
+        ),
+        (
+            "[auth.oauth]\nissuer = \"https://idp.example.com\"\nalgorithms = [\"HS256\"]\n",
+            &["auth.oauth.algorithms", "HS256", "never"],
+        ),
+        (
+            "[auth.oauth]\nissuer = \"https://idp.example.com\"\nalgorithms = [\"none\"]\n",
+            &["auth.oauth.algorithms", "none"],
+        ),
+        (
+            "bind_addr = \"0.0.0.0:8000\"\n[auth.oauth]\nissuer = \"https://idp.example.com\"\n",
+            &["auth.oauth.issuer", "auth.oauth.resource set"],
+        ),
+        (
+            "[auth.oauth]\nissuer = \"https://idp.example.com\"\nresource = \"https://a/mcp\\\" x\"\n",
+            &["auth.oauth.resource", "quotes"],
+        ),
+        (
+            "[auth.oauth]\nissuer = \"https://idp.example.com\"\nscope_run = \"code:run sessions:read\"\n",
+            &["auth.oauth.scope_run", "not one scope"],
+        ),
+        (
+            "[auth.oauth]\nissuer = \"https://idp.example.com\"\njwks_timeout_ms = 50\n",
+            &["auth.oauth.jwks_timeout_ms", "100..=30000"],
         ),
         (
             "[tasks]\nmax_timeout_ms = 86400001\n",

@@ -1,0 +1,203 @@
+"""The official Python MCP client (mcp 2.x) against the server as an OAuth resource server, with
+tokens from a real authorization server (tests/oauth/issuer.mjs, npm oidc-provider).
+
+Usage: client.py MCP_URL ISSUER_URL
+
+In both client modes ("2026-07-28" and "legacy"), for three clients whose tokens are signed with
+RS256, ES256 and EdDSA: the client starts without a token, gets the server's 401, follows its
+RFC 9728 metadata to the issuer, gets a client-credentials token for this resource and calls
+run_python_code. Then: the first token holds the least scope (code:run) and tools/list shows
+only what it allows; a session call gets 403 insufficient_scope and the client steps up to a token
+with sessions:write; one client's session is unknown to another; after the issuer rotates its
+keys, a token signed with a new key is accepted (the server refreshes its key set on the unknown
+key id); without a token and with a forged one the server answers 401 with the challenge.
+Prints one line per check and ends with "N passed, M failed"; exits non-zero on any failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import sys
+import traceback
+from typing import Any
+
+import httpx2
+import jwt
+from mcp import Client
+from mcp.client.auth import TokenStorage
+from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+
+MODES = ("2026-07-28", "legacy")
+CLIENTS = {"alice": "RS256", "bob": "ES256", "carol": "EdDSA"}
+SCOPES = "code:run sessions:read sessions:write"
+TOOL = "run_python_code"
+
+
+class Memory(TokenStorage):
+    def __init__(self) -> None:
+        self.tokens: OAuthToken | None = None
+        self.client_info: OAuthClientInformationFull | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self.tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.client_info
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self.client_info = client_info
+
+
+def check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise AssertionError(msg)
+
+
+class Session:
+    """One OAuth client's connection: its token storage and an MCP client over it."""
+
+    def __init__(self, url: str, issuer: str, name: str, mode: str) -> None:
+        self.storage = Memory()
+        provider = ClientCredentialsOAuthProvider(
+            server_url=url,
+            storage=self.storage,
+            client_id=name,
+            client_secret=f"{name}-secret",
+            scope=SCOPES,
+            issuer=issuer,
+        )
+        self.http = httpx2.AsyncClient(auth=provider, timeout=120)
+        self.client = Client(streamable_http_client(url, http_client=self.http), mode=mode, raise_exceptions=True)
+
+    async def __aenter__(self) -> Session:
+        await self.client.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.client.__aexit__(*exc)
+        await self.http.aclose()
+
+    async def run(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        result = await self.client.call_tool(TOOL, arguments, read_timeout_seconds=120)
+        return result.structured_content or {}
+
+    def header(self) -> dict[str, Any]:
+        check(self.storage.tokens is not None, "no token was obtained")
+        return jwt.get_unverified_header(self.storage.tokens.access_token)
+
+    def claims(self) -> dict[str, Any]:
+        return jwt.decode(self.storage.tokens.access_token, options={"verify_signature": False})
+
+
+async def check_each_algorithm(url: str, issuer: str, mode: str) -> None:
+    for name, alg in CLIENTS.items():
+        async with Session(url, issuer, name, mode) as s:
+            r = await s.run({"code": "6 * 7"})
+            check(r.get("result") == "42", f"{name}: {r}")
+            check(s.header()["alg"] == alg, f"{name}: token alg {s.header()}")
+            check(s.header()["typ"] == "at+jwt", f"{name}: token typ {s.header()}")
+            claims = s.claims()
+            check(claims["aud"] == url and claims["iss"] == issuer, f"{name}: claims {claims}")
+
+
+async def tool_names(s: Session) -> set[str]:
+    return {t.name for t in (await s.client.list_tools()).tools}
+
+
+async def check_sessions_belong_to_their_client(url: str, issuer: str, mode: str) -> None:
+    async with Session(url, issuer, "alice", mode) as alice, Session(url, issuer, "bob", mode) as bob:
+        # As agents do, the tools first: the 401 names the least scope (code:run), and the list
+        # shows only what that token may call.
+        names = await tool_names(alice)
+        check("run_python_code" in names and "clear_session" not in names, f"code:run token sees {names}")
+        check(alice.claims()["scope"] == "code:run", f"first token: {alice.claims()['scope']}")
+        # A session call needs sessions:write: the server answers 403 insufficient_scope, the client
+        # steps up (SEP-2350) to a token with both scopes and retries.
+        r = await alice.run({"code": "secret = 7", "session_id": "new"})
+        check(set(alice.claims()["scope"].split()) == {"code:run", "sessions:write"}, f"after step-up: {alice.claims()}")
+        names = await tool_names(alice)
+        check({"clear_session", "list_session_files"} <= names, f"after step-up the list is {names}")
+        await tool_names(bob)
+        sid = r.get("session_id")
+        check(isinstance(sid, str), f"no session id: {r}")
+        r = await bob.run({"code": "secret", "session_id": sid})
+        check((r.get("error") or {}).get("type") == "SessionNotFound", f"bob reached alice's session: {r}")
+        r = await alice.run({"code": "secret * 6", "session_id": sid})
+        check(r.get("result") == "42", f"alice lost her session: {r}")
+
+
+async def check_rotation(url: str, issuer: str, mode: str) -> None:
+    async with Session(url, issuer, "carol", mode) as before:
+        await before.run({"code": "1"})
+        old_kid = before.header()["kid"]
+    async with httpx2.AsyncClient() as http:
+        r = await http.post(f"{issuer}/_test/rotate")
+        check(r.status_code == 200, f"rotate: {r.status_code}")
+    # The server refreshes at most once a second (JWKS_MIN_REFRESH_INTERVAL_S=1).
+    await asyncio.sleep(1.2)
+    async with Session(url, issuer, "carol", mode) as after:
+        r = await after.run({"code": "2 + 2"})
+        check(r.get("result") == "4", f"after rotation: {r}")
+        check(after.header()["kid"] != old_kid, f"the new token kept kid {old_kid}")
+
+
+async def check_challenges(url: str, issuer: str, mode: str) -> None:
+    del mode
+    base = url.rsplit("/mcp", 1)[0]
+    metadata_url = f"{base}/.well-known/oauth-protected-resource/mcp"
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    async with httpx2.AsyncClient() as http:
+        r = await http.post(url, json=body, headers={"Accept": "application/json, text/event-stream"})
+        check(r.status_code == 401, f"no token: {r.status_code}")
+        check(
+            r.headers["www-authenticate"] == f'Bearer resource_metadata="{metadata_url}", scope="code:run"',
+            f"challenge: {r.headers['www-authenticate']}",
+        )
+        doc = (await http.get(metadata_url)).json()
+        check(doc["resource"] == url and doc["authorization_servers"] == [issuer], f"metadata: {doc}")
+        # A token of the right shape whose signature is not the issuer's.
+        header = base64.urlsafe_b64encode(json.dumps({"typ": "at+jwt", "alg": "RS256", "kid": "rs256-1"}).encode())
+        claims = base64.urlsafe_b64encode(json.dumps({"iss": issuer, "sub": "x", "aud": url, "exp": 4102444800}).encode())
+        forged = f"{header.decode().rstrip('=')}.{claims.decode().rstrip('=')}.AAAA"
+        r = await http.post(
+            url,
+            json=body,
+            headers={"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {forged}"},
+        )
+        check(r.status_code == 401, f"forged token: {r.status_code}")
+        check('error="invalid_token"' in r.headers["www-authenticate"], r.headers["www-authenticate"])
+
+
+CHECKS = (check_each_algorithm, check_sessions_belong_to_their_client, check_rotation, check_challenges)
+
+
+async def main(url: str, issuer: str) -> int:
+    async with httpx2.AsyncClient() as http:
+        r = await http.post(f"{issuer}/_test/resource", params={"url": url})
+        check(r.status_code == 204, f"could not name the resource: {r.status_code}")
+    passed = failed = 0
+    for mode in MODES:
+        for test in CHECKS:
+            name = f"[{mode}] {test.__name__}"
+            try:
+                await asyncio.wait_for(test(url, issuer, mode), 240)
+            except Exception:  # noqa: BLE001 - every failure is reported, then counted
+                failed += 1
+                print(f"FAIL {name}")
+                traceback.print_exc()
+            else:
+                passed += 1
+                print(f"ok   {name}")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(sys.argv[1], sys.argv[2])))
