@@ -28,17 +28,28 @@ pub struct SessionRun {
     pub unsaveable: Option<String>,
 }
 
-/// The bearer token a request was authenticated with, as its SHA-256 digest (put into the request's
-/// extensions by the transport): a session created with a token answers only to that token.
+/// Who a request was authenticated as (put into the request's extensions by the transport): a
+/// static bearer token's SHA-256 digest, or an OAuth token's issuer and subject hashed
+/// (`transport::oauth::principal`). A session created by a principal answers only to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Principal(pub [u8; 32]);
+
+impl Principal {
+    /// A short, stable label for logs: neither the token nor the subject, and not the digest that
+    /// stands for them in session records either (`p-` and 12 hex digits of a hash of it).
+    pub fn label(&self) -> String {
+        use sha2::Digest as _;
+        let digest = sha2::Sha256::digest([b"label".as_slice(), &self.0].concat());
+        format!("p-{}", hex::encode(&digest[..6]))
+    }
+}
 
 /// Who makes a session call.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Caller {
     /// The client, for listing its sessions' resources (a legacy-era MCP session, or stdio).
     pub client: Option<String>,
-    /// The bearer token, when the server requires one.
+    /// The principal, when the server requires authentication.
     pub principal: Option<Principal>,
 }
 

@@ -152,7 +152,8 @@ labels! {
 }
 
 labels! {
-    /// Why a /mcp request was refused by authentication or authorization.
+    /// Why a /mcp request was refused by authentication or authorization (`no_keys` and
+    /// `introspection_failed` answer 503: the token could not be checked).
     AuthRefusal {
         NoToken => "no_token",
         TooLong => "too_long",
@@ -169,6 +170,8 @@ labels! {
         Audience => "audience",
         Claims => "claims",
         NoKeys => "no_keys",
+        Inactive => "inactive",
+        IntrospectionFailed => "introspection_failed",
         InsufficientScope => "insufficient_scope",
     }
 }

@@ -160,6 +160,8 @@ pub struct Ended {
     pub unsaveable: Option<String>,
     /// The session files that hold the whole of its long outputs.
     pub kept: Kept,
+    /// Who made the call (for its log line), when the server requires authentication.
+    pub principal: Option<Principal>,
 }
 
 impl Ended {
@@ -171,6 +173,7 @@ impl Ended {
             session_id: None,
             unsaveable: None,
             kept: Kept::default(),
+            principal: None,
         }
     }
 }
@@ -208,6 +211,13 @@ impl Runner<'_> {
     /// Validates the arguments, queues the execution (or runs it in its session) and waits for it,
     /// streaming what `setup` asks for.
     pub async fn execute(&self, args: Call, setup: Setup) -> Ended {
+        let principal = setup.caller.principal;
+        let mut ended = self.execute_for(args, setup).await;
+        ended.principal = principal;
+        ended
+    }
+
+    async fn execute_for(&self, args: Call, setup: Setup) -> Ended {
         if !(1..=setup.max_timeout_ms).contains(&args.timeout_ms) {
             return invalid(timeout_refusal(args.timeout_ms, setup.max_timeout_ms));
         }
@@ -257,6 +267,7 @@ impl Runner<'_> {
             session_id: None,
             unsaveable: None,
             kept: Kept::default(),
+            principal: None,
         }
     }
 
@@ -305,6 +316,7 @@ impl Runner<'_> {
                     stdout: run.kept_stdout,
                     stderr: run.kept_stderr,
                 },
+                principal: None,
             },
             Err(e) => Ended::refused(Refusal::Session(e)),
         }

@@ -276,6 +276,8 @@ pub(crate) struct Details<'a> {
     pub results: Option<usize>,
     /// Whether a snippet was found.
     pub found: Option<bool>,
+    /// Who made the call (logged as a hashed label).
+    pub principal: Option<crate::sessions::Principal>,
 }
 
 /// Every tool call's metric and log line (never code, file contents, paths or a whole session id).
@@ -293,6 +295,7 @@ pub(crate) fn record(tool: &'static str, outcome: ToolOutcome, started: Instant,
         session = details.session.map(crate::sessions::short),
         results = details.results,
         found = details.found,
+        principal = details.principal.map(|p| p.label()),
         "tool call"
     );
 }

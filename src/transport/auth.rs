@@ -222,16 +222,14 @@ impl Authenticator {
             return Ok((Principal(Sha256::digest(token.as_bytes()).into()), None));
         }
         match &self.oauth {
-            Some(oauth) if token.bytes().filter(|&b| b == b'.').count() == 2 => {
-                match oauth.authenticate(token).await {
-                    Ok(identity) => {
-                        let principal = oauth::principal(&identity);
-                        tracing::debug!(principal = %oauth::label(&principal), "OAuth access token accepted");
-                        Ok((principal, Some(oauth.access(identity))))
-                    }
-                    Err(refusal) => Err((refusal.description(), refusal.metric())),
+            Some(oauth) if oauth.takes(token) => match oauth.authenticate(token).await {
+                Ok(identity) => {
+                    let principal = oauth::principal(&identity);
+                    tracing::debug!(principal = %principal.label(), "OAuth access token accepted");
+                    Ok((principal, Some(oauth.access(identity))))
                 }
-            }
+                Err(refusal) => Err((refusal.description(), refusal.metric())),
+            },
             _ => Err((
                 "the bearer token is not accepted",
                 AuthRefusal::UnknownToken,
@@ -286,6 +284,26 @@ pub async fn require_bearer(
         method = %request.method(),
         "refused an unauthenticated /mcp request"
     );
+    // A token that could not be checked (the issuer's keys or introspection unavailable) is the
+    // server's trouble, not the client's: 503, to retry, rather than a 401 that sends the client
+    // back to the authorization server.
+    if matches!(
+        reason,
+        AuthRefusal::NoKeys | AuthRefusal::IntrospectionFailed
+    ) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [
+                (header::RETRY_AFTER, HeaderValue::from_static("5")),
+                (
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; charset=utf-8"),
+                ),
+            ],
+            format!("{}; retry shortly\n", description.unwrap_or_default()),
+        )
+            .into_response();
+    }
     let challenge = HeaderValue::from_str(&auth.challenge(description, request.headers()))
         .unwrap_or_else(|_| HeaderValue::from_static("Bearer"));
     (

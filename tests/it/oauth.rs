@@ -129,13 +129,29 @@ impl Key {
 struct Behaviour {
     hang: AtomicBool,
     huge: AtomicBool,
+    /// The introspection endpoint hangs.
+    introspection_hangs: AtomicBool,
 }
 
-/// The authorization server: OpenID metadata naming `/jwks`, the key set (replaceable), and
-/// `/elsewhere` (a `jku` target that must never be fetched).
+/// The introspection endpoint's state: its answer per opaque token, the calls it got and those
+/// with wrong client credentials.
+#[derive(Default)]
+struct Introspection {
+    answers: Mutex<std::collections::HashMap<String, Value>>,
+    calls: AtomicUsize,
+    bad_credentials: AtomicUsize,
+}
+
+/// The client credentials the server introspects with.
+const INTROSPECTION_AUTH: &str = "code-interpreter-mcp:intro-secret";
+
+/// The authorization server: OpenID metadata naming `/jwks` and `/introspect`, the key set
+/// (replaceable), the introspection endpoint (answers set by the test), and `/elsewhere` (a `jku`
+/// target that must never be fetched).
 struct Issuer {
     url: String,
     keys: Arc<Mutex<Vec<Value>>>,
+    introspection: Arc<Introspection>,
     fetches: Arc<AtomicUsize>,
     elsewhere: Arc<AtomicUsize>,
     behaviour: Arc<Behaviour>,
@@ -157,10 +173,53 @@ impl Issuer {
         let fetches = Arc::new(AtomicUsize::new(0));
         let elsewhere = Arc::new(AtomicUsize::new(0));
         let behaviour = Arc::new(Behaviour::default());
-        let metadata = json!({"issuer": url, "jwks_uri": format!("{url}/jwks")});
+        let metadata = json!({"issuer": url, "jwks_uri": format!("{url}/jwks"),
+                              "introspection_endpoint": format!("{url}/introspect")});
         let (k, f, b) = (jwks.clone(), fetches.clone(), behaviour.clone());
         let e = elsewhere.clone();
+        let introspection = Arc::new(Introspection::default());
+        let (i, ib) = (introspection.clone(), behaviour.clone());
         let app = axum::Router::new()
+            .route(
+                "/introspect",
+                axum::routing::post(
+                    move |headers: axum::http::HeaderMap,
+                          form: axum::Form<Vec<(String, String)>>| {
+                        let (i, ib) = (i.clone(), ib.clone());
+                        async move {
+                            i.calls.fetch_add(1, Ordering::SeqCst);
+                            if ib.introspection_hangs.load(Ordering::SeqCst) {
+                                tokio::time::sleep(Duration::from_secs(3600)).await;
+                            }
+                            let expected = format!(
+                                "Basic {}",
+                                base64::engine::general_purpose::STANDARD
+                                    .encode(INTROSPECTION_AUTH)
+                            );
+                            if headers.get("authorization").and_then(|v| v.to_str().ok())
+                                != Some(&expected)
+                            {
+                                i.bad_credentials.fetch_add(1, Ordering::SeqCst);
+                                return (axum::http::StatusCode::UNAUTHORIZED, "{}".to_string());
+                            }
+                            let token = form
+                                .0
+                                .iter()
+                                .find(|(k, _)| k == "token")
+                                .map(|(_, v)| v.clone())
+                                .unwrap_or_default();
+                            let answer = i
+                                .answers
+                                .lock()
+                                .unwrap()
+                                .get(&token)
+                                .cloned()
+                                .unwrap_or(json!({"active": false}));
+                            (axum::http::StatusCode::OK, answer.to_string())
+                        }
+                    },
+                ),
+            )
             .route(
                 "/.well-known/openid-configuration",
                 axum::routing::get(move || async move { axum::Json(metadata) }),
@@ -196,6 +255,7 @@ impl Issuer {
         Self {
             url,
             keys: jwks,
+            introspection,
             fetches,
             elsewhere,
             behaviour,
@@ -789,4 +849,124 @@ fn scopes_decide_what_a_token_may_call_and_see() {
         .send()
         .unwrap();
     assert_eq!(response.status(), 403);
+}
+
+#[test]
+fn opaque_tokens_are_introspected_cached_and_refused_when_inactive() {
+    let ec = Key::ec("ec-1");
+    let issuer = Issuer::start(&[&ec]);
+    let server = start_server(
+        &issuer,
+        &[
+            (
+                "CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CLIENT_ID",
+                "code-interpreter-mcp",
+            ),
+            (
+                "CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CLIENT_SECRET",
+                "${CIM_IT_INTROSPECTION_SECRET}",
+            ),
+            ("CIM_IT_INTROSPECTION_SECRET", "intro-secret"),
+            ("CODE_INTERPRETER_MCP_OAUTH_JWKS_TIMEOUT_MS", "500"),
+        ],
+    );
+    let answer = |sub: &str, f: &dyn Fn(&mut Value)| {
+        let mut a = json!({"active": true, "iss": issuer.url, "aud": [server.url], "sub": sub,
+                           "exp": now() + 300, "scope": "code:run sessions:write",
+                           "client_id": sub, "token_type": "Bearer"});
+        f(&mut a);
+        a
+    };
+    {
+        let mut answers = issuer.introspection.answers.lock().unwrap();
+        answers.insert("opaque-alice".into(), answer("alice", &|_| {}));
+        answers.insert("opaque-bob".into(), answer("bob", &|_| {}));
+        answers.insert("opaque-inactive".into(), json!({"active": false}));
+        answers.insert(
+            "opaque-aud".into(),
+            answer("alice", &|a| a["aud"] = json!("https://other/mcp")),
+        );
+        answers.insert(
+            "opaque-iss".into(),
+            answer("alice", &|a| a["iss"] = json!("https://evil")),
+        );
+        answers.insert(
+            "opaque-expired".into(),
+            answer("alice", &|a| a["exp"] = json!(now() - 5)),
+        );
+        answers.insert(
+            "opaque-nobody".into(),
+            answer("", &|a| {
+                a.as_object_mut().unwrap().remove("client_id");
+            }),
+        );
+    }
+    let calls = || issuer.introspection.calls.load(Ordering::SeqCst);
+
+    // Accepted, then served from the cache.
+    let r = run(
+        &server,
+        "opaque-alice",
+        json!({"code": "secret = 42", "session_id": "new"}),
+    );
+    let id = r["session_id"].as_str().unwrap().to_string();
+    assert_eq!(calls(), 1);
+    let r = run(
+        &server,
+        "opaque-alice",
+        json!({"code": "secret", "session_id": id}),
+    );
+    assert_eq!(r["result"], "42");
+    assert_eq!(calls(), 1, "the answer was cached");
+    assert_eq!(
+        issuer.introspection.bad_credentials.load(Ordering::SeqCst),
+        0
+    );
+    // The principal is the issuer and subject, whichever kind of token carries them.
+    let jwt = ec.token(json!({}), &claims(&issuer, &server, "alice"));
+    assert_eq!(
+        run(&server, &jwt, json!({"code": "secret", "session_id": id}))["result"],
+        "42"
+    );
+    let r = run(
+        &server,
+        "opaque-bob",
+        json!({"code": "secret", "session_id": id}),
+    );
+    assert_eq!(r["error"]["type"], "SessionNotFound", "{r}");
+
+    for (token, reason) in [
+        ("opaque-inactive", "the access token is not active"),
+        ("opaque-unknown", "the access token is not active"),
+        ("opaque-aud", "the access token is for another resource"),
+        ("opaque-iss", "the access token is from another issuer"),
+        ("opaque-expired", "the access token has expired"),
+        ("opaque-nobody", "the access token lacks a required claim"),
+    ] {
+        let challenge = refused(&server, token);
+        assert!(
+            challenge.contains(&format!(r#"error_description="{reason}""#)),
+            "{token}: {challenge}"
+        );
+    }
+    // Refusals are cached briefly too: asking again costs no call.
+    let before = calls();
+    refused(&server, "opaque-inactive");
+    assert_eq!(calls(), before);
+
+    // An endpoint that hangs: 503 within the deadline, and JWTs keep working.
+    issuer
+        .behaviour
+        .introspection_hangs
+        .store(true, Ordering::SeqCst);
+    let started = Instant::now();
+    let response = call(&server, "opaque-slow", json!({"code": "1"}));
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()["retry-after"], "5");
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(run(&server, &jwt, json!({"code": "7"}))["result"], "7");
 }

@@ -3,8 +3,8 @@ tokens from a real authorization server (tests/oauth/issuer.mjs, npm oidc-provid
 
 Usage: client.py MCP_URL ISSUER_URL
 
-In both client modes ("2026-07-28" and "legacy"), for three clients whose tokens are signed with
-RS256, ES256 and EdDSA: the client starts without a token, gets the server's 401, follows its
+In both client modes ("2026-07-28" and "legacy"), for three clients whose tokens are JWTs signed with
+RS256, ES256 and EdDSA (and a fourth whose tokens are opaque, checked by introspection): the client starts without a token, gets the server's 401, follows its
 RFC 9728 metadata to the issuer, gets a client-credentials token for this resource and calls
 run_python_code. Then: the first token holds the least scope (code:run) and tools/list shows
 only what it allows; a session call gets 403 insufficient_scope and the client steps up to a token
@@ -133,6 +133,21 @@ async def check_sessions_belong_to_their_client(url: str, issuer: str, mode: str
         check(r.get("result") == "42", f"alice lost her session: {r}")
 
 
+async def check_opaque_token(url: str, issuer: str, mode: str) -> None:
+    async with Session(url, issuer, "dave", mode) as dave, Session(url, issuer, "alice", mode) as alice:
+        await tool_names(dave)
+        token = dave.storage.tokens.access_token
+        check(token.count(".") != 2, f"dave's token is a JWT: {token[:20]}...")
+        r = await dave.run({"code": "mine = 5", "session_id": "new"})
+        sid = r.get("session_id")
+        check(isinstance(sid, str), f"no session: {r}")
+        r = await dave.run({"code": "mine * 2", "session_id": sid})
+        check(r.get("result") == "10", f"dave's session: {r}")
+        await tool_names(alice)
+        r = await alice.run({"code": "mine", "session_id": sid})
+        check((r.get("error") or {}).get("type") == "SessionNotFound", f"alice reached dave's session: {r}")
+
+
 async def check_rotation(url: str, issuer: str, mode: str) -> None:
     async with Session(url, issuer, "carol", mode) as before:
         await before.run({"code": "1"})
@@ -140,8 +155,8 @@ async def check_rotation(url: str, issuer: str, mode: str) -> None:
     async with httpx2.AsyncClient() as http:
         r = await http.post(f"{issuer}/_test/rotate")
         check(r.status_code == 200, f"rotate: {r.status_code}")
-    # The server refreshes at most once a second (JWKS_MIN_REFRESH_INTERVAL_S=1).
-    await asyncio.sleep(1.2)
+    # The server refreshes at most once a second (JWKS_MIN_REFRESH_INTERVAL_S=1): wait well past it.
+    await asyncio.sleep(2.5)
     async with Session(url, issuer, "carol", mode) as after:
         r = await after.run({"code": "2 + 2"})
         check(r.get("result") == "4", f"after rotation: {r}")
@@ -175,7 +190,13 @@ async def check_challenges(url: str, issuer: str, mode: str) -> None:
         check('error="invalid_token"' in r.headers["www-authenticate"], r.headers["www-authenticate"])
 
 
-CHECKS = (check_each_algorithm, check_sessions_belong_to_their_client, check_rotation, check_challenges)
+CHECKS = (
+    check_each_algorithm,
+    check_sessions_belong_to_their_client,
+    check_opaque_token,
+    check_rotation,
+    check_challenges,
+)
 
 
 async def main(url: str, issuer: str) -> int:
@@ -188,9 +209,9 @@ async def main(url: str, issuer: str) -> int:
             name = f"[{mode}] {test.__name__}"
             try:
                 await asyncio.wait_for(test(url, issuer, mode), 240)
-            except Exception:  # noqa: BLE001 - every failure is reported, then counted
+            except Exception as e:  # noqa: BLE001 - every failure is reported, then counted
                 failed += 1
-                print(f"FAIL {name}")
+                print(f"FAIL {name}: {e!r}")
                 traceback.print_exc()
             else:
                 passed += 1

@@ -1,7 +1,9 @@
 // A real authorization server for the OAuth tests: npm oidc-provider (pinned in package.json) on a
-// free loopback port, issuing JWT access tokens (RFC 9068) for one resource (RFC 8707) under the
-// client-credentials grant. Clients: alice (RS256 tokens), bob (ES256), carol (EdDSA), each with the
-// scopes code:run sessions:read sessions:write. Prints `issuer URL` once it listens.
+// free loopback port, issuing access tokens for one resource (RFC 8707) under the client-credentials
+// grant. Clients: alice (JWT access tokens, RFC 9068, signed RS256), bob (ES256), carol (EdDSA), dave
+// (opaque tokens, checked by the server through introspection, RFC 7662), each with the scopes
+// code:run sessions:read sessions:write; code-interpreter-mcp is the server's own client, the only
+// one allowed to introspect. Prints `issuer URL` once it listens.
 //
 // POST /_test/resource?url=R names the resource (the MCP server's URL, known once it listens);
 // POST /_test/rotate swaps in a new signing key of each algorithm (the old ones stay published, so
@@ -14,7 +16,8 @@ import Provider, { errors } from 'oidc-provider';
 
 let RESOURCE = '';
 const SCOPES = 'code:run sessions:read sessions:write';
-const ALG_OF = { alice: 'RS256', bob: 'ES256', carol: 'EdDSA' };
+const ALG_OF = { alice: 'RS256', bob: 'ES256', carol: 'EdDSA', dave: null };
+const INTROSPECTOR = 'code-interpreter-mcp';
 
 let generation = 0;
 function keyOf(kind, alg) {
@@ -35,7 +38,7 @@ const ISSUER = `http://127.0.0.1:${server.address().port}`;
 let keys = keySet();
 function provider() {
   const p = new Provider(ISSUER, {
-    clients: Object.keys(ALG_OF).map((id) => ({
+    clients: [...Object.keys(ALG_OF), INTROSPECTOR].map((id) => ({
       client_id: id,
       client_secret: `${id}-secret`,
       grant_types: ['client_credentials'],
@@ -48,6 +51,10 @@ function provider() {
     scopes: ['openid', ...SCOPES.split(' ')],
     features: {
       clientCredentials: { enabled: true },
+      introspection: {
+        enabled: true,
+        allowedPolicy: (ctx, client) => client.clientId === INTROSPECTOR,
+      },
       devInteractions: { enabled: false },
       resourceIndicators: {
         enabled: true,
@@ -59,8 +66,9 @@ function provider() {
             scope: SCOPES,
             audience: RESOURCE,
             accessTokenTTL: 300,
-            accessTokenFormat: 'jwt',
-            jwt: { sign: { alg: ALG_OF[client.clientId] } },
+            ...(ALG_OF[client.clientId]
+              ? { accessTokenFormat: 'jwt', jwt: { sign: { alg: ALG_OF[client.clientId] } } }
+              : { accessTokenFormat: 'opaque' }),
           };
         },
       },

@@ -30,9 +30,9 @@ pub use print::print_config;
 pub use reference::{KeyInfo, keys, reference_json};
 pub use secret::Secret;
 pub use settings::{
-    AppsSettings, EngineSettings, HostGrant, HttpSettings, OAuthScopes, OAuthSettings,
-    SessionSettings, Settings, SnippetSettings, TaskSettings, UpstreamSettings, UpstreamTransport,
-    WorkerSettings,
+    AppsSettings, EngineSettings, HostGrant, HttpSettings, IntrospectionSettings, OAuthScopes,
+    OAuthSettings, SessionSettings, Settings, SnippetSettings, TaskSettings, UpstreamSettings,
+    UpstreamTransport, WorkerSettings,
 };
 pub use sources::{ConfigError, Source};
 

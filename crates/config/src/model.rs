@@ -213,6 +213,24 @@ pub struct OAuthConfig {
     /// clear_session and fork_session. Empty: none needed.
     /// Environment: CODE_INTERPRETER_MCP_OAUTH_SCOPE_SESSIONS_WRITE
     pub scope_sessions_write: String,
+    /// This server's client id at the issuer's introspection endpoint (RFC 7662); when set, bearer
+    /// tokens that are not JWTs (opaque tokens) are checked there. Empty: only JWTs are accepted.
+    /// Environment: CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CLIENT_ID
+    pub introspection_client_id: String,
+    /// Its client secret, sent as HTTP Basic authentication: a template, `${NAME}` (an environment
+    /// variable) or `@/path` (a file's contents), resolved at start and never logged.
+    /// Environment: CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CLIENT_SECRET
+    pub introspection_client_secret: String,
+    /// The introspection endpoint; empty: the `introspection_endpoint` of the issuer's metadata.
+    /// Environment: CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_ENDPOINT
+    pub introspection_endpoint: String,
+    /// Seconds an active token's introspection is reused (0 to 3600; never past the token's `exp`):
+    /// a revoked token keeps working this long.
+    /// Environment: CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CACHE_S
+    pub introspection_cache_s: u64,
+    /// Tokens whose introspection is kept at most (1 to 1000000), as digests.
+    /// Environment: CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CACHE_ENTRIES
+    pub introspection_cache_entries: u64,
 }
 
 impl Default for OAuthConfig {
@@ -230,6 +248,11 @@ impl Default for OAuthConfig {
             scope_run: "code:run".into(),
             scope_sessions_read: "sessions:read".into(),
             scope_sessions_write: "sessions:write".into(),
+            introspection_client_id: String::new(),
+            introspection_client_secret: String::new(),
+            introspection_endpoint: String::new(),
+            introspection_cache_s: 60,
+            introspection_cache_entries: 10_000,
         }
     }
 }

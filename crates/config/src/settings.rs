@@ -11,6 +11,7 @@ use std::time::Duration;
 use code_interpreter_mcp_protocol::InputLimits;
 
 use crate::model::{BootMode, CodeSnippetsConfig, LogFormat};
+use crate::secret::Secret;
 
 /// The whole validated configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -130,6 +131,19 @@ pub struct OAuthSettings {
     pub jwks_timeout: Duration,
     pub jwks_max_bytes: usize,
     pub scopes: OAuthScopes,
+    /// RFC 7662 introspection of opaque tokens, when configured.
+    pub introspection: Option<IntrospectionSettings>,
+}
+
+/// `auth.oauth.introspection_*`, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IntrospectionSettings {
+    pub client_id: String,
+    pub client_secret: Secret,
+    /// `None`: the issuer metadata's `introspection_endpoint`.
+    pub endpoint: Option<String>,
+    pub cache_for: Duration,
+    pub cache_entries: usize,
 }
 
 /// The scope names each kind of request needs (empty: none).

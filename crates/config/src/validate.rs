@@ -13,9 +13,9 @@ use code_interpreter_mcp_protocol::limits::shown;
 
 use crate::model::{AppConfig, BootMode};
 use crate::settings::{
-    AppsSettings, EngineSettings, HostGrant, HttpSettings, OAuthScopes, OAuthSettings,
-    SessionSettings, Settings, SnippetSettings, TaskSettings, UpstreamSettings, UpstreamTransport,
-    WorkerSettings,
+    AppsSettings, EngineSettings, HostGrant, HttpSettings, IntrospectionSettings, OAuthScopes,
+    OAuthSettings, SessionSettings, Settings, SnippetSettings, TaskSettings, UpstreamSettings,
+    UpstreamTransport, WorkerSettings,
 };
 use crate::sources::{ConfigError, Source, source_of};
 
@@ -55,6 +55,18 @@ const RANGES: &[Range] = &[
         value: |c| c.auth.oauth.jwks_timeout_ms,
         allowed: 100..=30_000,
         unit: " ms",
+    },
+    Range {
+        key: "auth.oauth.introspection_cache_s",
+        value: |c| c.auth.oauth.introspection_cache_s,
+        allowed: 0..=3600,
+        unit: " s",
+    },
+    Range {
+        key: "auth.oauth.introspection_cache_entries",
+        value: |c| c.auth.oauth.introspection_cache_entries,
+        allowed: 1..=1_000_000,
+        unit: "",
     },
     Range {
         key: "auth.oauth.jwks_max_kb",
@@ -563,6 +575,33 @@ fn oauth(
             ));
         }
     }
+    let introspection = if o.introspection_client_id.is_empty() {
+        None
+    } else {
+        if !o.introspection_endpoint.is_empty() && !upstream_url_ok(&o.introspection_endpoint) {
+            return Err(fail.at(
+                "auth.oauth.introspection_endpoint",
+                format!(
+                    "\"{}\" must be an https URL (http only on a loopback address), or empty",
+                    shown(&o.introspection_endpoint)
+                ),
+            ));
+        }
+        let key = "auth.oauth.introspection_client_secret";
+        let client_secret =
+            crate::secret::resolve(key, &o.introspection_client_secret).map_err(|e| {
+                let reason = e.strip_prefix(&format!("{key}: ")).unwrap_or(&e);
+                fail.at(key, reason)
+            })?;
+        Some(IntrospectionSettings {
+            client_id: o.introspection_client_id.clone(),
+            client_secret,
+            endpoint: (!o.introspection_endpoint.is_empty())
+                .then(|| o.introspection_endpoint.clone()),
+            cache_for: Duration::from_secs(o.introspection_cache_s),
+            cache_entries: usize::try_from(o.introspection_cache_entries).unwrap_or(usize::MAX),
+        })
+    };
     Ok(Some(OAuthSettings {
         issuer: o.issuer.clone(),
         resource: (!o.resource.is_empty()).then(|| o.resource.clone()),
@@ -578,6 +617,7 @@ fn oauth(
             sessions_read: o.scope_sessions_read.clone(),
             sessions_write: o.scope_sessions_write.clone(),
         },
+        introspection,
     }))
 }
 

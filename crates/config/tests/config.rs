@@ -276,6 +276,23 @@ fn every_environment_override_applies_after_files() {
         ("CODE_INTERPRETER_MCP_OAUTH_JWKS_TIMEOUT_MS", "1500"),
         ("CODE_INTERPRETER_MCP_OAUTH_JWKS_MAX_KB", "64"),
         ("CODE_INTERPRETER_MCP_OAUTH_SCOPE_RUN", "mcp.run"),
+        (
+            "CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CLIENT_ID",
+            "mcp-rs",
+        ),
+        (
+            "CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CLIENT_SECRET",
+            "s3cret-value",
+        ),
+        (
+            "CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_ENDPOINT",
+            "https://idp.example.com/introspect",
+        ),
+        ("CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CACHE_S", "30"),
+        (
+            "CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CACHE_ENTRIES",
+            "500",
+        ),
         ("CODE_INTERPRETER_MCP_OAUTH_SCOPE_SESSIONS_READ", ""),
         (
             "CODE_INTERPRETER_MCP_OAUTH_SCOPE_SESSIONS_WRITE",
@@ -352,6 +369,15 @@ fn every_environment_override_applies_after_files() {
         ),
         ("mcp.run", "", "api://mcp/sessions.write")
     );
+    let introspection = oauth.introspection.as_ref().unwrap();
+    assert_eq!(introspection.client_id, "mcp-rs");
+    assert_eq!(introspection.client_secret.expose(), "s3cret-value");
+    assert_eq!(
+        introspection.endpoint.as_deref(),
+        Some("https://idp.example.com/introspect")
+    );
+    assert_eq!(introspection.cache_for, Duration::from_secs(30));
+    assert_eq!(introspection.cache_entries, 500);
     assert_eq!(c.workers.sandbox_memory_limit_mb, 1500);
     assert_eq!(c.workers.setup_timeout_s, 20);
     assert!(!c.sessions.enabled);
@@ -431,6 +457,13 @@ fn validation_rules_name_the_key_the_source_and_what_is_allowed() {
         (
             "[auth.oauth]\nissuer = \"https://idp.example.com\"\nscope_run = \"code:run sessions:read\"\n",
             &["auth.oauth.scope_run", "not one scope"],
+        ),
+        (
+            "[auth.oauth]\nissuer = \"https://idp.example.com\"\nintrospection_client_id = \"rs\"\nintrospection_client_secret = \"${CIM_CONFIG_TEST_UNSET_SECRET}\"\n",
+            &[
+                "auth.oauth.introspection_client_secret",
+                "CIM_CONFIG_TEST_UNSET_SECRET",
+            ],
         ),
         (
             "[auth.oauth]\nissuer = \"https://idp.example.com\"\njwks_timeout_ms = 50\n",

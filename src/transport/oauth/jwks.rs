@@ -142,57 +142,79 @@ impl Keys {
 
     /// The `jwks_uri` of the issuer's metadata.
     async fn discover(&self) -> Result<String, FetchError> {
+        self.endpoint("jwks_uri").await
+    }
+
+    /// The endpoint `field` (`jwks_uri`, `introspection_endpoint`) of the issuer's metadata.
+    pub async fn endpoint(&self, field: &str) -> Result<String, FetchError> {
         let mut last_error = None;
         for url in metadata_urls(&self.issuer) {
             match self.get(&url).await {
-                Ok(body) => return jwks_uri_of(&body, &self.issuer, &url),
+                Ok(body) => return endpoint_of(&body, &self.issuer, &url, field),
                 Err(error) => last_error = Some(error),
             }
         }
         Err(last_error.unwrap_or(FetchError::Timeout))
     }
 
+    /// The client that fetches from the issuer (no redirects, its deadline).
+    pub fn client(&self) -> &reqwest::Client {
+        &self.client
+    }
+
+    /// The largest document read from the issuer.
+    pub fn max_bytes(&self) -> usize {
+        self.max_bytes
+    }
+
     /// GETs `url` as JSON, reading at most `jwks_max_kb`.
     async fn get(&self, url: &str) -> Result<Vec<u8>, FetchError> {
-        let http = |reason: String| FetchError::Http {
-            url: url.to_string(),
-            reason,
-        };
-        let mut response = self
+        let response = self
             .client
             .get(url)
             .header(reqwest::header::ACCEPT, "application/json")
             .send()
             .await
-            .map_err(|e| http(e.without_url().to_string()))?;
+            .map_err(|e| FetchError::Http {
+                url: url.to_string(),
+                reason: e.without_url().to_string(),
+            })?;
         if !response.status().is_success() {
             return Err(FetchError::Status {
                 url: url.to_string(),
                 status: response.status().as_u16(),
             });
         }
-        let too_large = || FetchError::TooLarge {
-            url: url.to_string(),
-        };
-        if response
-            .content_length()
-            .is_some_and(|n| n > self.max_bytes as u64)
-        {
+        read_limited(response, self.max_bytes, url).await
+    }
+}
+
+/// A response's body, refused past `max_bytes` (checked as it arrives).
+pub async fn read_limited(
+    mut response: reqwest::Response,
+    max_bytes: usize,
+    url: &str,
+) -> Result<Vec<u8>, FetchError> {
+    let too_large = || FetchError::TooLarge {
+        url: url.to_string(),
+    };
+    if response
+        .content_length()
+        .is_some_and(|n| n > max_bytes as u64)
+    {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| FetchError::Http {
+        url: url.to_string(),
+        reason: e.without_url().to_string(),
+    })? {
+        if body.len() + chunk.len() > max_bytes {
             return Err(too_large());
         }
-        let mut body = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| http(e.without_url().to_string()))?
-        {
-            if body.len() + chunk.len() > self.max_bytes {
-                return Err(too_large());
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(body)
+        body.extend_from_slice(&chunk);
     }
+    Ok(body)
 }
 
 /// Where an issuer's metadata may be: RFC 8414's path-inserted form, then OpenID Connect's.
@@ -208,8 +230,8 @@ fn metadata_urls(issuer: &str) -> Vec<String> {
     ]
 }
 
-/// The `jwks_uri` of a metadata document that names `issuer` as its own.
-fn jwks_uri_of(body: &[u8], issuer: &str, url: &str) -> Result<String, FetchError> {
+/// The endpoint `field` of a metadata document that names `issuer` as its own.
+fn endpoint_of(body: &[u8], issuer: &str, url: &str, field: &str) -> Result<String, FetchError> {
     let bad = |reason| FetchError::Document {
         url: url.to_string(),
         reason,
@@ -219,12 +241,12 @@ fn jwks_uri_of(body: &[u8], issuer: &str, url: &str) -> Result<String, FetchErro
         return Err(bad("its issuer is not auth.oauth.issuer"));
     }
     let uri = document
-        .get("jwks_uri")
+        .get(field)
         .and_then(|v| v.as_str())
-        .ok_or_else(|| bad("names no jwks_uri"))?;
+        .ok_or_else(|| bad("does not name the endpoint"))?;
     if !secure_or_loopback(uri) {
         return Err(bad(
-            "its jwks_uri is neither https nor on a loopback address",
+            "names an endpoint neither https nor on a loopback address",
         ));
     }
     Ok(uri.to_string())
@@ -274,10 +296,11 @@ mod tests {
         let issuer = "https://idp.example.com";
         let doc = |iss: &str, jwks: &str| format!(r#"{{"issuer":"{iss}","jwks_uri":"{jwks}"}}"#);
         assert_eq!(
-            jwks_uri_of(
+            endpoint_of(
                 doc(issuer, "https://idp.example.com/jwks").as_bytes(),
                 issuer,
-                "u"
+                "u",
+                "jwks_uri"
             )
             .unwrap(),
             "https://idp.example.com/jwks"
@@ -288,7 +311,7 @@ mod tests {
             (issuer, "http://idp.example.com/jwks"),
             (issuer, "file:///etc/passwd"),
         ] {
-            assert!(jwks_uri_of(doc(iss, jwks).as_bytes(), issuer, "u").is_err());
+            assert!(endpoint_of(doc(iss, jwks).as_bytes(), issuer, "u", "jwks_uri").is_err());
         }
         assert!(secure_or_loopback("http://127.0.0.1:1/jwks"));
         assert!(secure_or_loopback("http://[::1]:1/jwks"));

@@ -69,6 +69,10 @@ pub enum Refusal {
     Claims,
     /// No key set has been loaded from the issuer yet.
     NoKeys,
+    /// The introspection endpoint says the (opaque) token is not active.
+    Inactive,
+    /// The introspection endpoint could not be asked (down, slow, busy or answering nonsense).
+    Introspection,
 }
 
 impl Refusal {
@@ -87,6 +91,8 @@ impl Refusal {
             Self::Audience => "the access token is for another resource",
             Self::Claims => "the access token lacks a required claim",
             Self::NoKeys => "the authorization server's keys are not available",
+            Self::Inactive => "the access token is not active",
+            Self::Introspection => "the authorization server could not check the access token",
         }
     }
 
@@ -105,6 +111,8 @@ impl Refusal {
             Self::Audience => AuthRefusal::Audience,
             Self::Claims => AuthRefusal::Claims,
             Self::NoKeys => AuthRefusal::NoKeys,
+            Self::Inactive => AuthRefusal::Inactive,
+            Self::Introspection => AuthRefusal::IntrospectionFailed,
         }
     }
 }

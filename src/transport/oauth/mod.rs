@@ -1,6 +1,7 @@
 //! `/mcp` as an OAuth 2.1 resource server (MCP authorization; `[auth.oauth]`): JWT access tokens
 //! of one issuer ([`jwt`]) verified with its published keys ([`jwks`]) through a verify-only `ring`
-//! provider ([`ring_provider`]), and the RFC 9728 protected-resource metadata that tells a client
+//! provider ([`ring_provider`]), opaque ones through its introspection endpoint
+//! ([`introspection`]), and the RFC 9728 protected-resource metadata that tells a client
 //! where to get a token. A valid token's principal is its issuer and subject, hashed; the token
 //! itself is never kept or logged.
 
@@ -15,6 +16,7 @@ use sha2::{Digest, Sha256};
 use crate::sessions::Principal;
 use crate::tools::access::{self, Access};
 
+pub mod introspection;
 pub mod jwks;
 pub mod jwt;
 mod ring_provider;
@@ -40,6 +42,8 @@ pub enum SetupError {
 pub struct ResourceServer {
     policy: Policy,
     keys: Arc<jwks::Keys>,
+    /// Introspection of opaque tokens, when configured.
+    introspector: Option<introspection::Introspector>,
     /// The path the metadata is served at, e.g. `/.well-known/oauth-protected-resource/mcp`.
     metadata_path: String,
     /// Its absolute URL, named in every challenge.
@@ -100,8 +104,18 @@ impl ResourceServer {
             metadata = %metadata_url,
             "OAuth access tokens accepted on /mcp"
         );
+        let keys = Arc::new(jwks::Keys::new(settings, policy.clone(), client));
+        let introspector = settings.introspection.clone().map(|introspection| {
+            introspection::Introspector::new(
+                introspection,
+                policy.clone(),
+                Arc::clone(&keys),
+                settings.jwks_timeout,
+            )
+        });
         Ok(Self {
-            keys: Arc::new(jwks::Keys::new(settings, policy.clone(), client)),
+            keys,
+            introspector,
             policy,
             metadata_path,
             metadata_url,
@@ -115,8 +129,22 @@ impl ResourceServer {
         self.keys.keep_current();
     }
 
-    /// Checks a bearer token that looks like a JWT: who it speaks for and with which scopes.
+    /// Whether this server checks `token`: a JWT (three dot-separated parts), or any other token
+    /// when introspection is configured.
+    pub fn takes(&self, token: &str) -> bool {
+        is_jwt(token) || self.introspector.is_some()
+    }
+
+    /// Checks a bearer token this server [takes](Self::takes): who it speaks for and with which
+    /// scopes.
     pub async fn authenticate(&self, token: &str) -> Result<Identity, Refusal> {
+        match &self.introspector {
+            Some(introspector) if !is_jwt(token) => introspector.introspect(token).await,
+            _ => self.verify_jwt(token).await,
+        }
+    }
+
+    async fn verify_jwt(&self, token: &str) -> Result<Identity, Refusal> {
         let header = jwt::header(token, &self.policy)?;
         let mut keys = self.keys.current();
         if !keys.has(&header) {
@@ -195,6 +223,10 @@ impl ResourceServer {
     }
 }
 
+fn is_jwt(token: &str) -> bool {
+    token.bytes().filter(|&b| b == b'.').count() == 2
+}
+
 /// The `WWW-Authenticate` value of a 403 for a request that needs `needed` (every scope it needs,
 /// RFC 6750 §3.1).
 pub fn insufficient_scope(metadata_url: &str, needed: &[String], what: &str) -> String {
@@ -251,12 +283,6 @@ pub fn principal(identity: &Identity) -> Principal {
     Principal(hash.finalize().into())
 }
 
-/// A short, stable label of a principal for logs (never the subject itself).
-pub fn label(principal: &Principal) -> String {
-    let digest = Sha256::digest([b"label".as_slice(), &principal.0].concat());
-    format!("oauth-{}", hex::encode(&digest[..6]))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,6 +302,6 @@ mod tests {
         assert_ne!(a, principal(&identity("https://ab", "c")));
         assert_ne!(a, principal(&identity("https://b", "bc")));
         assert_ne!(a.0, <[u8; 32]>::from(Sha256::digest(b"https://abc")));
-        assert!(label(&a).starts_with("oauth-") && label(&a).len() == 18);
+        assert!(a.label().starts_with("p-") && a.label().len() == 14);
     }
 }
