@@ -179,6 +179,7 @@ impl App {
                 tasks: settings.tasks.map(crate::tools::tasks::Tasks::new),
                 upstreams,
                 apps,
+                quotas: crate::tools::quotas::Quotas::new(settings.quotas),
             },
         );
         Ok(Self {

@@ -180,6 +180,8 @@ pub enum ErrorType {
     SessionUnrestorable,
     /// The session holds state a session image cannot carry (it cannot be forked).
     SessionNotDurable,
+    /// The caller's principal is over one of its quotas (`[quotas]`).
+    QuotaExceeded,
 }
 
 impl ErrorType {
@@ -204,6 +206,7 @@ impl ErrorType {
             ErrorType::SessionStoreUnavailable => "SessionStoreUnavailable",
             ErrorType::SessionUnrestorable => "SessionUnrestorable",
             ErrorType::SessionNotDurable => "SessionNotDurable",
+            ErrorType::QuotaExceeded => "QuotaExceeded",
         }
     }
 }
@@ -223,6 +226,12 @@ pub struct ExecError<K = ErrorKind> {
     pub error_type: String,
     pub message: String,
     pub traceback: Option<String>,
+    /// For `QuotaExceeded`: which quota (its `[quotas]` key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<String>,
+    /// For refusals that pass with time (`QuotaExceeded`): about when to retry, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
 }
 
 impl<K> ExecError<K> {
@@ -233,6 +242,8 @@ impl<K> ExecError<K> {
             error_type: error_type.as_str().to_string(),
             message: message.into(),
             traceback: None,
+            quota: None,
+            retry_after_ms: None,
         }
     }
 }
@@ -365,6 +376,8 @@ impl<K> ExecResult<K> {
                 error_type: e.error_type,
                 message: e.message,
                 traceback: e.traceback,
+                quota: e.quota,
+                retry_after_ms: e.retry_after_ms,
             }),
             timed_out: self.timed_out,
             output_truncated: self.output_truncated,

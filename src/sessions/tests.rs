@@ -163,6 +163,8 @@ impl Backend for Fake {
                 error_type: "Exception".into(),
                 message: code["say:".len()..].to_string(),
                 traceback: None,
+                quota: None,
+                retry_after_ms: None,
             }),
             "state" => success(&sandbox.state.join(",")),
             "parked" => success(&sandbox.parked.to_string()),

@@ -148,6 +148,7 @@ labels! {
         Validation => "validation",
         QueueFull => "queue_full",
         Shutdown => "shutdown",
+        Quota => "quota",
     }
 }
 

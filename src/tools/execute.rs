@@ -14,6 +14,7 @@ use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::{Peer, RequestContext};
 use tokio_util::sync::CancellationToken;
 
+use super::quotas::{QuotaError, Quotas};
 use super::text::{self, Kept};
 use super::validation::{FileInput, InputLimits, validate};
 use crate::pool::{Completed, ExecPool, Ticket};
@@ -116,6 +117,8 @@ pub enum Refusal {
     Session(SessionError),
     /// A task could not be queued (its queue, or the tasks kept, are full).
     TaskQueue(String),
+    /// The caller's principal is over a quota.
+    Quota(QuotaError),
     Cancelled,
 }
 
@@ -129,7 +132,7 @@ impl Outcome {
                 ToolOutcome::Overload
             }
             Outcome::Refused(Refusal::Cancelled) => ToolOutcome::Cancelled,
-            Outcome::Refused(Refusal::TaskQueue(_)) => ToolOutcome::Overload,
+            Outcome::Refused(Refusal::TaskQueue(_) | Refusal::Quota(_)) => ToolOutcome::Overload,
             Outcome::Refused(Refusal::Session(
                 SessionError::NotFound(_)
                 | SessionError::Ended { .. }
@@ -181,6 +184,7 @@ impl Ended {
 /// What runs a call: the pool, the sessions, the input limits and the text budget.
 pub struct Runner<'a> {
     pub pool: &'a ExecPool,
+    pub quotas: &'a Arc<Quotas>,
     pub sessions: Option<&'a Sessions>,
     pub limits: InputLimits,
     pub max_text_chars: usize,
@@ -212,7 +216,17 @@ impl Runner<'_> {
     /// streaming what `setup` asks for.
     pub async fn execute(&self, args: Call, setup: Setup) -> Ended {
         let principal = setup.caller.principal;
+        let admitted = match self.quotas.admit(principal) {
+            Ok(admitted) => admitted,
+            Err(refusal) => {
+                telemetry::rejection(Rejection::Quota);
+                let mut ended = Ended::refused(Refusal::Quota(refusal));
+                ended.principal = principal;
+                return ended;
+            }
+        };
         let mut ended = self.execute_for(args, setup).await;
+        admitted.charge(ended.execution);
         ended.principal = principal;
         ended
     }

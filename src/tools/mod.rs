@@ -9,6 +9,7 @@ pub mod arguments;
 pub mod content;
 pub mod era;
 pub mod execute;
+pub mod quotas;
 pub mod run;
 pub mod schema;
 pub mod session;
@@ -65,6 +66,8 @@ pub struct ToolOptions {
     pub upstreams: Option<Arc<crate::upstream::Upstreams>>,
     /// The MCP Apps views, when `results.apps` is on.
     pub apps: Option<Arc<Views>>,
+    /// Per-principal quotas (`[quotas]`).
+    pub quotas: Arc<quotas::Quotas>,
 }
 
 /// The MCP server: tools over the worker pool, the sessions and the snippet catalog.
@@ -86,6 +89,7 @@ pub struct CodeInterpreter {
     tool_router: ToolRouter<Self>,
     /// run_python_code calls whose handler has not returned yet (see `calls_in_flight`).
     in_flight: Arc<AtomicUsize>,
+    quotas: Arc<quotas::Quotas>,
 }
 
 /// Counts one run_python_code handler as in flight until it returns (or is dropped).
@@ -204,6 +208,7 @@ resumed on its next call; the result's session.durable says whether it can be (a
             apps: options.apps,
             tool_router,
             in_flight: Default::default(),
+            quotas: options.quotas,
         }
     }
 
@@ -223,6 +228,11 @@ resumed on its next call; the result's session.durable says whether it can be (a
     /// draining still gets its reply.
     pub fn calls_in_flight(&self) -> Arc<AtomicUsize> {
         self.in_flight.clone()
+    }
+
+    /// The per-principal quotas.
+    pub(crate) fn quotas(&self) -> &Arc<quotas::Quotas> {
+        &self.quotas
     }
 }
 

@@ -181,6 +181,18 @@ impl Outcome {
             Refusal::TaskQueue(message) => {
                 (CallErrorKind::Overload, ErrorType::Overloaded, message)
             }
+            Refusal::Quota(refusal) => {
+                let mut error = ExecError::new(
+                    CallErrorKind::Overload,
+                    ErrorType::QuotaExceeded,
+                    refusal.message,
+                );
+                error.quota = Some(refusal.quota.to_string());
+                error.retry_after_ms = refusal
+                    .retry_after
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                return ExecResult::failure_of(error, false);
+            }
             Refusal::Cancelled => (
                 CallErrorKind::Cancelled,
                 ErrorType::Cancelled,
@@ -265,6 +277,7 @@ impl CodeInterpreter {
     pub(super) fn runner(&self) -> Runner<'_> {
         Runner {
             pool: &self.pool,
+            quotas: &self.quotas,
             sessions: self.sessions.as_ref(),
             limits: self.limits,
             max_text_chars: self.max_text_chars,

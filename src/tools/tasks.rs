@@ -154,6 +154,16 @@ impl Tasks {
         context: &rmcp::service::RequestContext<rmcp::RoleServer>,
     ) -> CallToolResponse {
         let started = Instant::now();
+        if let Err(refusal) = self.admit(interpreter, context) {
+            telemetry::rejection(telemetry::Rejection::Quota);
+            let ended = super::execute::Ended::refused(Refusal::Quota(refusal));
+            let (result, kept) = interpreter.finish(ended, started);
+            return CallToolResponse::Complete(interpreter.reply(
+                &result,
+                &kept,
+                interpreter.era(context),
+            ));
+        }
         let window = self.settings.immediate_result;
         let inline = !window.is_zero()
             && args.timeout_ms <= MAX_TIMEOUT_MS
@@ -217,6 +227,21 @@ impl Tasks {
             ticket: Waiting::enter(self, lane),
         };
         self.create(interpreter, context, started, begin)
+    }
+
+    /// Whether `context`'s principal may hold one more task (`quotas.max_tasks`).
+    fn admit(
+        &self,
+        interpreter: &CodeInterpreter,
+        context: &rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<(), super::quotas::QuotaError> {
+        let principal = caller(Some(context)).principal;
+        let held = |tasks: &Self| tasks.lock().values().filter(|o| **o == principal).count();
+        if interpreter.quotas().admit_task(held(self)).is_err() {
+            // Expired tasks do not count: forget them, then count again.
+            self.prune();
+        }
+        interpreter.quotas().admit_task(held(self))
     }
 
     /// Makes the task that `begin` starts (queued, or already running), for `context`'s caller.

@@ -30,6 +30,7 @@ mod oauth;
 mod packages;
 mod pool;
 mod preimport;
+mod quotas;
 mod restored_realm;
 mod secrets;
 mod server;

@@ -25,7 +25,7 @@ fn task_meta() -> Value {
 }
 
 /// A 2026-07-28 request of a tasks-declaring client (with `token` as its bearer token, if any).
-fn request(server: &Server, method: &str, params: Value, token: Option<&str>) -> Value {
+pub(crate) fn request(server: &Server, method: &str, params: Value, token: Option<&str>) -> Value {
     let mut params = params;
     params["_meta"] = task_meta();
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});

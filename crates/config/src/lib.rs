@@ -31,8 +31,8 @@ pub use reference::{KeyInfo, keys, reference_json};
 pub use secret::Secret;
 pub use settings::{
     AppsSettings, EngineSettings, HostGrant, HttpSettings, IntrospectionSettings, OAuthScopes,
-    OAuthSettings, SessionSettings, Settings, SnippetSettings, TaskSettings, UpstreamSettings,
-    UpstreamTransport, WorkerSettings,
+    OAuthSettings, QuotaSettings, SessionSettings, Settings, SnippetSettings, TaskSettings,
+    UpstreamSettings, UpstreamTransport, WorkerSettings,
 };
 pub use sources::{ConfigError, Source};
 

@@ -97,6 +97,9 @@ pub struct AppConfig {
     pub results: ResultsConfig,
     /// Integrations with other systems.
     pub integrations: IntegrationsConfig,
+    /// What one principal (an OAuth subject, a bearer token, or everyone without authentication)
+    /// may use of this replica.
+    pub quotas: QuotasConfig,
     /// MCP servers whose tools the sandbox may call (`from upstream import NAME`), by name.
     pub upstream: BTreeMap<String, UpstreamConfig>,
     /// Outbound HTTPS the operator grants to sandboxed code beyond the package hosts.
@@ -147,6 +150,24 @@ impl Default for HostGrantConfig {
             allow_private_addresses: false,
         }
     }
+}
+
+/// `[quotas]`: per principal, on this replica; 0 is no limit.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct QuotasConfig {
+    /// Calls a principal may have in progress at once, queued or running, run_python_code and its
+    /// tasks alike (0 to 10000; 0: no limit). One more is refused with QuotaExceeded.
+    /// Environment: CODE_INTERPRETER_MCP_QUOTAS_MAX_CONCURRENT_CALLS
+    pub max_concurrent_calls: u64,
+    /// Sandbox seconds a principal may use per minute (0 to 86400; 0: no limit): a bucket of that
+    /// many seconds, refilled continuously, charged with each call's execution time (time a worker
+    /// is held, sleeps included). A call is admitted while the bucket is not empty.
+    /// Environment: CODE_INTERPRETER_MCP_QUOTAS_CPU_SECONDS_PER_MINUTE
+    pub cpu_seconds_per_minute: u64,
+    /// Tasks a principal may hold (working or kept for their result; 0 to 100000; 0: no limit).
+    /// Environment: CODE_INTERPRETER_MCP_QUOTAS_MAX_TASKS
+    pub max_tasks: u64,
 }
 
 /// `[auth]`
@@ -696,6 +717,7 @@ impl Default for AppConfig {
             tasks: TasksConfig::default(),
             results: ResultsConfig::default(),
             integrations: IntegrationsConfig::default(),
+            quotas: QuotasConfig::default(),
             upstream: BTreeMap::new(),
             network: NetworkConfig::default(),
         }

@@ -43,6 +43,17 @@ pub struct Settings {
     pub prometheus: Option<SocketAddr>,
     /// The MCP servers sandboxes may call, by name (`[upstream.NAME]`).
     pub upstream: BTreeMap<String, UpstreamSettings>,
+    /// Per-principal quotas.
+    pub quotas: QuotaSettings,
+}
+
+/// `[quotas]`: what one principal may use; `None` is no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QuotaSettings {
+    pub max_concurrent_calls: Option<u32>,
+    /// Sandbox seconds per minute (the bucket's size).
+    pub cpu_seconds_per_minute: Option<u32>,
+    pub max_tasks: Option<u32>,
 }
 
 /// `[results] apps`: interactive results as MCP Apps.

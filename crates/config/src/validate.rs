@@ -14,8 +14,8 @@ use code_interpreter_mcp_protocol::limits::shown;
 use crate::model::{AppConfig, BootMode};
 use crate::settings::{
     AppsSettings, EngineSettings, HostGrant, HttpSettings, IntrospectionSettings, OAuthScopes,
-    OAuthSettings, SessionSettings, Settings, SnippetSettings, TaskSettings, UpstreamSettings,
-    UpstreamTransport, WorkerSettings,
+    OAuthSettings, QuotaSettings, SessionSettings, Settings, SnippetSettings, TaskSettings,
+    UpstreamSettings, UpstreamTransport, WorkerSettings,
 };
 use crate::sources::{ConfigError, Source, source_of};
 
@@ -32,6 +32,24 @@ const MAX_KB: u64 = 1_048_576;
 
 /// Every numeric key's range, in the order they are checked.
 const RANGES: &[Range] = &[
+    Range {
+        key: "quotas.max_concurrent_calls",
+        value: |c| c.quotas.max_concurrent_calls,
+        allowed: 0..=10_000,
+        unit: "",
+    },
+    Range {
+        key: "quotas.cpu_seconds_per_minute",
+        value: |c| c.quotas.cpu_seconds_per_minute,
+        allowed: 0..=86_400,
+        unit: " s",
+    },
+    Range {
+        key: "quotas.max_tasks",
+        value: |c| c.quotas.max_tasks,
+        allowed: 0..=100_000,
+        unit: "",
+    },
     Range {
         key: "auth.oauth.clock_skew_s",
         value: |c| c.auth.oauth.clock_skew_s,
@@ -984,6 +1002,14 @@ fn settings(
         }),
         prometheus,
         upstream: BTreeMap::new(),
+        quotas: {
+            let limit = |n: u64| u32::try_from(n).ok().filter(|&n| n > 0);
+            QuotaSettings {
+                max_concurrent_calls: limit(c.quotas.max_concurrent_calls),
+                cpu_seconds_per_minute: limit(c.quotas.cpu_seconds_per_minute),
+                max_tasks: limit(c.quotas.max_tasks),
+            }
+        },
     }
 }
 

@@ -276,6 +276,9 @@ fn every_environment_override_applies_after_files() {
         ("CODE_INTERPRETER_MCP_OAUTH_JWKS_TIMEOUT_MS", "1500"),
         ("CODE_INTERPRETER_MCP_OAUTH_JWKS_MAX_KB", "64"),
         ("CODE_INTERPRETER_MCP_OAUTH_SCOPE_RUN", "mcp.run"),
+        ("CODE_INTERPRETER_MCP_QUOTAS_MAX_CONCURRENT_CALLS", "4"),
+        ("CODE_INTERPRETER_MCP_QUOTAS_CPU_SECONDS_PER_MINUTE", "120"),
+        ("CODE_INTERPRETER_MCP_QUOTAS_MAX_TASKS", "0"),
         (
             "CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CLIENT_ID",
             "mcp-rs",
@@ -368,6 +371,14 @@ fn every_environment_override_applies_after_files() {
             oauth.scopes.sessions_write.as_str()
         ),
         ("mcp.run", "", "api://mcp/sessions.write")
+    );
+    assert_eq!(
+        loaded.settings.quotas,
+        config::QuotaSettings {
+            max_concurrent_calls: Some(4),
+            cpu_seconds_per_minute: Some(120),
+            max_tasks: None,
+        }
     );
     let introspection = oauth.introspection.as_ref().unwrap();
     assert_eq!(introspection.client_id, "mcp-rs");
@@ -468,6 +479,10 @@ fn validation_rules_name_the_key_the_source_and_what_is_allowed() {
         (
             "[auth.oauth]\nissuer = \"https://idp.example.com\"\njwks_timeout_ms = 50\n",
             &["auth.oauth.jwks_timeout_ms", "100..=30000"],
+        ),
+        (
+            "[quotas]\nmax_concurrent_calls = 10001\n",
+            &["quotas.max_concurrent_calls", "0..=10000"],
         ),
         (
             "[tasks]\nmax_timeout_ms = 86400001\n",

@@ -402,6 +402,8 @@ fn apply_report(result: &mut ExecResult, report: Report) {
             error_type: report.error_type.unwrap_or_else(|| "Exception".into()),
             message: report.message.unwrap_or_default(),
             traceback: Some(report.traceback.unwrap_or_default()),
+            quota: None,
+            retry_after_ms: None,
         });
     }
 }

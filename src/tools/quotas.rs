@@ -1,0 +1,252 @@
+//! Per-principal quotas (`[quotas]`) on this replica: calls in progress at once, sandbox seconds per
+//! minute (a bucket of `cpu_seconds_per_minute` seconds refilled continuously and charged with each
+//! call's execution time), and tasks held. Without authentication everyone is one principal, so
+//! the quotas act server-wide. A refusal names the quota and, where time cures it, about when to
+//! retry. The registry keeps an entry only while its principal has calls in progress or a bucket
+//! not yet full again, so it is bounded by the active principals.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use code_interpreter_mcp_config::QuotaSettings;
+
+use crate::sessions::Principal;
+
+/// A call or task refused by a quota.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaError {
+    /// The `[quotas]` key.
+    pub quota: &'static str,
+    /// About when a retry may pass; `None` when only ending something cures it.
+    pub retry_after: Option<Duration>,
+    pub message: String,
+}
+
+/// The quotas and what each principal uses of them.
+#[derive(Debug, Default)]
+pub struct Quotas {
+    limits: QuotaSettings,
+    usage: Mutex<HashMap<[u8; 32], Usage>>,
+}
+
+#[derive(Debug)]
+struct Usage {
+    calls: u32,
+    /// Sandbox seconds left in the bucket, as of `at` (may be negative after a long call).
+    bucket: f64,
+    at: Instant,
+    /// Recent call durations, for the retry estimate of the concurrency quota (seconds, EWMA).
+    typical: f64,
+}
+
+/// A call admitted under the quotas: ends its count when dropped; [`charge`](Self::charge) bills
+/// its execution time first.
+#[derive(Debug)]
+pub struct Admitted {
+    quotas: Option<Arc<Quotas>>,
+    key: [u8; 32],
+}
+
+/// The key of a principal (everyone is one principal without authentication).
+fn key(principal: Option<Principal>) -> [u8; 32] {
+    principal.map_or([0; 32], |p| p.0)
+}
+
+impl Quotas {
+    pub fn new(limits: QuotaSettings) -> Arc<Self> {
+        Arc::new(Self {
+            limits,
+            usage: Mutex::default(),
+        })
+    }
+
+    fn bucket_size(&self) -> Option<f64> {
+        self.limits.cpu_seconds_per_minute.map(f64::from)
+    }
+
+    /// Admits one call of `principal`, or says which quota refuses it.
+    pub fn admit(self: &Arc<Self>, principal: Option<Principal>) -> Result<Admitted, QuotaError> {
+        if self.limits.max_concurrent_calls.is_none()
+            && self.limits.cpu_seconds_per_minute.is_none()
+        {
+            return Ok(Admitted {
+                quotas: None,
+                key: [0; 32],
+            });
+        }
+        let key = key(principal);
+        let now = Instant::now();
+        let mut usage = self.usage.lock().unwrap_or_else(|e| e.into_inner());
+        let size = self.bucket_size();
+        let entry = usage.entry(key).or_insert(Usage {
+            calls: 0,
+            bucket: size.unwrap_or(0.0),
+            at: now,
+            typical: 1.0,
+        });
+        if let Some(size) = size {
+            refill(entry, size, now);
+            if entry.bucket <= 0.0 {
+                let rate = size / 60.0;
+                let wait = Duration::from_secs_f64((-entry.bucket + 0.001) / rate);
+                return Err(QuotaError {
+                    quota: "cpu_seconds_per_minute",
+                    retry_after: Some(wait),
+                    message: format!(
+                        "this principal has used its {size} sandbox seconds per minute (quotas.cpu_seconds_per_minute); retry in about {:.1} s",
+                        wait.as_secs_f64()
+                    ),
+                });
+            }
+        }
+        if let Some(max) = self.limits.max_concurrent_calls
+            && entry.calls >= max
+        {
+            let wait = Duration::from_secs_f64(entry.typical.clamp(0.1, 60.0));
+            return Err(QuotaError {
+                quota: "max_concurrent_calls",
+                retry_after: Some(wait),
+                message: format!(
+                    "this principal has {} calls in progress (quotas.max_concurrent_calls = {max}); retry when one ends, in about {:.1} s",
+                    entry.calls,
+                    wait.as_secs_f64()
+                ),
+            });
+        }
+        entry.calls += 1;
+        Ok(Admitted {
+            quotas: Some(Arc::clone(self)),
+            key,
+        })
+    }
+
+    /// Whether `principal`, holding `held` tasks, may create one more.
+    pub fn admit_task(&self, held: usize) -> Result<(), QuotaError> {
+        match self.limits.max_tasks {
+            Some(max) if held >= max as usize => Err(QuotaError {
+                quota: "max_tasks",
+                retry_after: None,
+                message: format!(
+                    "this principal holds {held} tasks (quotas.max_tasks = {max}); cancel one, or wait for one to end and its result to expire"
+                ),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    fn end(&self, key: [u8; 32], execution: Option<Duration>) {
+        let now = Instant::now();
+        let mut usage = self.usage.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(entry) = usage.get_mut(&key) else {
+            return;
+        };
+        entry.calls = entry.calls.saturating_sub(1);
+        let size = self.bucket_size();
+        if let Some(size) = size {
+            refill(entry, size, now);
+        }
+        if let Some(execution) = execution {
+            let seconds = execution.as_secs_f64();
+            entry.typical = 0.8 * entry.typical + 0.2 * seconds;
+            if size.is_some() {
+                entry.bucket -= seconds;
+            }
+        }
+        // Forget a principal with nothing in progress and a full bucket.
+        if entry.calls == 0 && size.is_none_or(|size| entry.bucket >= size) {
+            usage.remove(&key);
+        }
+        // Entries whose bucket has refilled by now go too (bounded by the active principals).
+        if let Some(size) = size {
+            usage.retain(|_, u| {
+                u.calls > 0
+                    || u.bucket + now.duration_since(u.at).as_secs_f64() * size / 60.0 < size
+            });
+        }
+    }
+}
+
+fn refill(entry: &mut Usage, size: f64, now: Instant) {
+    let elapsed = now.duration_since(entry.at).as_secs_f64();
+    entry.bucket = (entry.bucket + elapsed * size / 60.0).min(size);
+    entry.at = now;
+}
+
+impl Admitted {
+    /// Ends the call, charging `execution` to its principal's bucket.
+    pub fn charge(mut self, execution: Duration) {
+        if let Some(quotas) = self.quotas.take() {
+            quotas.end(self.key, Some(execution));
+        }
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        if let Some(quotas) = self.quotas.take() {
+            quotas.end(self.key, None);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quotas(calls: Option<u32>, cpu: Option<u32>) -> Arc<Quotas> {
+        Quotas::new(QuotaSettings {
+            max_concurrent_calls: calls,
+            cpu_seconds_per_minute: cpu,
+            max_tasks: Some(2),
+        })
+    }
+
+    #[test]
+    fn concurrent_calls_are_counted_per_principal_and_released() {
+        let q = quotas(Some(2), None);
+        let (a, b) = (Some(Principal([1; 32])), Some(Principal([2; 32])));
+        let first = q.admit(a).unwrap();
+        let _second = q.admit(a).unwrap();
+        let refused = q.admit(a).unwrap_err();
+        assert_eq!(refused.quota, "max_concurrent_calls");
+        assert!(refused.retry_after.is_some());
+        let _other = q.admit(b).expect("another principal has its own count");
+        drop(first);
+        let _again = q.admit(a).expect("one ended");
+    }
+
+    #[test]
+    fn the_bucket_is_charged_with_execution_and_refills() {
+        let q = quotas(None, Some(60));
+        let a = Some(Principal([1; 32]));
+        q.admit(a).unwrap().charge(Duration::from_secs(61));
+        let refused = q.admit(a).unwrap_err();
+        assert_eq!(refused.quota, "cpu_seconds_per_minute");
+        let wait = refused.retry_after.unwrap();
+        assert!(
+            wait > Duration::from_millis(900) && wait < Duration::from_millis(1100),
+            "{wait:?}"
+        );
+        // Without authentication everyone shares one bucket; another principal has its own.
+        let _b = q.admit(Some(Principal([2; 32]))).unwrap();
+    }
+
+    #[test]
+    fn idle_principals_are_forgotten_and_tasks_are_capped() {
+        let q = quotas(Some(1), Some(60));
+        for i in 0..100u8 {
+            q.admit(Some(Principal([i; 32])))
+                .unwrap()
+                .charge(Duration::ZERO);
+        }
+        assert!(q.usage.lock().unwrap().is_empty());
+        assert!(q.admit_task(1).is_ok());
+        assert_eq!(q.admit_task(2).unwrap_err().quota, "max_tasks");
+        assert!(
+            Quotas::new(QuotaSettings::default())
+                .admit_task(1000)
+                .is_ok()
+        );
+    }
+}

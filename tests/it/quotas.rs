@@ -1,0 +1,144 @@
+//! Per-principal quotas (`[quotas]`) through the real server, with two bearer tokens as two
+//! principals: each quota refuses one principal's call with `QuotaExceeded` naming the quota and
+//! when to retry, leaves the other principal alone, and lets the first through again once the cause
+//! has passed (a call ended, the bucket refilled, a task expired).
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::containment::structured;
+use crate::fixture::{Server, client_with_token, message, send_stateless, tool_call_body};
+
+fn server_with_tokens(extra: &[(&str, &str)]) -> Server {
+    let dir = crate::common::temp_dir("quota-tokens");
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, "alice-token\nbob-token\n").unwrap();
+    let tokens = tokens.to_str().unwrap().to_string();
+    let mut envs = vec![
+        (
+            "CODE_INTERPRETER_MCP_AUTH_BEARER_TOKENS_FILE",
+            tokens.as_str(),
+        ),
+        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "2"),
+    ];
+    envs.extend_from_slice(extra);
+    Server::start(&envs)
+}
+
+/// run_python_code as `token`; the structured result.
+fn run(server: &Server, token: &str, code: &str) -> Value {
+    let body = tool_call_body("run_python_code", json!({"code": code}), None);
+    let http = client_with_token(token);
+    let response = send_stateless(
+        &http,
+        &server.url,
+        "tools/call",
+        Some("run_python_code"),
+        &body,
+    );
+    structured(&message(response.unwrap())).clone()
+}
+
+/// The error of a call a quota refused.
+fn quota_error(result: &Value, quota: &str) -> u64 {
+    let error = &result["error"];
+    assert_eq!(error["type"], "QuotaExceeded", "{result}");
+    assert_eq!(error["kind"], "overload", "{result}");
+    assert_eq!(error["quota"], quota, "{result}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("quotas.{quota}")),
+        "{result}"
+    );
+    error["retry_after_ms"].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn a_principal_over_its_call_quota_is_refused_and_another_is_not() {
+    let server = server_with_tokens(&[("CODE_INTERPRETER_MCP_QUOTAS_MAX_CONCURRENT_CALLS", "1")]);
+    assert_eq!(run(&server, "alice-token", "1")["result"], "1");
+    let long = thread::scope(|scope| {
+        let long = scope.spawn(|| {
+            run(
+                &server,
+                "alice-token",
+                "import time; time.sleep(2); 'slept'",
+            )
+        });
+        thread::sleep(Duration::from_millis(700));
+        let refused = run(&server, "alice-token", "2");
+        let retry = quota_error(&refused, "max_concurrent_calls");
+        assert!((100..=60_000).contains(&retry), "{refused}");
+        assert_eq!(
+            run(&server, "bob-token", "3")["result"],
+            "3",
+            "another principal is not held by Alice's quota"
+        );
+        long.join().unwrap()
+    });
+    assert_eq!(long["result"], "slept");
+    assert_eq!(
+        run(&server, "alice-token", "4")["result"],
+        "4",
+        "the call ended"
+    );
+}
+
+#[test]
+fn the_sandbox_seconds_bucket_refuses_until_it_refills() {
+    let server = server_with_tokens(&[("CODE_INTERPRETER_MCP_QUOTAS_CPU_SECONDS_PER_MINUTE", "1")]);
+    assert_eq!(
+        run(
+            &server,
+            "alice-token",
+            "import time; time.sleep(1.1); 'done'"
+        )["result"],
+        "done"
+    );
+    let refused = run(&server, "alice-token", "1");
+    let retry = quota_error(&refused, "cpu_seconds_per_minute");
+    // 1 s a minute: the deficit of at least 0.1 s takes at least 6 s to refill.
+    assert!((5_000..=30_000).contains(&retry), "{refused}");
+    assert_eq!(run(&server, "bob-token", "2")["result"], "2");
+    let waited = Instant::now();
+    thread::sleep(Duration::from_millis(retry + 300));
+    assert_eq!(
+        run(&server, "alice-token", "3")["result"],
+        "3",
+        "refilled after {:?}",
+        waited.elapsed()
+    );
+}
+
+#[test]
+fn a_principal_holding_its_tasks_gets_no_more_until_one_expires() {
+    let server = server_with_tokens(&[
+        ("CODE_INTERPRETER_MCP_QUOTAS_MAX_TASKS", "1"),
+        ("CODE_INTERPRETER_MCP_TASKS_TTL_S", "2"),
+    ]);
+    let start = |token: &str| {
+        crate::tasks::request(
+            &server,
+            "tools/call",
+            json!({"name": "run_python_code", "arguments": {"code": "import time; time.sleep(1); 1"}}),
+            Some(token),
+        )
+    };
+    let first = start("alice-token");
+    assert_eq!(first["result"]["resultType"], "task", "{first}");
+    let refused = start("alice-token");
+    let result = &refused["result"];
+    assert_eq!(result["isError"], true, "{refused}");
+    let retry = quota_error(&result["structuredContent"], "max_tasks");
+    assert_eq!(retry, 0, "only an expiry cures it: no retry time");
+    let bob = start("bob-token");
+    assert_eq!(bob["result"]["resultType"], "task", "{bob}");
+    // The task's TTL (2 s) passes: it is forgotten and Alice may start another.
+    thread::sleep(Duration::from_millis(2600));
+    let again = start("alice-token");
+    assert_eq!(again["result"]["resultType"], "task", "{again}");
+}
