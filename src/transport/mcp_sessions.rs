@@ -21,6 +21,10 @@ use rmcp::transport::streamable_http_server::session::{
 
 use crate::sessions::Principal;
 
+/// Legacy-era MCP sessions open at once at most (each ends 5 minutes after its last request);
+/// `requests.rs` refuses a new one past it.
+pub const MAX_MCP_SESSIONS: usize = 4096;
+
 /// [`LocalSessionManager`] minting replica-prefixed ids.
 #[derive(Default)]
 pub struct ReplicaSessionManager {
@@ -52,7 +56,7 @@ impl ReplicaSessionManager {
         let over = {
             let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
             owners.insert(id.to_string(), principal);
-            owners.len() > super::requests::MAX_MCP_SESSIONS
+            owners.len() > MAX_MCP_SESSIONS
         };
         if over {
             let open: std::collections::HashSet<String> = self

@@ -24,6 +24,7 @@ use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt as _;
 use tokio::sync::Semaphore;
 
+pub use super::mcp_sessions::MAX_MCP_SESSIONS;
 use super::mcp_sessions::ReplicaSessionManager;
 use crate::sessions::Principal;
 use crate::tools::access::{Access, Asked};
@@ -32,8 +33,6 @@ use crate::tools::access::{Access, Asked};
 pub const BODY_BYTES_IN_FLIGHT: u64 = 4;
 /// How long a request waits for room to read its body before it is refused (503).
 const BODY_WAIT: Duration = Duration::from_secs(10);
-/// Legacy-era MCP sessions open at once at most (each ends 5 minutes after its last request).
-pub const MAX_MCP_SESSIONS: usize = 4096;
 /// Bodies up to this size without an MCP session are looked at for `initialize`.
 const MAX_INITIALIZE_BYTES: usize = 64 * 1024;
 
@@ -191,10 +190,16 @@ async fn check_body(checks: &Checks, request: Request, next: Next) -> Response {
         }
     };
     drop(permit);
-    if let Some(response) = refuse_by_scope(checks, &parts, &bytes) {
+    // The body is read as JSON-RPC once, and only when a check below needs it.
+    let peek = (parts.extensions.get::<Access>().is_some()
+        || parts.headers.contains_key("mcp-param-session-id")
+        || may_initialize(&parts.headers, &bytes))
+    .then(|| serde_json::from_slice::<Peek>(&bytes).ok())
+    .flatten();
+    if let Some(response) = refuse_by_scope(checks, &parts, &bytes, peek.as_ref()) {
         return response;
     }
-    if let Some(response) = refuse_by_body(checks, &parts.headers, &bytes).await {
+    if let Some(response) = refuse_by_body(checks, &parts.headers, &bytes, peek.as_ref()).await {
         return response;
     }
     let initialize = may_initialize(&parts.headers, &bytes).then_some(&bytes[..]);
@@ -288,11 +293,16 @@ struct PeekParams {
 /// 403 `insufficient_scope` when an OAuth principal's token lacks a scope the request needs
 /// ([`crate::tools::access`]); a body that is not one readable JSON-RPC message needs every scope
 /// (a batch, duplicate keys and bad JSON fail closed; rmcp refuses them anyway).
-fn refuse_by_scope(checks: &Checks, parts: &Parts, body: &Bytes) -> Option<Response> {
+fn refuse_by_scope(
+    checks: &Checks,
+    parts: &Parts,
+    body: &Bytes,
+    peek: Option<&Peek>,
+) -> Option<Response> {
     let access = parts.extensions.get::<Access>()?;
     // (serde reads a struct from an array too: only an object is one message.)
     let object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
-    let peek = serde_json::from_slice::<Peek>(body).ok().filter(|_| object);
+    let peek = peek.filter(|_| object);
     let (needed, what) = match peek {
         Some(peek) => {
             let params = peek.params.as_ref();
@@ -375,13 +385,18 @@ fn may_initialize(headers: &HeaderMap, body: &Bytes) -> bool {
 
 /// A refusal decided by the body: a contradicting `Mcp-Param-Session-Id`, or a new MCP session
 /// while the table is full. Bodies that are not one JSON-RPC request are left to rmcp.
-async fn refuse_by_body(checks: &Checks, headers: &HeaderMap, body: &Bytes) -> Option<Response> {
+async fn refuse_by_body(
+    checks: &Checks,
+    headers: &HeaderMap,
+    body: &Bytes,
+    peek: Option<&Peek>,
+) -> Option<Response> {
     let header = headers.get("mcp-param-session-id");
     let initialize = may_initialize(headers, body);
     if header.is_none() && !initialize {
         return None;
     }
-    let peek: Peek = serde_json::from_slice(body).ok()?;
+    let peek = peek?;
     if initialize
         && peek.method.as_deref() == Some("initialize")
         && checks.mcp_sessions.open().await >= MAX_MCP_SESSIONS
@@ -408,11 +423,12 @@ retry later\n"
     let header = header?;
     let body_value = peek
         .params
-        .and_then(|p| p.arguments)
-        .and_then(|a| a.session_id)
+        .as_ref()
+        .and_then(|p| p.arguments.as_ref())
+        .and_then(|a| a.session_id.as_ref())
         .filter(|v| !v.is_null());
     let matches = match (header.to_str().ok().and_then(header_value), body_value) {
-        (Some(header), Some(serde_json::Value::String(body))) => header == body,
+        (Some(header), Some(serde_json::Value::String(body))) => header == *body,
         _ => false,
     };
     if matches || peek.method.as_deref() != Some("tools/call") {
@@ -420,7 +436,7 @@ retry later\n"
     }
     let error = serde_json::json!({
         "jsonrpc": "2.0",
-        "id": peek.id,
+        "id": peek.id.clone(),
         "error": {
             "code": rmcp::model::ErrorCode::HEADER_MISMATCH.0,
             "message": "the Mcp-Param-Session-Id header does not match the body's session_id argument \

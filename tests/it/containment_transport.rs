@@ -125,16 +125,12 @@ fn with_bearer_tokens_a_session_answers_only_to_the_token_that_created_it() {
         tokens.to_str().unwrap(),
     )]);
     let call = |token: &str, arguments: Value| {
-        let body = crate::fixture::tool_call_body("run_python_code", arguments, None);
-        let http = crate::fixture::client_with_token(token);
-        let response = crate::fixture::send_stateless(
-            &http,
-            &server.url,
-            "tools/call",
-            Some("run_python_code"),
-            &body,
-        );
-        structured(&message(response.unwrap())).clone()
+        structured(&message(crate::fixture::call_as(
+            &server,
+            Some(token),
+            arguments,
+        )))
+        .clone()
     };
     let r = call(
         "alice-token",

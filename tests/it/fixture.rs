@@ -212,6 +212,25 @@ pub fn client_with_token(token: &str) -> reqwest::blocking::Client {
         .unwrap()
 }
 
+/// A 2026-07-28 tools/call of run_python_code with `arguments`, sent with `Authorization: Bearer
+/// <token>` when a token is given; the raw response.
+pub fn call_as(
+    server: &(impl Endpoint + ?Sized),
+    token: Option<&str>,
+    arguments: Value,
+) -> reqwest::blocking::Response {
+    let body = tool_call_body("run_python_code", arguments, None);
+    let http = token.map_or_else(client, client_with_token);
+    send_stateless(
+        &http,
+        server.url(),
+        "tools/call",
+        Some("run_python_code"),
+        &body,
+    )
+    .unwrap()
+}
+
 /// The JSON-RPC message in a response that is either JSON or an SSE stream.
 pub fn message(response: reqwest::blocking::Response) -> Value {
     let is_sse = response

@@ -20,7 +20,8 @@ use serde_json::{Value, json};
 
 use crate::containment::structured;
 use crate::fixture::{
-    Server, client, client_with_token, message, post_legacy, send_stateless, tool_call_body,
+    Server, call_as, client, client_with_token, message, post_legacy, send_stateless,
+    tool_call_body,
 };
 
 /// A signing key of the test authorization server.
@@ -284,20 +285,7 @@ fn claims(issuer: &Issuer, server: &Server, sub: &str) -> Value {
 /// POSTs a 2026-07-28 tools/call of run_python_code with `token` (none when empty); the raw
 /// response.
 fn call(server: &Server, token: &str, arguments: Value) -> reqwest::blocking::Response {
-    let body = tool_call_body("run_python_code", arguments, None);
-    let http = if token.is_empty() {
-        client()
-    } else {
-        client_with_token(token)
-    };
-    send_stateless(
-        &http,
-        &server.url,
-        "tools/call",
-        Some("run_python_code"),
-        &body,
-    )
-    .unwrap()
+    call_as(server, (!token.is_empty()).then_some(token), arguments)
 }
 
 /// The structured result of a call that must be accepted.
@@ -570,7 +558,8 @@ fn issuer_tokens_are_accepted_and_every_forgery_is_refused() {
 fn key_ids_floods_cost_one_fetch_per_interval_and_a_hanging_or_huge_key_set_stalls_nobody() {
     let ec = Key::ec("ec-1");
     let issuer = Issuer::start(&[&ec]);
-    let port = crate::metrics::free_port().to_string();
+    let port = crate::metrics::free_port();
+    let port_text = port.to_string();
     let server = start_server(
         &issuer,
         &[
@@ -580,24 +569,12 @@ fn key_ids_floods_cost_one_fetch_per_interval_and_a_hanging_or_huge_key_set_stal
             ),
             ("CODE_INTERPRETER_MCP_OAUTH_JWKS_TIMEOUT_MS", "500"),
             ("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true"),
-            ("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", &port),
+            ("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", &port_text),
         ],
     );
     let metric = |series: &str| -> u64 {
-        let scrape = client()
-            .get(format!("http://127.0.0.1:{port}/metrics"))
-            .send()
-            .unwrap()
-            .text()
-            .unwrap();
-        let prefix = format!("code_interpreter_mcp_{series} ");
-        scrape
-            .lines()
-            .find_map(|l| l.strip_prefix(&prefix))
-            .unwrap_or_else(|| panic!("no {series} in the scrape"))
-            .trim()
-            .parse()
-            .unwrap()
+        let (_, samples) = crate::metrics::scrape(port);
+        crate::metrics::value(&samples, &format!("code_interpreter_mcp_{series}")) as u64
     };
     let valid = ec.token(json!({}), &claims(&issuer, &server, "alice"));
     assert_eq!(run(&server, &valid, json!({"code": "1"}))["result"], "1");

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::containment::structured;
-use crate::fixture::{Server, client_with_token, message, send_stateless, tool_call_body};
+use crate::fixture::{Server, call_as, message};
 
 fn server_with_tokens(extra: &[(&str, &str)]) -> Server {
     let dir = crate::common::temp_dir("quota-tokens");
@@ -29,16 +29,12 @@ fn server_with_tokens(extra: &[(&str, &str)]) -> Server {
 
 /// run_python_code as `token`; the structured result.
 fn run(server: &Server, token: &str, code: &str) -> Value {
-    let body = tool_call_body("run_python_code", json!({"code": code}), None);
-    let http = client_with_token(token);
-    let response = send_stateless(
-        &http,
-        &server.url,
-        "tools/call",
-        Some("run_python_code"),
-        &body,
-    );
-    structured(&message(response.unwrap())).clone()
+    structured(&message(call_as(
+        server,
+        Some(token),
+        json!({"code": code}),
+    )))
+    .clone()
 }
 
 /// The error of a call a quota refused.

@@ -15,7 +15,7 @@ use code_interpreter_mcp_config::IntrospectionSettings;
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 
-use super::jwks::{FetchError, Keys, read_limited};
+use super::jwks::{FetchError, Keys};
 use super::jwt::{Identity, Policy, Refusal};
 
 /// How long an inactive or refused token's answer is kept.
@@ -205,7 +205,7 @@ impl Introspector {
             }
             endpoint.clone().unwrap_or_default()
         };
-        let response = self
+        let request = self
             .keys
             .client()
             .post(&endpoint)
@@ -213,21 +213,8 @@ impl Introspector {
                 &self.settings.client_id,
                 Some(self.settings.client_secret.expose()),
             )
-            .header(reqwest::header::ACCEPT, "application/json")
-            .form(&[("token", token), ("token_type_hint", "access_token")])
-            .send()
-            .await
-            .map_err(|e| FetchError::Http {
-                url: endpoint.clone(),
-                reason: e.without_url().to_string(),
-            })?;
-        if !response.status().is_success() {
-            return Err(FetchError::Status {
-                url: endpoint,
-                status: response.status().as_u16(),
-            });
-        }
-        let body = read_limited(response, self.keys.max_bytes(), &endpoint).await?;
+            .form(&[("token", token), ("token_type_hint", "access_token")]);
+        let body = self.keys.read(request, &endpoint).await?;
         serde_json::from_slice(&body).map_err(|_| FetchError::Document {
             url: endpoint,
             reason: "not an introspection answer",

@@ -162,16 +162,19 @@ impl Keys {
         &self.client
     }
 
-    /// The largest document read from the issuer.
-    pub fn max_bytes(&self) -> usize {
-        self.max_bytes
-    }
-
     /// GETs `url` as JSON, reading at most `jwks_max_kb`.
     async fn get(&self, url: &str) -> Result<Vec<u8>, FetchError> {
-        let response = self
-            .client
-            .get(url)
+        self.read(self.client.get(url), url).await
+    }
+
+    /// Sends `request` (to `url`, named in errors) asking for JSON; a successful answer's body, of
+    /// at most `jwks_max_kb`.
+    pub async fn read(
+        &self,
+        request: reqwest::RequestBuilder,
+        url: &str,
+    ) -> Result<Vec<u8>, FetchError> {
+        let response = request
             .header(reqwest::header::ACCEPT, "application/json")
             .send()
             .await
@@ -190,7 +193,7 @@ impl Keys {
 }
 
 /// A response's body, refused past `max_bytes` (checked as it arrives).
-pub async fn read_limited(
+async fn read_limited(
     mut response: reqwest::Response,
     max_bytes: usize,
     url: &str,
