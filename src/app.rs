@@ -195,6 +195,12 @@ impl App {
 pub fn serve(settings: &Settings, stdio: bool) -> anyhow::Result<i32> {
     init_logging(settings.log_format, "info,rmcp=warn");
     let runtime = tokio_runtime(settings.tokio_worker_threads)?;
+    if let Some(traces) = &settings.traces {
+        let client = crate::fetch::trusting(&settings.engine.extra_ca_certs)?
+            .redirect(reqwest::redirect::Policy::none())
+            .build()?;
+        crate::telemetry::traces::install(traces, client, runtime.handle().clone())?;
+    }
     runtime.block_on(async {
         if stdio {
             let app = tokio::task::block_in_place(|| App::start(settings))?;
@@ -210,6 +216,8 @@ pub fn serve(settings: &Settings, stdio: bool) -> anyhow::Result<i32> {
             transport::serve_http(app.interpreter, app.pool, app.sessions, http).await
         }
     })?;
+    // The last spans go out while the runtime their exports run on still runs.
+    runtime.block_on(async { tokio::task::block_in_place(crate::telemetry::traces::shutdown) });
     // Whatever still blocks a thread of the runtime then (stdio's read of standard input, which a
     // signal does not end) does not hold the process: the shutdown's work is done.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));

@@ -46,6 +46,14 @@ impl<T> FairQueue<T> {
         self.entries.is_empty()
     }
 
+    /// How many items `lane` has queued.
+    pub fn lane_len(&self, lane: u64) -> usize {
+        if !self.last.contains_key(&lane) {
+            return 0;
+        }
+        self.entries.iter().filter(|e| e.lane == lane).count()
+    }
+
     /// Queues `item` in `lane`.
     pub fn push(&mut self, lane: u64, item: T) {
         let tag = match self.last.get(&lane) {
@@ -138,6 +146,21 @@ mod tests {
             assert_eq!(queue.pop(), Some(n));
         }
         assert_eq!(queue.pop(), None);
+    }
+
+    #[test]
+    fn a_lanes_length_counts_its_items_only() {
+        let mut queue = FairQueue::default();
+        for (lane, item) in [(1, "a1"), (2, "b1"), (1, "a2"), (1, "a3")] {
+            queue.push(lane, item);
+        }
+        assert_eq!(
+            (queue.lane_len(1), queue.lane_len(2), queue.lane_len(3)),
+            (3, 1, 0)
+        );
+        assert_eq!(queue.pop(), Some("a1"));
+        assert_eq!(queue.pop(), Some("b1"));
+        assert_eq!((queue.lane_len(1), queue.lane_len(2)), (2, 0));
     }
 
     #[test]

@@ -84,6 +84,8 @@ pub struct Completed<O> {
     pub queue_wait: Duration,
     /// Time on the worker: sandbox start-up (when not prewarmed) plus execution.
     pub execution: Duration,
+    /// The part of `execution` spent booting a sandbox, when none was ready.
+    pub boot: Option<Duration>,
 }
 
 /// Why a queued job produced no output.
@@ -107,6 +109,11 @@ pub enum SubmitError {
         "the execution queue is full ({waiting} waiting, workers.queue_capacity = {capacity}); retry later"
     )]
     Overloaded { waiting: usize, capacity: usize },
+    /// The caller already has `max` jobs waiting (`quotas.max_queued_calls`).
+    #[error(
+        "this principal has {waiting} calls waiting for a worker (quotas.max_queued_calls = {max}); retry when one has started"
+    )]
+    LaneFull { waiting: usize, max: usize },
     #[error("the server is shutting down and accepts no new executions")]
     ShuttingDown,
     #[error("the execution queue is broken")]
@@ -262,14 +269,16 @@ impl<B: Backend> Pool<B> {
     /// Queues `job` for one anonymous caller; an overload or shutdown error when it cannot be
     /// queued.
     pub fn submit(&self, job: B::Job) -> Result<Ticket<B::Job, B::Output>, SubmitError> {
-        self.submit_as(0, job)
+        self.submit_as(0, None, job)
     }
 
     /// Queues `job` for the caller `lane` (any number that tells callers apart): callers are
-    /// served in turn, each one's jobs in their order (see `fair.rs`).
+    /// served in turn, each one's jobs in their order (see `fair.rs`); refused when the lane
+    /// already has `max_queued` jobs waiting.
     pub fn submit_as(
         &self,
         lane: u64,
+        max_queued: Option<usize>,
         job: B::Job,
     ) -> Result<Ticket<B::Job, B::Output>, SubmitError> {
         if !self.shared.health.accepting.load(Ordering::SeqCst) {
@@ -289,6 +298,12 @@ impl<B: Backend> Pool<B> {
                 waiting: queue.jobs.len(),
                 capacity: self.shared.capacity,
             });
+        }
+        if let Some(max) = max_queued {
+            let waiting = queue.jobs.lane_len(lane);
+            if waiting >= max {
+                return Err(SubmitError::LaneFull { waiting, max });
+            }
         }
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (reply, receiver) = oneshot::channel();
@@ -338,6 +353,7 @@ impl<B: Backend> Pool<B> {
                 result: Err(JobError::ShuttingDown),
                 queue_wait: waited,
                 execution: Duration::ZERO,
+                boot: None,
             });
         }
     }
@@ -377,6 +393,7 @@ impl<J, O> Ticket<J, O> {
             result: Err(JobError::WorkerLost),
             queue_wait: Duration::ZERO,
             execution: Duration::ZERO,
+            boot: None,
         });
         self.receiver = None;
         completed

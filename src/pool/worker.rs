@@ -282,9 +282,12 @@ impl<B: Backend> Worker<B> {
             wanted = flavor;
             refill_failed = false;
             // A ready sandbox of another kind waits for a later call.
-            let sandbox = match stock.take(flavor) {
-                Some(sandbox) => Ok(sandbox),
-                None => self.boot(&guard, InitPhase::OnDemand, flavor),
+            let (sandbox, boot) = match stock.take(flavor) {
+                Some(sandbox) => (Ok(sandbox), None),
+                None => {
+                    let sandbox = self.boot(&guard, InitPhase::OnDemand, flavor);
+                    (sandbox, Some(started.elapsed()))
+                }
             };
             let (result, used) = match sandbox {
                 Ok(mut sandbox) => {
@@ -298,6 +301,7 @@ impl<B: Backend> Worker<B> {
                 result,
                 queue_wait,
                 execution: started.elapsed(),
+                boot,
             });
             // The caller has its result; now tear the used isolate down (reported as preparing).
             // A worker with stock left counts as ready meanwhile: the next call waits the few

@@ -25,6 +25,9 @@ pub struct ExecRequest {
     /// For a client that draws tables (an MCP Apps view): a DataFrame or Series displayed also
     /// comes as [`TABLE_MIME`] data of its first rows, at most this many. 0: not at all.
     pub grid_rows: u32,
+    /// The trace context of the call it runs for, when its span is recorded: upstream calls are
+    /// traced as its children and carry it on.
+    pub trace: Option<crate::telemetry::traces::TraceParent>,
 }
 
 /// A table's data for an interactive grid, beside its Markdown (see `display.py`): JSON with

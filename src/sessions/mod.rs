@@ -58,8 +58,9 @@ use tokio::sync::oneshot;
 
 use crate::config::SessionSettings;
 use crate::sandbox::{ExecRequest, FileRead, SandboxEnd};
+use crate::telemetry::traces;
 use crate::telemetry::{self, SessionEnd};
-use state::{Place, ResidentSlot, Session, Starting, StopGuard, lock};
+use state::{Place, ResidentSlot, Session, Starting, StartingFor, StopGuard, lock};
 use thread::{Job, Pending, Start};
 
 /// How many recently ended sessions are remembered, to say why they ended.
@@ -76,6 +77,8 @@ struct Inner<B: Backend> {
     ended: Mutex<VecDeque<(String, &'static str)>>,
     /// Sessions being created (counted against `max_sessions` before they exist).
     starting: AtomicUsize,
+    /// Of those, how many each principal is creating (for `quotas.max_sessions`).
+    starting_for: Mutex<HashMap<Option<[u8; 32]>, usize>>,
     /// Sandboxes in memory or booting (counted against `max_resident`).
     resident: Mutex<usize>,
     /// The session store, when sessions are durable.
@@ -150,6 +153,7 @@ impl<B: Backend> Sessions<B> {
                 sessions: Mutex::new(HashMap::new()),
                 ended: Mutex::new(VecDeque::new()),
                 starting: AtomicUsize::new(0),
+                starting_for: Mutex::default(),
                 resident: Mutex::new(0),
                 durability,
                 runtime: tokio::runtime::Handle::try_current().ok(),
@@ -213,8 +217,24 @@ impl<B: Backend> Sessions<B> {
                     max: inner.config.max_sessions,
                 });
             }
+            let owner = caller.principal.map(|p| p.0);
+            let mut starting_for = lock(&inner.starting_for);
+            if let Some(max) = inner.config.max_per_principal {
+                let held = sessions
+                    .values()
+                    .filter(|s| s.caller.principal.map(|p| p.0) == owner)
+                    .count()
+                    + starting_for.get(&owner).copied().unwrap_or(0);
+                if held >= max {
+                    return Err(SessionError::TooManyOwned { held, max });
+                }
+            }
+            *starting_for.entry(owner).or_default() += 1;
             inner.starting.fetch_add(1, Ordering::SeqCst);
-            Starting(&inner.starting)
+            (
+                Starting(&inner.starting),
+                StartingFor(&inner.starting_for, owner),
+            )
         };
         let room = self.make_room(None).await?;
         let id = mint_id(&inner.replica_id, id::ID_BYTES)
@@ -353,7 +373,13 @@ impl<B: Backend> Sessions<B> {
     async fn find(&self, id: &str, caller: &Caller) -> Result<Arc<Session>, SessionError> {
         match self.known(id, caller)? {
             Some(session) => Ok(session),
-            None => self.adopt(id, caller).await,
+            None => {
+                let from = std::time::Instant::now();
+                let adopted = self.adopt(id, caller).await;
+                let to = std::time::Instant::now();
+                traces::current().child("session.restore", from, to, Vec::new());
+                adopted
+            }
         }
     }
 
@@ -379,7 +405,11 @@ impl<B: Backend> Sessions<B> {
             return Err(self.not_found(&session.id));
         }
         if let Place::Spilled { .. } = &*place {
-            self.resume(session, &mut place).await?;
+            let from = std::time::Instant::now();
+            let resumed = self.resume(session, &mut place).await;
+            let to = std::time::Instant::now();
+            traces::current().child("session.resume", from, to, Vec::new());
+            resumed?;
         }
         match &*place {
             Place::Resident(jobs) => jobs
@@ -415,10 +445,14 @@ impl<B: Backend> Sessions<B> {
             pending,
         })
         .await?;
+        let queued = std::time::Instant::now();
         let outcome = result.await;
         guard.done = true;
         session.touch(self.now());
         let run = outcome.map_err(|_| self.not_found(id))?;
+        let span = traces::current();
+        span.child("session.wait", queued, run.ran.0.max(queued), Vec::new());
+        span.child("sandbox.execute", run.ran.0, run.ran.1, Vec::new());
         *lock(&session.unsaveable) = run.unsaveable.clone();
         Ok(run)
     }

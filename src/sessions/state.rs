@@ -1,6 +1,7 @@
 //! What the manager keeps about each session (where it is, its holds, its durability) and the
 //! guards that give back what a call or a creation holds when its future is dropped.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -73,6 +74,24 @@ pub(super) struct Starting<'a>(pub(super) &'a AtomicUsize);
 impl Drop for Starting<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Releases a principal's creation slot when dropped (its entry goes with its last one).
+pub(super) struct StartingFor<'a>(
+    pub(super) &'a Mutex<HashMap<Option<[u8; 32]>, usize>>,
+    pub(super) Option<[u8; 32]>,
+);
+
+impl Drop for StartingFor<'_> {
+    fn drop(&mut self) {
+        let mut starting = lock(self.0);
+        if let Some(n) = starting.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                starting.remove(&self.1);
+            }
+        }
     }
 }
 

@@ -238,6 +238,7 @@ pub(super) fn config(max_sessions: usize, queue_capacity: usize) -> SessionSetti
         queue_capacity,
         idle_timeout: Duration::from_secs(60),
         max_lifetime: Duration::from_secs(3600),
+        max_per_principal: None,
     }
 }
 

@@ -204,13 +204,16 @@ fn serve<B: Backend>(thread: &Thread<B>, sandbox: &mut B::Sandbox, jobs: mpsc::R
                     // The caller left before this call started.
                     continue;
                 }
+                let from = std::time::Instant::now();
                 let result = backend.run(sandbox, request, cancel);
+                let ran = (from, std::time::Instant::now());
                 let ended = report_end(backend, sandbox, manager, id);
                 let mut run = SessionRun {
                     result,
                     kept_stdout: None,
                     kept_stderr: None,
                     unsaveable: store_off.clone(),
+                    ran,
                 };
                 if let Some(keep) = keep.filter(|_| !ended) {
                     keep_outputs(backend, sandbox, &keep, &mut run);

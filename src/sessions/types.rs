@@ -26,6 +26,8 @@ pub struct SessionRun {
     /// Why the session cannot be saved to the store (spilled, resumed elsewhere, kept through a
     /// restart), as of the end of this call; `None`: it can.
     pub unsaveable: Option<String>,
+    /// When the code started and ended on the session's thread.
+    pub ran: (std::time::Instant, std::time::Instant),
 }
 
 /// Who a request was authenticated as (put into the request's extensions by the transport): a
@@ -74,6 +76,10 @@ pub enum SessionError {
         "no more sessions can be created: {live} are live, the limit sessions.max_sessions = {max}; clear one (clear_session) or retry later"
     )]
     TooMany { live: usize, max: usize },
+    #[error(
+        "this principal holds {held} sessions on this server (quotas.max_sessions = {max}); clear one (clear_session) or let one expire"
+    )]
+    TooManyOwned { held: usize, max: usize },
     #[error(
         "session {id} is busy: {waiting} calls are queued or running in it (sessions.queue_capacity = {capacity} may wait behind the running one); retry when it has finished"
     )]

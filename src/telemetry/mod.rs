@@ -4,9 +4,11 @@
 //! call below is a no-op; no listener opens and no reporter runs.
 //!
 //! Labels only ever take the fixed values of `labels.rs`: never code, paths, package names, URLs,
-//! session ids or messages.
+//! session ids or messages. Traces are in [`traces`], with the same rule for their attributes.
 
 mod labels;
+mod otlp_client;
+pub mod traces;
 
 pub use labels::*;
 

@@ -99,6 +99,16 @@ pub fn supported(names: &OAuthScopes) -> Vec<String> {
     all
 }
 
+/// The OAuth scopes of the request's principal, when it has them (none: static token or no auth).
+pub(super) fn of(context: &rmcp::service::RequestContext<rmcp::RoleServer>) -> Option<Access> {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()?
+        .extensions
+        .get::<Access>()
+        .cloned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use opentelemetry::KeyValue;
 use rmcp::RoleServer;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::{Peer, RequestContext};
@@ -23,6 +24,7 @@ use crate::protocol::limits::MAX_TIMEOUT_MS;
 use crate::sandbox::{ExecRequest, ExecResult, LiveOutput};
 use crate::sessions::{Caller, KeepOutputs, Principal, SessionError, Sessions};
 use crate::telemetry::ToolOutcome;
+use crate::telemetry::traces;
 use crate::telemetry::{self, Rejection};
 
 /// First queue-position notice after this long in the queue.
@@ -142,6 +144,7 @@ impl Outcome {
             )) => ToolOutcome::ValidationError,
             Outcome::Refused(Refusal::Session(
                 SessionError::TooMany { .. }
+                | SessionError::TooManyOwned { .. }
                 | SessionError::TooManyResident { .. }
                 | SessionError::Busy { .. }
                 | SessionError::Elsewhere { .. },
@@ -243,12 +246,23 @@ impl Runner<'_> {
             .live
             .clone()
             .or_else(|| setup.progress.as_ref().map(|_| Arc::default()));
+        let span = traces::current();
+        span.set(vec![
+            KeyValue::new("code_interpreter.code_bytes", args.code.len() as i64),
+            KeyValue::new("code_interpreter.input_files", files.len() as i64),
+            KeyValue::new(
+                "code_interpreter.input_bytes",
+                files.iter().map(|f| f.content.len() as i64).sum::<i64>(),
+            ),
+            KeyValue::new("code_interpreter.session", args.session_id.is_some()),
+        ]);
         let request = ExecRequest {
             code: args.code,
             files,
             timeout: Duration::from_millis(args.timeout_ms),
             live: live.clone(),
             grid_rows: args.grid_rows,
+            trace: span.context(),
         };
         let stream = stream_output(setup.progress.clone(), live);
         let cancelled = setup.cancelled.clone();
@@ -266,11 +280,20 @@ impl Runner<'_> {
     }
 
     async fn stateless(&self, request: ExecRequest, setup: &Setup) -> Ended {
-        let ticket = match self.pool.submit_as(queue_lane(&setup.caller), request) {
+        let submitted = std::time::Instant::now();
+        let lane = queue_lane(&setup.caller);
+        let ticket = match self.pool.submit_as(lane, self.quotas.max_queued(), request) {
             Ok(ticket) => ticket,
+            Err(SubmitError::LaneFull { waiting, max }) => {
+                telemetry::rejection(Rejection::Quota);
+                let principal = setup.caller.principal;
+                let refusal = self.quotas.queue_refusal(principal, waiting, max);
+                return Ended::refused(Refusal::Quota(refusal));
+            }
             Err(error) => return Ended::refused(Refusal::Queue(error)),
         };
         let completed = wait_with_progress(ticket, setup.progress.clone()).await;
+        trace_worker_time(submitted, &completed);
         Ended {
             outcome: match completed.result {
                 Ok(result) => Outcome::Executed(result),
@@ -303,7 +326,10 @@ impl Runner<'_> {
         let run = async {
             let mut created = None;
             let id = if starts_a_session(&session_id) {
+                let from = std::time::Instant::now();
                 let id = sessions.create(caller.clone(), &request.code).await?;
+                let to = std::time::Instant::now();
+                traces::current().child("session.create", from, to, Vec::new());
                 created = Some(Abandon {
                     sessions,
                     id: Some(id.clone()),
@@ -334,6 +360,28 @@ impl Runner<'_> {
             },
             Err(e) => Ended::refused(Refusal::Session(e)),
         }
+    }
+}
+
+/// The children of the call's span for a pool job submitted at `submitted`: its wait in the queue,
+/// the boot of a sandbox when none was ready, and its execution.
+fn trace_worker_time(submitted: std::time::Instant, completed: &Completed<ExecResult>) {
+    let span = traces::current();
+    let dispatched = submitted + completed.queue_wait;
+    let done = dispatched + completed.execution;
+    span.child("queue.wait", submitted, dispatched, Vec::new());
+    let booted = dispatched + completed.boot.unwrap_or_default();
+    let source = if completed.boot.is_some() {
+        "boot"
+    } else {
+        "ready"
+    };
+    if completed.boot.is_some() {
+        span.child("sandbox.boot", dispatched, booted, Vec::new());
+    }
+    if completed.execution > Duration::ZERO {
+        let attributes = vec![KeyValue::new("code_interpreter.sandbox", source)];
+        span.child("sandbox.execute", booted, done, attributes);
     }
 }
 

@@ -10,10 +10,12 @@ pub mod content;
 pub mod era;
 pub mod execute;
 pub mod quotas;
+mod record;
 pub mod run;
 pub mod schema;
 pub mod session;
 pub mod snippets;
+mod spans;
 pub mod tasks;
 pub mod text;
 pub mod upstream;
@@ -22,7 +24,7 @@ pub mod validation;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::model::{
@@ -39,6 +41,7 @@ use crate::apps::{self, Views};
 use crate::pool::ExecPool;
 use crate::sessions::Sessions;
 use crate::telemetry::{self, ToolOutcome};
+pub(crate) use record::{Details, record};
 use snippets::Catalog;
 use validation::InputLimits;
 
@@ -274,42 +277,6 @@ fn no_tasks() -> ErrorData {
     ErrorData::method_not_found::<rmcp::model::GetTaskMethod>()
 }
 
-/// What a tool call's log line says beyond its tool, outcome and duration.
-#[derive(Debug, Default)]
-pub(crate) struct Details<'a> {
-    pub queue_wait: Option<Duration>,
-    pub execution: Option<Duration>,
-    pub output_truncated: Option<bool>,
-    /// The session the call ran in (logged shortened).
-    pub session: Option<&'a str>,
-    /// How many snippets a search returned.
-    pub results: Option<usize>,
-    /// Whether a snippet was found.
-    pub found: Option<bool>,
-    /// Who made the call (logged as a hashed label).
-    pub principal: Option<crate::sessions::Principal>,
-}
-
-/// Every tool call's metric and log line (never code, file contents, paths or a whole session id).
-pub(crate) fn record(tool: &'static str, outcome: ToolOutcome, started: Instant, details: Details) {
-    let elapsed = started.elapsed();
-    telemetry::tool_call(tool, outcome, elapsed);
-    let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
-    tracing::info!(
-        tool,
-        outcome = outcome.label(),
-        total_ms = elapsed.as_millis() as u64,
-        queue_wait_ms = ms(details.queue_wait),
-        execution_ms = ms(details.execution),
-        output_truncated = details.output_truncated,
-        session = details.session.map(crate::sessions::short),
-        results = details.results,
-        found = details.found,
-        principal = details.principal.map(|p| p.label()),
-        "tool call"
-    );
-}
-
 /// A tool result with `value` as structured content and its JSON text, an error unless `ok`.
 pub(crate) fn structured(value: &impl serde::Serialize, ok: bool) -> CallToolResult {
     let value = serde_json::to_value(value).unwrap_or_default();
@@ -320,57 +287,15 @@ pub(crate) fn structured(value: &impl serde::Serialize, ok: bool) -> CallToolRes
     }
 }
 
-#[tool_handler(router = self.tool_router)]
-impl ServerHandler for CodeInterpreter {
-    fn get_info(&self) -> ServerConfig {
-        // Prompts and resources are declared with empty lists so that clients (and the conformance
-        // suite's caching checks) that list them get an answer rather than "method not found".
-        let builder = ServerCapabilities::builder()
-            .enable_tools()
-            .enable_prompts()
-            .enable_resources();
-        let mut capabilities = if self.tasks.is_some() {
-            builder.enable_tasks().build()
-        } else {
-            builder.build()
-        };
-        if self.apps.is_some() {
-            capabilities
-                .extensions
-                .get_or_insert_default()
-                .insert(apps::EXTENSION.into(), Default::default());
-        }
-        let instructions = if self.sessions.is_some() {
-            "Use run_python_code to execute Python. By default every call gets a fresh sandbox and \
-nothing persists; send input files with each call. For state across calls, pass session_id = \"new\" \
-and then the returned session_id: variables, imports and /workspace files persist in that session \
-until it is cleared or expires."
-        } else {
-            "Use run_python_code to execute Python in a fresh sandbox per call. State does not \
-persist between calls; send input files with each call."
-        };
-        ServerConfig::new(capabilities)
-            .with_server_info(Implementation::new(
-                "code-interpreter-mcp",
-                env!("CARGO_PKG_VERSION"),
-            ))
-            .with_instructions(instructions)
-    }
-
-    /// Arguments are checked against the tool's schema first ([`arguments`]). run_python_code may
-    /// become a task for a 2026-07-28 client that declared the tasks extension; every other call
-    /// goes to its tool as usual, and its result is shaped for the client's era ([`era`]).
-    ///
-    /// (A client of the session era that declares the extension in `initialize` gets synchronous
-    /// calls: the one such client tried, the Inspector CLI 2.12.0 in its legacy era, declares it as
-    /// "harmless on legacy" and then fails every call that comes back as a task.)
-    async fn call_tool(
+impl CodeInterpreter {
+    /// One tool call: the scope check, the arguments, then a task or the tool's handler.
+    async fn dispatch(
         &self,
         mut request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let era = self.era(&context);
-        if let Some(access) = access_of(&context) {
+        if let Some(access) = access::of(&context) {
             let arguments = request.arguments.as_ref();
             let asked = access::Asked {
                 method: "tools/call",
@@ -427,6 +352,63 @@ persist between calls; send input files with each call."
             other => other,
         })
     }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for CodeInterpreter {
+    fn get_info(&self) -> ServerConfig {
+        // Prompts and resources are declared with empty lists so that clients (and the conformance
+        // suite's caching checks) that list them get an answer rather than "method not found".
+        let builder = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_prompts()
+            .enable_resources();
+        let mut capabilities = if self.tasks.is_some() {
+            builder.enable_tasks().build()
+        } else {
+            builder.build()
+        };
+        if self.apps.is_some() {
+            capabilities
+                .extensions
+                .get_or_insert_default()
+                .insert(apps::EXTENSION.into(), Default::default());
+        }
+        let instructions = if self.sessions.is_some() {
+            "Use run_python_code to execute Python. By default every call gets a fresh sandbox and \
+nothing persists; send input files with each call. For state across calls, pass session_id = \"new\" \
+and then the returned session_id: variables, imports and /workspace files persist in that session \
+until it is cleared or expires."
+        } else {
+            "Use run_python_code to execute Python in a fresh sandbox per call. State does not \
+persist between calls; send input files with each call."
+        };
+        ServerConfig::new(capabilities)
+            .with_server_info(Implementation::new(
+                "code-interpreter-mcp",
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .with_instructions(instructions)
+    }
+
+    /// Arguments are checked against the tool's schema first ([`arguments`]). run_python_code may
+    /// become a task for a 2026-07-28 client that declared the tasks extension; every other call
+    /// goes to its tool as usual, and its result is shaped for the client's era ([`era`]).
+    ///
+    /// (A client of the session era that declares the extension in `initialize` gets synchronous
+    /// calls: the one such client tried, the Inspector CLI 2.12.0 in its legacy era, declares it as
+    /// "harmless on legacy" and then fails every call that comes back as a task.)
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let known = self.tool_router.map.contains_key(request.name.as_ref());
+        let span = spans::of_call(&request, &context, known);
+        let response = span.clone().scope(self.dispatch(request, context)).await;
+        spans::settle(&span, &response);
+        response
+    }
 
     /// Every tool, as the client's protocol era knows tools (see [`era`]); cache hints from
     /// 2026-07-28 on, as rmcp's generated list does. For a client that declared the MCP Apps
@@ -442,7 +424,7 @@ persist between calls; send input files with each call."
             .is_some_and(|version| version >= ProtocolVersion::V_2026_07_28);
         let mut tools = self.era(&context).tools(self.tool_router.list_all());
         // An OAuth principal sees only the tools its scopes allow (a call naming no session).
-        let access = access_of(&context);
+        let access = access::of(&context);
         if let Some(access) = &access {
             tools.retain(|tool| {
                 let asked = access::Asked {
@@ -593,16 +575,6 @@ results are Python objects; `upstream.ToolError` when a tool fails):",
         text.push('.');
     }
     text
-}
-
-/// The OAuth scopes of the request's principal, when it has them (none: static token or no auth).
-fn access_of(context: &RequestContext<RoleServer>) -> Option<access::Access> {
-    context
-        .extensions
-        .get::<axum::http::request::Parts>()?
-        .extensions
-        .get::<access::Access>()
-        .cloned()
 }
 
 #[cfg(test)]

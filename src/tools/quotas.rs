@@ -1,9 +1,11 @@
 //! Per-principal quotas (`[quotas]`) on this replica: calls in progress at once, sandbox seconds per
 //! minute (a bucket of `cpu_seconds_per_minute` seconds refilled continuously and charged with each
-//! call's execution time), and tasks held. Without authentication everyone is one principal, so
-//! the quotas act server-wide. A refusal names the quota and, where time cures it, about when to
-//! retry. The registry keeps an entry only while its principal has calls in progress or a bucket
-//! not yet full again, so it is bounded by the active principals.
+//! call's execution time), calls waiting for a worker (checked by the pool's queue, which knows each
+//! principal's lane), and tasks held; sessions held are counted by the sessions. Without
+//! authentication everyone is one principal, so the quotas act server-wide. A refusal names the
+//! quota and, where time cures it, about when to retry. The registry keeps an entry only while its
+//! principal has calls in progress or a bucket not yet full again, so it is bounded by the active
+//! principals.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -135,6 +137,32 @@ impl Quotas {
         }
     }
 
+    /// The most calls one principal may have waiting for a worker.
+    pub fn max_queued(&self) -> Option<usize> {
+        self.limits.max_queued_calls.map(|n| n as usize)
+    }
+
+    /// The refusal of a call whose principal has `waiting` calls queued, `max` allowed: retry in
+    /// about one of its calls' time (1 s while none is known).
+    pub fn queue_refusal(
+        &self,
+        principal: Option<Principal>,
+        waiting: usize,
+        max: usize,
+    ) -> QuotaError {
+        let usage = self.usage.lock().unwrap_or_else(|e| e.into_inner());
+        let typical = usage.get(&key(principal)).map_or(1.0, |u| u.typical);
+        let wait = Duration::from_secs_f64(typical.clamp(0.1, 60.0));
+        QuotaError {
+            quota: "max_queued_calls",
+            retry_after: Some(wait),
+            message: format!(
+                "this principal has {waiting} calls waiting for a worker (quotas.max_queued_calls = {max}); retry when one has started, in about {:.1} s",
+                wait.as_secs_f64()
+            ),
+        }
+    }
+
     fn end(&self, key: [u8; 32], execution: Option<Duration>) {
         let now = Instant::now();
         let mut usage = self.usage.lock().unwrap_or_else(|e| e.into_inner());
@@ -199,6 +227,7 @@ mod tests {
             max_concurrent_calls: calls,
             cpu_seconds_per_minute: cpu,
             max_tasks: Some(2),
+            ..Default::default()
         })
     }
 

@@ -157,6 +157,11 @@ impl Outcome {
                 ErrorType::ServerShuttingDown,
                 e.to_string(),
             ),
+            Refusal::Queue(e @ SubmitError::LaneFull { .. }) => (
+                CallErrorKind::Overload,
+                ErrorType::QuotaExceeded,
+                e.to_string(),
+            ),
             Refusal::Queue(e @ SubmitError::Unavailable) => (
                 CallErrorKind::Runtime,
                 ErrorType::Unavailable,
@@ -225,6 +230,15 @@ pub fn session_error(error: &SessionError) -> ExecError<CallErrorKind> {
         }
         SessionError::NotDurable { .. } => (CallErrorKind::Session, ErrorType::SessionNotDurable),
         SessionError::Busy { .. } => (CallErrorKind::Overload, ErrorType::Overloaded),
+        SessionError::TooManyOwned { .. } => {
+            let mut quota = ExecError::new(
+                CallErrorKind::Overload,
+                ErrorType::QuotaExceeded,
+                error.to_string(),
+            );
+            quota.quota = Some("max_sessions".into());
+            return quota;
+        }
         SessionError::Boot(_) => (CallErrorKind::Runtime, ErrorType::SandboxStartupError),
         // The session is gone with this process: like an ended one, the caller starts a new one.
         SessionError::ShuttingDown => (CallErrorKind::Session, ErrorType::ServerShuttingDown),
@@ -287,6 +301,9 @@ impl CodeInterpreter {
     /// The structured result of a call that ended, its metric and its log line.
     pub(super) fn finish(&self, ended: Ended, started: std::time::Instant) -> (CallResult, Kept) {
         let outcome = ended.outcome.metric();
+        if let Outcome::Executed(run) = &ended.outcome {
+            trace_sizes(run);
+        }
         let session = ended.session_id.as_ref().map(|id| SessionInfo {
             id: id.clone(),
             durable: ended.unsaveable.is_none(),
@@ -312,6 +329,18 @@ impl CodeInterpreter {
         );
         (result, ended.kept)
     }
+}
+
+/// The sizes of what a call returned, on its span (sizes only: never the text or the names).
+fn trace_sizes(run: &crate::sandbox::ExecResult) {
+    use opentelemetry::KeyValue;
+    let size = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    crate::telemetry::traces::current().set(vec![
+        KeyValue::new("code_interpreter.stdout_bytes", size(run.stdout.len())),
+        KeyValue::new("code_interpreter.stderr_bytes", size(run.stderr.len())),
+        KeyValue::new("code_interpreter.output_files", size(run.files.len())),
+        KeyValue::new("code_interpreter.displays", size(run.displays.len())),
+    ]);
 }
 
 #[tool_router(vis = "pub(super)")]

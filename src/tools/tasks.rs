@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use opentelemetry::KeyValue;
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResponse, CallToolResult, CreateTaskResult, GetTaskResult, TaskStatus};
 use rmcp::task_manager::{TaskContext, TaskExit, TaskManager, TaskOptions};
@@ -38,6 +39,7 @@ use crate::pool::{JobError, SubmitError};
 use crate::protocol::limits::MAX_TIMEOUT_MS;
 use crate::sandbox::LiveOutput;
 use crate::sessions::Principal;
+use crate::telemetry::traces::CallSpan;
 use crate::telemetry::{self, TaskEnd};
 
 /// Tasks that may exist at once (running, waiting or finished and still kept).
@@ -265,8 +267,14 @@ impl Tasks {
         let deadline = tokio::time::Instant::now() + self.settings.ttl;
         self.working.fetch_add(1, Ordering::SeqCst);
         telemetry::tasks_working(self.working.load(Ordering::SeqCst));
+        // The task's run is a span of its own, a child of the call that created it.
+        let span = CallSpan::start(
+            "task run_python_code".into(),
+            telemetry::traces::current().context().as_ref(),
+            vec![KeyValue::new("gen_ai.tool.name", "run_python_code")],
+        );
         let task = self.manager.spawn(options, move |ctx| {
-            Box::pin(async move {
+            Box::pin(span.scope(async move {
                 // (The manager aborts a task still running at its TTL: the guard then counts it
                 // as failed.)
                 let mut ending = Ending {
@@ -281,7 +289,7 @@ impl Tasks {
                     Err(TaskExit::Error(_)) => TaskEnd::Failed,
                 };
                 outcome
-            })
+            }))
         });
         self.lock().insert(task.task_id.clone(), principal);
         CallToolResponse::Task(CreateTaskResult::new(task))
@@ -578,7 +586,10 @@ fn start_call(
         live: Some(live.clone()),
     };
     let interpreter = interpreter.clone();
-    let call = Box::pin(async move { interpreter.runner().execute(args.into(), setup).await });
+    // Traced under the span current now, whichever future polls it later.
+    let span = telemetry::traces::current();
+    let call =
+        Box::pin(span.scope(async move { interpreter.runner().execute(args.into(), setup).await }));
     (call, live)
 }
 

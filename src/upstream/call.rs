@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio_util::sync::CancellationToken;
 
+use crate::telemetry::traces::TraceParent;
+
 /// Upstream calls in flight at once from one execution, at most.
 pub const MAX_IN_FLIGHT: usize = 8;
 
@@ -20,9 +22,27 @@ pub struct CallUpstream {
     in_flight: AtomicUsize,
     /// The token of each call in flight, by the id the sandbox gave it.
     calls: Mutex<HashMap<u32, CancellationToken>>,
+    /// The trace context of the execution (its calls are traced as its children).
+    trace: Option<TraceParent>,
 }
 
 impl CallUpstream {
+    /// The state of an execution traced under `trace`.
+    pub fn traced(trace: Option<TraceParent>) -> Self {
+        Self {
+            cancel: CancellationToken::new(),
+            counts: Mutex::default(),
+            in_flight: AtomicUsize::new(0),
+            calls: Mutex::default(),
+            trace,
+        }
+    }
+
+    /// The execution's trace context, if it is traced.
+    pub(super) fn trace(&self) -> Option<&TraceParent> {
+        self.trace.as_ref()
+    }
+
     /// Cancels every upstream call of the execution.
     pub fn cancel(&self) {
         self.cancel.cancel();

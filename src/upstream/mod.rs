@@ -23,13 +23,23 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use opentelemetry::KeyValue;
 use rmcp::model::{CallToolRequestParams, Tool};
 use rmcp::service::{Peer, RoleClient};
 use serde_json::{Value, json};
 
 use crate::config::secret::{self, Secret};
 use crate::config::{UpstreamSettings, UpstreamTransport};
+use crate::telemetry::traces::{ClientSpan, TraceParent};
 use crate::telemetry::{self, UpstreamOutcome};
+
+/// How a sandbox's call goes out: its number in the sandbox, the execution's deadline, and the
+/// trace context of the call's span.
+struct Sent {
+    id: u32,
+    deadline: Option<Instant>,
+    trace: Option<TraceParent>,
+}
 
 /// How long start-up waits for every upstream's first connection before going on without it.
 const CONNECT_WAIT: Duration = Duration::from_secs(10);
@@ -264,8 +274,29 @@ impl Upstreams {
             Some(_) => (server, "other"),
             None => ("other", "other"),
         };
+        // Only configured and granted names: the sandbox chooses the others.
+        let span = ClientSpan::start(
+            call.trace(),
+            format!("upstream.call {server_label}"),
+            vec![
+                KeyValue::new("mcp.method.name", "tools/call"),
+                KeyValue::new("code_interpreter.upstream", server_label.to_string()),
+                KeyValue::new("gen_ai.tool.name", tool_label.to_string()),
+            ],
+        );
+        let trace = span.context();
         let (outcome, reply) = match self
-            .call_checked(call, server, tool, args, id, deadline)
+            .call_checked(
+                call,
+                server,
+                tool,
+                args,
+                Sent {
+                    id,
+                    deadline,
+                    trace,
+                },
+            )
             .await
         {
             Ok((outcome, result)) => (outcome, format!(r#"{{"ok":{result}}}"#)),
@@ -275,6 +306,7 @@ impl Upstreams {
             ),
         };
         let elapsed = started.elapsed();
+        span.end(outcome.label(), matches!(outcome, UpstreamOutcome::Ok));
         telemetry::upstream_call(server_label, tool_label, outcome, elapsed);
         let ms = elapsed.as_millis() as u64;
         // Refusals made before anything is sent are counted, and logged only at debug level: a
@@ -309,9 +341,13 @@ impl Upstreams {
         server: &str,
         tool: &str,
         args: &str,
-        id: u32,
-        deadline: Option<Instant>,
+        sent: Sent,
     ) -> Result<(UpstreamOutcome, String), (UpstreamOutcome, String)> {
+        let Sent {
+            id,
+            deadline,
+            trace,
+        } = sent;
         use UpstreamOutcome as O;
         let s = self.servers.get(server).ok_or_else(|| {
             (
@@ -375,7 +411,16 @@ impl Upstreams {
         let own = Instant::now() + timeout;
         let deadline = deadline.map_or(own, |d| d.min(own));
         let max_bytes = s.settings.max_result_bytes;
-        let request = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        let mut request = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        // The trace goes on in the upstream server (SEP-414: W3C trace context in `_meta`).
+        if let Some(trace) = trace {
+            let meta: serde_json::Map<_, _> = trace
+                .headers()
+                .into_iter()
+                .map(|(name, value)| (name.to_string(), value.into()))
+                .collect();
+            request.meta = Some(meta.into());
+        }
         let (slots, needles) = (s.slots.clone(), s.needles.clone());
         let at = tokio::time::Instant::from_std(deadline);
         let timed_out = move || {

@@ -507,3 +507,39 @@ pub fn request_stateless(server: &(impl Endpoint + ?Sized), method: &str, params
         .map(str::to_string);
     message(send_stateless(&client(), server.url(), method, name.as_deref(), &body).unwrap())
 }
+
+/// A server of the test's own (a stand-in collector, issuer, proxy or host) on a loopback port,
+/// served by a runtime of its own for as long as this lives.
+pub struct Background {
+    pub port: u16,
+    runtime: tokio::runtime::Runtime,
+    listener: Option<std::net::TcpListener>,
+}
+
+impl Background {
+    /// A loopback port, bound, and the one-thread runtime that will serve it.
+    pub fn bind() -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        Self {
+            port: listener.local_addr().unwrap().port(),
+            runtime,
+            listener: Some(listener),
+        }
+    }
+
+    /// Serves `app` over plain HTTP on the port.
+    pub fn serve(mut self, app: axum::Router) -> Self {
+        let listener = self.listener.take().expect("served once");
+        self.runtime.spawn(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            axum::serve(listener, app).await.unwrap();
+        });
+        self
+    }
+}

@@ -40,4 +40,5 @@ mod snippets;
 mod store;
 mod tasks;
 mod tls;
+mod traces;
 mod upstream;

@@ -156,19 +156,13 @@ struct Issuer {
     fetches: Arc<AtomicUsize>,
     elsewhere: Arc<AtomicUsize>,
     behaviour: Arc<Behaviour>,
-    _runtime: tokio::runtime::Runtime,
+    _server: crate::fixture::Background,
 }
 
 impl Issuer {
     fn start(keys: &[&Key]) -> Self {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+        let server = crate::fixture::Background::bind();
+        let url = format!("http://127.0.0.1:{}", server.port);
         let jwks: Arc<Mutex<Vec<Value>>> =
             Arc::new(Mutex::new(keys.iter().map(|k| k.jwk()).collect()));
         let fetches = Arc::new(AtomicUsize::new(0));
@@ -249,10 +243,7 @@ impl Issuer {
                     async { "{}" }
                 }),
             );
-        runtime.spawn(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            axum::serve(listener, app).await.unwrap();
-        });
+        let server = server.serve(app);
         Self {
             url,
             keys: jwks,
@@ -260,7 +251,7 @@ impl Issuer {
             fetches,
             elsewhere,
             behaviour,
-            _runtime: runtime,
+            _server: server,
         }
     }
 

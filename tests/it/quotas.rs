@@ -138,3 +138,72 @@ fn a_principal_holding_its_tasks_gets_no_more_until_one_expires() {
     let again = start("alice-token");
     assert_eq!(again["result"]["resultType"], "task", "{again}");
 }
+
+#[test]
+fn a_principal_with_its_queued_calls_waiting_gets_no_more_in_the_queue() {
+    let server = server_with_tokens(&[
+        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "1"),
+        ("CODE_INTERPRETER_MCP_QUOTAS_MAX_QUEUED_CALLS", "2"),
+    ]);
+    // Alice's first call runs (1.5 s), two more wait: her queue allowance.
+    let server = &server;
+    thread::scope(|scope| {
+        let mut alice = Vec::new();
+        alice.push(scope.spawn(|| run(server, "alice-token", "import time; time.sleep(1.5); 0")));
+        thread::sleep(Duration::from_millis(400));
+        for n in 1..=2 {
+            let code = format!("{n}");
+            alice.push(scope.spawn(move || run(server, "alice-token", &code)));
+        }
+        thread::sleep(Duration::from_millis(300));
+        let refused = run(server, "alice-token", "3");
+        let retry = quota_error(&refused, "max_queued_calls");
+        assert!((100..=60_000).contains(&retry), "{refused}");
+        // Bob's call still gets into the queue, and is served in turn.
+        assert_eq!(run(server, "bob-token", "4")["result"], "4");
+        for (n, call) in alice.into_iter().enumerate() {
+            assert_eq!(call.join().unwrap()["result"], n.to_string());
+        }
+    });
+    // Her queue has drained: she may queue again.
+    assert_eq!(run(server, "alice-token", "5")["result"], "5");
+}
+
+#[test]
+fn a_principal_holding_its_sessions_gets_no_more_until_it_clears_one() {
+    let server = server_with_tokens(&[("CODE_INTERPRETER_MCP_QUOTAS_MAX_SESSIONS", "2")]);
+    let create = |token: &str| {
+        structured(&message(call_as(
+            &server,
+            Some(token),
+            json!({"code": "x = 1", "session_id": "new"}),
+        )))
+        .clone()
+    };
+    let first = create("alice-token");
+    let id = first["session_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{first}"))
+        .to_string();
+    create("alice-token");
+    let refused = create("alice-token");
+    assert_eq!(
+        quota_error(&refused, "max_sessions"),
+        0,
+        "only ending one cures it"
+    );
+    assert!(refused["session_id"].is_null(), "{refused}");
+    assert!(
+        create("bob-token")["session_id"].is_string(),
+        "another principal's are its own"
+    );
+    let cleared = crate::fixture::call_tool_with(
+        &crate::fixture::client_with_token("alice-token"),
+        &server,
+        "clear_session",
+        json!({"session_id": id}),
+    );
+    assert_eq!(cleared["result"]["isError"], false, "{cleared}");
+    let again = create("alice-token");
+    assert!(again["session_id"].is_string(), "{again}");
+}

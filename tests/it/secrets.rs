@@ -219,18 +219,12 @@ fn heap_strings(snapshot: &[u8]) -> Vec<String> {
 struct Proxy {
     url: String,
     seen: Arc<Mutex<Vec<HeaderMap>>>,
-    _runtime: tokio::runtime::Runtime,
+    _server: crate::fixture::Background,
 }
 
 fn recording_proxy(target: String) -> Proxy {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let server = crate::fixture::Background::bind();
+    let port = server.port;
     let seen: Arc<Mutex<Vec<HeaderMap>>> = Arc::default();
     let recorded = seen.clone();
     let client = reqwest::Client::new();
@@ -267,14 +261,10 @@ fn recording_proxy(target: String) -> Proxy {
             }
         }
     });
-    runtime.spawn(async move {
-        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-        axum::serve(listener, app).await.unwrap();
-    });
     Proxy {
         url: format!("http://127.0.0.1:{port}/mcp"),
         seen,
-        _runtime: runtime,
+        _server: server.serve(app),
     }
 }
 

@@ -32,7 +32,7 @@ pub use secret::Secret;
 pub use settings::{
     AppsSettings, EngineSettings, HostGrant, HttpSettings, IntrospectionSettings, OAuthScopes,
     OAuthSettings, QuotaSettings, SessionSettings, Settings, SnippetSettings, TaskSettings,
-    UpstreamSettings, UpstreamTransport, WorkerSettings,
+    TraceSettings, UpstreamSettings, UpstreamTransport, WorkerSettings,
 };
 pub use sources::{ConfigError, Source};
 

@@ -168,6 +168,15 @@ pub struct QuotasConfig {
     /// Tasks a principal may hold (working or kept for their result; 0 to 100000; 0: no limit).
     /// Environment: CODE_INTERPRETER_MCP_QUOTAS_MAX_TASKS
     pub max_tasks: u64,
+    /// Calls a principal may have waiting for a worker at once (0 to 10000; 0: no limit): one more
+    /// is refused with QuotaExceeded, so one principal cannot fill workers.queue_capacity.
+    /// Environment: CODE_INTERPRETER_MCP_QUOTAS_MAX_QUEUED_CALLS
+    pub max_queued_calls: u64,
+    /// Sessions a principal may hold on this replica, resident or spilled (0 to 100000; 0: no
+    /// limit): creating or forking one more is refused with QuotaExceeded until one is cleared or
+    /// expires.
+    /// Environment: CODE_INTERPRETER_MCP_QUOTAS_MAX_SESSIONS
+    pub max_sessions: u64,
 }
 
 /// `[auth]`
@@ -672,6 +681,70 @@ impl Default for UpstreamConfig {
 pub struct IntegrationsConfig {
     /// Prometheus metrics on a dedicated listener.
     pub prometheus: PrometheusConfig,
+    /// OpenTelemetry traces of tool calls, exported over OTLP.
+    pub opentelemetry: OpenTelemetryConfig,
+}
+
+/// `[integrations.opentelemetry]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct OpenTelemetryConfig {
+    /// Export a trace span for every tool call (children: queue wait, sandbox start, execution,
+    /// session resume, upstream calls), continuing the caller's `traceparent` (from the request's
+    /// `_meta`, else its HTTP header). Spans carry outcomes, durations and sizes: never code,
+    /// output, file names, session ids, tokens or claims.
+    /// Environment: CODE_INTERPRETER_MCP_OTEL_ENABLED (true/false)
+    pub enabled: bool,
+    /// The OTLP/HTTP traces endpoint (protobuf), e.g. http://otel-collector:4318/v1/traces
+    /// (https, or http on any address: collectors usually sit beside the server).
+    /// Environment: CODE_INTERPRETER_MCP_OTEL_ENDPOINT
+    pub endpoint: String,
+    /// HTTP headers sent with every export (e.g. an API key). A value may name environment
+    /// variables or a file as in upstream headers ("Bearer ${TOKEN}", "@/run/secrets/token");
+    /// `OTEL_EXPORTER_OTLP_*HEADERS` are not read.
+    pub headers: BTreeMap<String, String>,
+    /// `service.name` of the spans' resource.
+    /// Environment: CODE_INTERPRETER_MCP_OTEL_SERVICE_NAME
+    pub service_name: String,
+    /// Percent of the calls that start a trace (0 to 100) that are recorded; a caller's sampled
+    /// flag is followed whatever this says.
+    /// Environment: CODE_INTERPRETER_MCP_OTEL_SAMPLE_PERCENT
+    pub sample_percent: u64,
+    /// Spans waiting for export at most (64 to 65536); more are dropped (and counted), never
+    /// waited for.
+    /// Environment: CODE_INTERPRETER_MCP_OTEL_MAX_QUEUE_SPANS
+    pub max_queue_spans: u64,
+    /// Spans sent in one export at most (1 to max_queue_spans).
+    /// Environment: CODE_INTERPRETER_MCP_OTEL_MAX_BATCH_SPANS
+    pub max_batch_spans: u64,
+    /// Milliseconds between two exports (100 to 60000).
+    /// Environment: CODE_INTERPRETER_MCP_OTEL_EXPORT_INTERVAL_MS
+    pub export_interval_ms: u64,
+    /// Milliseconds one export may take, retries included (100 to 60000); also the most the
+    /// shutdown waits for the last spans.
+    /// Environment: CODE_INTERPRETER_MCP_OTEL_EXPORT_TIMEOUT_MS
+    pub export_timeout_ms: u64,
+    /// Add the caller's principal label (`p-` and 12 hex digits of a hash, as in the logs) to
+    /// each tool-call span.
+    /// Environment: CODE_INTERPRETER_MCP_OTEL_PRINCIPAL_ATTRIBUTE (true/false)
+    pub principal_attribute: bool,
+}
+
+impl Default for OpenTelemetryConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            endpoint: "http://127.0.0.1:4318/v1/traces".into(),
+            headers: BTreeMap::new(),
+            service_name: "code-interpreter-mcp".into(),
+            sample_percent: 100,
+            max_queue_spans: 2048,
+            max_batch_spans: 512,
+            export_interval_ms: 5000,
+            export_timeout_ms: 10_000,
+            principal_attribute: false,
+        }
+    }
 }
 
 /// `[integrations.prometheus]`

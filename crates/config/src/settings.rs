@@ -45,6 +45,25 @@ pub struct Settings {
     pub upstream: BTreeMap<String, UpstreamSettings>,
     /// Per-principal quotas.
     pub quotas: QuotaSettings,
+    /// Trace export, when `integrations.opentelemetry.enabled`.
+    pub traces: Option<TraceSettings>,
+}
+
+/// `[integrations.opentelemetry]`, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceSettings {
+    /// The OTLP/HTTP traces URL.
+    pub endpoint: String,
+    /// Headers of every export, resolved (values never logged).
+    pub headers: Vec<(String, Secret)>,
+    pub service_name: String,
+    /// Fraction of new traces recorded (0.0 to 1.0).
+    pub sample_ratio: f64,
+    pub max_queue_spans: usize,
+    pub max_batch_spans: usize,
+    pub export_interval: Duration,
+    pub export_timeout: Duration,
+    pub principal_attribute: bool,
 }
 
 /// `[quotas]`: what one principal may use; `None` is no limit.
@@ -54,6 +73,8 @@ pub struct QuotaSettings {
     /// Sandbox seconds per minute (the bucket's size).
     pub cpu_seconds_per_minute: Option<u32>,
     pub max_tasks: Option<u32>,
+    /// Calls waiting for a worker.
+    pub max_queued_calls: Option<u32>,
 }
 
 /// `[results] apps`: interactive results as MCP Apps.
@@ -232,6 +253,8 @@ pub struct SessionSettings {
     pub queue_capacity: usize,
     pub idle_timeout: Duration,
     pub max_lifetime: Duration,
+    /// Sessions one principal may hold (`quotas.max_sessions`); `None`: no limit.
+    pub max_per_principal: Option<usize>,
 }
 
 /// run_python_code as an MCP task.

@@ -15,7 +15,7 @@ use crate::model::{AppConfig, BootMode};
 use crate::settings::{
     AppsSettings, EngineSettings, HostGrant, HttpSettings, IntrospectionSettings, OAuthScopes,
     OAuthSettings, QuotaSettings, SessionSettings, Settings, SnippetSettings, TaskSettings,
-    UpstreamSettings, UpstreamTransport, WorkerSettings,
+    TraceSettings, UpstreamSettings, UpstreamTransport, WorkerSettings,
 };
 use crate::sources::{ConfigError, Source, source_of};
 
@@ -45,10 +45,52 @@ const RANGES: &[Range] = &[
         unit: " s",
     },
     Range {
+        key: "quotas.max_queued_calls",
+        value: |c| c.quotas.max_queued_calls,
+        allowed: 0..=10_000,
+        unit: "",
+    },
+    Range {
+        key: "quotas.max_sessions",
+        value: |c| c.quotas.max_sessions,
+        allowed: 0..=100_000,
+        unit: "",
+    },
+    Range {
         key: "quotas.max_tasks",
         value: |c| c.quotas.max_tasks,
         allowed: 0..=100_000,
         unit: "",
+    },
+    Range {
+        key: "integrations.opentelemetry.sample_percent",
+        value: |c| c.integrations.opentelemetry.sample_percent,
+        allowed: 0..=100,
+        unit: " %",
+    },
+    Range {
+        key: "integrations.opentelemetry.max_queue_spans",
+        value: |c| c.integrations.opentelemetry.max_queue_spans,
+        allowed: 64..=65_536,
+        unit: "",
+    },
+    Range {
+        key: "integrations.opentelemetry.max_batch_spans",
+        value: |c| c.integrations.opentelemetry.max_batch_spans,
+        allowed: 1..=65_536,
+        unit: "",
+    },
+    Range {
+        key: "integrations.opentelemetry.export_interval_ms",
+        value: |c| c.integrations.opentelemetry.export_interval_ms,
+        allowed: 100..=60_000,
+        unit: " ms",
+    },
+    Range {
+        key: "integrations.opentelemetry.export_timeout_ms",
+        value: |c| c.integrations.opentelemetry.export_timeout_ms,
+        allowed: 100..=60_000,
+        unit: " ms",
     },
     Range {
         key: "auth.oauth.clock_skew_s",
@@ -296,8 +338,10 @@ pub fn validate(
     let upstream = upstream(c, &fail)?;
     let host_grants = host_grants(c, &fail)?;
     let oauth = oauth(c, &fail, bind_addr)?;
+    let traces = traces(c, &fail)?;
     let mut settings = settings(c, bind_addr, prometheus, tokio_worker_threads);
     settings.http.oauth = oauth;
+    settings.traces = traces;
     settings.upstream = upstream;
     settings.engine.host_grants = host_grants;
     Ok(settings)
@@ -904,6 +948,64 @@ fn prometheus(
     Ok(Some(SocketAddr::new(ip, port)))
 }
 
+/// `[integrations.opentelemetry]`, checked: `None` when off.
+fn traces(c: &AppConfig, fail: &Fail) -> Result<Option<TraceSettings>, ConfigError> {
+    let o = &c.integrations.opentelemetry;
+    if !o.enabled {
+        return Ok(None);
+    }
+    let host = ["http://", "https://"]
+        .iter()
+        .find_map(|scheme| o.endpoint.strip_prefix(scheme))
+        .map(|rest| rest.split(['/', '?', '#']).next().unwrap_or(""));
+    if host.is_none_or(|h| h.is_empty() || h.contains(['@', ' '])) {
+        return Err(fail.at(
+            "integrations.opentelemetry.endpoint",
+            format!(
+                "\"{}\" must be an http or https URL such as http://127.0.0.1:4318/v1/traces",
+                shown(&o.endpoint)
+            ),
+        ));
+    }
+    if o.max_batch_spans > o.max_queue_spans {
+        return Err(fail.at(
+            "integrations.opentelemetry.max_batch_spans",
+            format!(
+                "{} must not exceed integrations.opentelemetry.max_queue_spans ({})",
+                o.max_batch_spans, o.max_queue_spans
+            ),
+        ));
+    }
+    if o.service_name.trim().is_empty() {
+        return Err(fail.at(
+            "integrations.opentelemetry.service_name",
+            "must not be empty",
+        ));
+    }
+    for name in o.headers.keys() {
+        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        if name.is_empty() || !name.bytes().all(token) {
+            return Err(fail.at(
+                "integrations.opentelemetry.headers",
+                format!("\"{}\" is not an HTTP header name", shown(name)),
+            ));
+        }
+    }
+    let headers = crate::secret::resolve_all("integrations.opentelemetry.headers", &o.headers)
+        .map_err(|e| fail.at("integrations.opentelemetry.headers", e))?;
+    Ok(Some(TraceSettings {
+        endpoint: o.endpoint.clone(),
+        headers,
+        service_name: o.service_name.clone(),
+        sample_ratio: o.sample_percent as f64 / 100.0,
+        max_queue_spans: o.max_queue_spans as usize,
+        max_batch_spans: o.max_batch_spans as usize,
+        export_interval: Duration::from_millis(o.export_interval_ms),
+        export_timeout: Duration::from_millis(o.export_timeout_ms),
+        principal_attribute: o.principal_attribute,
+    }))
+}
+
 fn nonempty_path(text: &str) -> Option<PathBuf> {
     (!text.is_empty()).then(|| PathBuf::from(text))
 }
@@ -977,6 +1079,8 @@ fn settings(
             queue_capacity: s.queue_capacity as usize,
             idle_timeout: Duration::from_secs(s.idle_timeout_s),
             max_lifetime: Duration::from_secs(s.max_lifetime_s),
+            max_per_principal: (c.quotas.max_sessions > 0)
+                .then_some(c.quotas.max_sessions as usize),
         }),
         tasks: c.tasks.enabled.then(|| TaskSettings {
             max_running: match c.tasks.max_running {
@@ -1001,6 +1105,7 @@ fn settings(
             grid_rows: c.results.max_table_rows_app as u32,
         }),
         prometheus,
+        traces: None,
         upstream: BTreeMap::new(),
         quotas: {
             let limit = |n: u64| u32::try_from(n).ok().filter(|&n| n > 0);
@@ -1008,6 +1113,7 @@ fn settings(
                 max_concurrent_calls: limit(c.quotas.max_concurrent_calls),
                 cpu_seconds_per_minute: limit(c.quotas.cpu_seconds_per_minute),
                 max_tasks: limit(c.quotas.max_tasks),
+                max_queued_calls: limit(c.quotas.max_queued_calls),
             }
         },
     }

@@ -279,6 +279,20 @@ fn every_environment_override_applies_after_files() {
         ("CODE_INTERPRETER_MCP_QUOTAS_MAX_CONCURRENT_CALLS", "4"),
         ("CODE_INTERPRETER_MCP_QUOTAS_CPU_SECONDS_PER_MINUTE", "120"),
         ("CODE_INTERPRETER_MCP_QUOTAS_MAX_TASKS", "0"),
+        ("CODE_INTERPRETER_MCP_QUOTAS_MAX_QUEUED_CALLS", "6"),
+        ("CODE_INTERPRETER_MCP_QUOTAS_MAX_SESSIONS", "3"),
+        ("CODE_INTERPRETER_MCP_OTEL_ENABLED", "true"),
+        (
+            "CODE_INTERPRETER_MCP_OTEL_ENDPOINT",
+            "http://otel-collector:4318/v1/traces",
+        ),
+        ("CODE_INTERPRETER_MCP_OTEL_SERVICE_NAME", "mcp-eu"),
+        ("CODE_INTERPRETER_MCP_OTEL_SAMPLE_PERCENT", "25"),
+        ("CODE_INTERPRETER_MCP_OTEL_MAX_QUEUE_SPANS", "4096"),
+        ("CODE_INTERPRETER_MCP_OTEL_MAX_BATCH_SPANS", "256"),
+        ("CODE_INTERPRETER_MCP_OTEL_EXPORT_INTERVAL_MS", "1000"),
+        ("CODE_INTERPRETER_MCP_OTEL_EXPORT_TIMEOUT_MS", "2000"),
+        ("CODE_INTERPRETER_MCP_OTEL_PRINCIPAL_ATTRIBUTE", "true"),
         (
             "CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CLIENT_ID",
             "mcp-rs",
@@ -372,14 +386,27 @@ fn every_environment_override_applies_after_files() {
         ),
         ("mcp.run", "", "api://mcp/sessions.write")
     );
+    let traces = loaded.settings.traces.as_ref().unwrap();
+    assert_eq!(traces.endpoint, "http://otel-collector:4318/v1/traces");
+    assert_eq!(traces.service_name, "mcp-eu");
+    assert_eq!(traces.sample_ratio, 0.25);
+    assert_eq!(
+        (traces.max_queue_spans, traces.max_batch_spans),
+        (4096, 256)
+    );
+    assert_eq!(traces.export_interval, Duration::from_millis(1000));
+    assert_eq!(traces.export_timeout, Duration::from_millis(2000));
+    assert!(traces.principal_attribute && traces.headers.is_empty());
     assert_eq!(
         loaded.settings.quotas,
         config::QuotaSettings {
             max_concurrent_calls: Some(4),
             cpu_seconds_per_minute: Some(120),
             max_tasks: None,
+            max_queued_calls: Some(6),
         }
     );
+    assert_eq!(c.quotas.max_sessions, 3);
     let introspection = oauth.introspection.as_ref().unwrap();
     assert_eq!(introspection.client_id, "mcp-rs");
     assert_eq!(introspection.client_secret.expose(), "s3cret-value");

@@ -278,6 +278,7 @@ impl Sandbox {
         );
         call.live = request.live;
         call.grid_rows = request.grid_rows;
+        call.upstream = std::sync::Arc::new(crate::upstream::CallUpstream::traced(request.trace));
         self.runtime.op_state().borrow_mut().put(call);
         let Some(run) = self.with_state(|s| s.entry.as_ref().map(|e| e.run.clone())) else {
             return ExecResult::failure(ExecError::new(

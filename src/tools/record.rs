@@ -1,0 +1,53 @@
+//! Every tool call's record when it ends: its metric, its log line (never code, file contents,
+//! paths or a whole session id) and the end of its trace span with the outcome.
+
+use std::time::{Duration, Instant};
+
+use crate::telemetry::{self, ToolOutcome};
+
+/// What a tool call's log line says beyond its tool, outcome and duration.
+#[derive(Debug, Default)]
+pub(crate) struct Details<'a> {
+    pub queue_wait: Option<Duration>,
+    pub execution: Option<Duration>,
+    pub output_truncated: Option<bool>,
+    /// The session the call ran in (logged shortened).
+    pub session: Option<&'a str>,
+    /// How many snippets a search returned.
+    pub results: Option<usize>,
+    /// Whether a snippet was found.
+    pub found: Option<bool>,
+    /// Who made the call (logged as a hashed label).
+    pub principal: Option<crate::sessions::Principal>,
+}
+
+/// Ends a tool call: its metric, log line and span.
+pub(crate) fn record(tool: &'static str, outcome: ToolOutcome, started: Instant, details: Details) {
+    let elapsed = started.elapsed();
+    telemetry::tool_call(tool, outcome, elapsed);
+    let span = telemetry::traces::current();
+    if let Some(principal) = details.principal
+        && telemetry::traces::principal_attribute()
+    {
+        span.set(vec![opentelemetry::KeyValue::new(
+            "code_interpreter.principal",
+            principal.label(),
+        )]);
+    }
+    let failed = !matches!(outcome, ToolOutcome::Success);
+    span.end(outcome.label(), failed.then(|| outcome.label()));
+    let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
+    tracing::info!(
+        tool,
+        outcome = outcome.label(),
+        total_ms = elapsed.as_millis() as u64,
+        queue_wait_ms = ms(details.queue_wait),
+        execution_ms = ms(details.execution),
+        output_truncated = details.output_truncated,
+        session = details.session.map(crate::sessions::short),
+        results = details.results,
+        found = details.found,
+        principal = details.principal.map(|p| p.label()),
+        "tool call"
+    );
+}
