@@ -37,11 +37,11 @@ fn fifo(depth: usize, ops: usize) -> f64 {
 fn fair(depth: usize, ops: usize, lanes: u64) -> f64 {
     let mut queue = FairQueue::default();
     for n in 0..depth {
-        queue.push(n as u64 % lanes, [n as u64; 8]);
+        queue.push(n as u64 % lanes, 1, [n as u64; 8]);
     }
     let started = Instant::now();
     for n in 0..ops {
-        queue.push(n as u64 % lanes, [n as u64; 8]);
+        queue.push(n as u64 % lanes, 1, [n as u64; 8]);
         black_box(queue.pop());
     }
     started.elapsed().as_nanos() as f64 / ops as f64

@@ -64,11 +64,12 @@ pub fn http_settings(settings: &Settings) -> anyhow::Result<HttpSettings> {
         limits: http.input_limits,
         tokens: match &http.bearer_tokens_file {
             None => None,
-            Some(path) => Some(Arc::new(BearerAuth::load(path)?)),
+            Some(path) => Some(Arc::new(BearerAuth::load(path, http.named_tokens)?)),
         },
         oauth: http.oauth.clone(),
         extra_ca_certs: settings.engine.extra_ca_certs.clone(),
         replica_id: settings.replica_id.clone(),
+        quotas: settings.quotas.clone(),
     })
 }
 
@@ -179,7 +180,7 @@ impl App {
                 tasks: settings.tasks.map(crate::tools::tasks::Tasks::new),
                 upstreams,
                 apps,
-                quotas: crate::tools::quotas::Quotas::new(settings.quotas),
+                quotas: crate::tools::quotas::Quotas::new(settings.quotas.base),
             },
         );
         Ok(Self {
@@ -211,6 +212,9 @@ pub fn serve(settings: &Settings, stdio: bool) -> anyhow::Result<i32> {
             // readiness.
             if let Some(addr) = settings.prometheus {
                 crate::telemetry::start(addr, settings.workers.queue_capacity as u64).await?;
+                if settings.principal_metric_label {
+                    crate::telemetry::label_principals();
+                }
             }
             let app = tokio::task::block_in_place(|| App::start(settings))?;
             transport::serve_http(app.interpreter, app.pool, app.sessions, http).await

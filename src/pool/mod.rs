@@ -102,6 +102,27 @@ pub enum JobError {
     WorkerLost,
 }
 
+/// Whose a queued job is, as the queue sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Lane {
+    /// Any number that tells callers apart (0: the one lane of callers not told apart).
+    pub id: u64,
+    /// Its share when several lanes wait (1 to 100).
+    pub weight: u32,
+    /// The most jobs it may have waiting; `None`: as many as the queue holds.
+    pub max_queued: Option<usize>,
+}
+
+impl Default for Lane {
+    fn default() -> Self {
+        Self {
+            id: 0,
+            weight: 1,
+            max_queued: None,
+        }
+    }
+}
+
 /// Why a job could not be queued.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SubmitError {
@@ -269,16 +290,15 @@ impl<B: Backend> Pool<B> {
     /// Queues `job` for one anonymous caller; an overload or shutdown error when it cannot be
     /// queued.
     pub fn submit(&self, job: B::Job) -> Result<Ticket<B::Job, B::Output>, SubmitError> {
-        self.submit_as(0, None, job)
+        self.submit_as(Lane::default(), job)
     }
 
-    /// Queues `job` for the caller `lane` (any number that tells callers apart): callers are
-    /// served in turn, each one's jobs in their order (see `fair.rs`); refused when the lane
-    /// already has `max_queued` jobs waiting.
+    /// Queues `job` in `lane`: callers are served in turn (in proportion to their weights), each
+    /// one's jobs in their order (see `fair.rs`); refused when the lane already has its
+    /// `max_queued` jobs waiting.
     pub fn submit_as(
         &self,
-        lane: u64,
-        max_queued: Option<usize>,
+        lane: Lane,
         job: B::Job,
     ) -> Result<Ticket<B::Job, B::Output>, SubmitError> {
         if !self.shared.health.accepting.load(Ordering::SeqCst) {
@@ -299,8 +319,8 @@ impl<B: Backend> Pool<B> {
                 capacity: self.shared.capacity,
             });
         }
-        if let Some(max) = max_queued {
-            let waiting = queue.jobs.lane_len(lane);
+        if let Some(max) = lane.max_queued {
+            let waiting = queue.jobs.lane_len(lane.id);
             if waiting >= max {
                 return Err(SubmitError::LaneFull { waiting, max });
             }
@@ -310,7 +330,8 @@ impl<B: Backend> Pool<B> {
         let started = Arc::new(AtomicBool::new(false));
         let cancelled = Arc::new(AtomicBool::new(false));
         queue.jobs.push(
-            lane,
+            lane.id,
+            lane.weight,
             Job {
                 id,
                 job,

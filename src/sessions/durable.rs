@@ -445,6 +445,7 @@ impl<B: Backend> Sessions<B> {
             caller: Caller {
                 client: None,
                 principal: record.principal,
+                profile: None,
             },
             created: now.checked_sub(age).unwrap_or(now),
             created_ms: record.created_ms,

@@ -178,6 +178,7 @@ async fn a_restarted_server_resumes_saved_sessions_for_their_token_only() {
     let alice = Caller {
         client: None,
         principal: Some(Principal([7; 32])),
+        profile: None,
     };
     let (id, plain) = {
         let clock = ManualClock::new();
@@ -215,6 +216,7 @@ async fn a_restarted_server_resumes_saved_sessions_for_their_token_only() {
     let bob = Caller {
         client: None,
         principal: Some(Principal([8; 32])),
+        profile: None,
     };
     assert!(matches!(
         state(&after, &id, &bob).await,

@@ -45,7 +45,8 @@ pub use backend::{Backend, Clock, SystemClock};
 pub use durable::Durability;
 pub use id::{mint_id, replica_of, short};
 pub use types::{
-    Caller, KeepOutputs, Principal, SessionError, SessionFile, SessionFiles, SessionRun,
+    Caller, KeepOutputs, Principal, PrincipalKind, Profile, SessionError, SessionFile,
+    SessionFiles, SessionRun,
 };
 
 use std::collections::{HashMap, VecDeque};
@@ -219,7 +220,11 @@ impl<B: Backend> Sessions<B> {
             }
             let owner = caller.principal.map(|p| p.0);
             let mut starting_for = lock(&inner.starting_for);
-            if let Some(max) = inner.config.max_per_principal {
+            let max = match &caller.profile {
+                Some(profile) => profile.limits.max_sessions.map(|n| n as usize),
+                None => inner.config.max_per_principal,
+            };
+            if let Some(max) = max {
                 let held = sessions
                     .values()
                     .filter(|s| s.caller.principal.map(|p| p.0) == owner)

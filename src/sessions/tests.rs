@@ -430,10 +430,12 @@ async fn with_bearer_tokens_a_session_answers_only_to_its_token() {
     let alice = Caller {
         client: None,
         principal: Some(Principal([1; 32])),
+        profile: None,
     };
     let bob = Caller {
         client: None,
         principal: Some(Principal([2; 32])),
+        profile: None,
     };
     let id = sessions.create(alice.clone(), "x").await.unwrap();
     for other in [&bob, &Caller::default()] {

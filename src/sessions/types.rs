@@ -53,6 +53,40 @@ pub struct Caller {
     pub client: Option<String>,
     /// The principal, when the server requires authentication.
     pub principal: Option<Principal>,
+    /// Its name and quotas, resolved when it was authenticated (`None`: no authentication; the
+    /// server's own quotas apply).
+    pub profile: Option<std::sync::Arc<Profile>>,
+}
+
+/// What authentication found out about a principal besides its id: its name and its quotas
+/// (`[quotas]` with the first override that matches applied).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Profile {
+    /// A named static token's name (`auth.named_tokens`): logs and the metric label show it.
+    pub name: Option<std::sync::Arc<str>>,
+    pub kind: PrincipalKind,
+    pub limits: crate::config::QuotaSettings,
+}
+
+/// How a principal was authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrincipalKind {
+    /// A static bearer token.
+    Token,
+    /// An OAuth access token.
+    OAuth,
+}
+
+impl Profile {
+    /// Its value of the `principal` metric label: its name, else how it was authenticated (a
+    /// bounded set: names come only from the operator's token file).
+    pub fn metric_label(&self) -> &str {
+        match (&self.name, self.kind) {
+            (Some(name), _) => name,
+            (None, PrincipalKind::Token) => "token",
+            (None, PrincipalKind::OAuth) => "oauth",
+        }
+    }
 }
 
 /// Why a session call could not run.

@@ -74,10 +74,29 @@ pub const TASK_BUCKETS: [f64; 12] = [
 ];
 
 /// One completed (or cancelled) tool handler.
-pub fn tool_call(tool: &'static str, outcome: ToolOutcome, duration: Duration) {
+pub fn tool_call(tool: &'static str, outcome: ToolOutcome, duration: Duration, principal: &str) {
+    if PRINCIPAL_LABEL.load(std::sync::atomic::Ordering::Relaxed) {
+        let labels = [
+            ("tool", tool.to_string()),
+            ("outcome", outcome.label().to_string()),
+            ("principal", principal.to_string()),
+        ];
+        counter!(TOOL_CALLS, &labels).increment(1);
+        histogram!(TOOL_CALL_DURATION, &labels).record(duration.as_secs_f64());
+        return;
+    }
     let labels = [("tool", tool), ("outcome", outcome.label())];
     counter!(TOOL_CALLS, &labels).increment(1);
     histogram!(TOOL_CALL_DURATION, &labels).record(duration.as_secs_f64());
+}
+
+/// Whether the tool-call metrics carry a `principal` label (`integrations.prometheus
+/// .principal_label`; set once at start).
+static PRINCIPAL_LABEL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Labels the tool-call metrics by principal from now on.
+pub fn label_principals() {
+    PRINCIPAL_LABEL.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// One call to an upstream tool. `server` is a configured name and `tool` a granted tool's name

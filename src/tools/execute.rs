@@ -18,11 +18,11 @@ use tokio_util::sync::CancellationToken;
 use super::quotas::{QuotaError, Quotas};
 use super::text::{self, Kept};
 use super::validation::{FileInput, InputLimits, validate};
-use crate::pool::{Completed, ExecPool, Ticket};
+use crate::pool::{Completed, ExecPool, Lane, Ticket};
 use crate::pool::{JobError, SubmitError};
 use crate::protocol::limits::MAX_TIMEOUT_MS;
 use crate::sandbox::{ExecRequest, ExecResult, LiveOutput};
-use crate::sessions::{Caller, KeepOutputs, Principal, SessionError, Sessions};
+use crate::sessions::{Caller, KeepOutputs, Principal, Profile, SessionError, Sessions};
 use crate::telemetry::ToolOutcome;
 use crate::telemetry::traces;
 use crate::telemetry::{self, Rejection};
@@ -219,7 +219,7 @@ impl Runner<'_> {
     /// streaming what `setup` asks for.
     pub async fn execute(&self, args: Call, setup: Setup) -> Ended {
         let principal = setup.caller.principal;
-        let admitted = match self.quotas.admit(principal) {
+        let admitted = match self.quotas.admit(&setup.caller) {
             Ok(admitted) => admitted,
             Err(refusal) => {
                 telemetry::rejection(Rejection::Quota);
@@ -282,7 +282,13 @@ impl Runner<'_> {
     async fn stateless(&self, request: ExecRequest, setup: &Setup) -> Ended {
         let submitted = std::time::Instant::now();
         let lane = queue_lane(&setup.caller);
-        let ticket = match self.pool.submit_as(lane, self.quotas.max_queued(), request) {
+        let caller = &setup.caller;
+        let lane = Lane {
+            id: lane,
+            weight: self.quotas.weight(caller),
+            max_queued: self.quotas.max_queued(caller),
+        };
+        let ticket = match self.pool.submit_as(lane, request) {
             Ok(ticket) => ticket,
             Err(SubmitError::LaneFull { waiting, max }) => {
                 telemetry::rejection(Rejection::Quota);
@@ -435,7 +441,7 @@ pub fn caller(context: Option<&RequestContext<RoleServer>>) -> Caller {
     match context.extensions.get::<axum::http::request::Parts>() {
         None => Caller {
             client: Some("stdio".into()),
-            principal: None,
+            ..Caller::default()
         },
         Some(parts) => Caller {
             client: parts
@@ -444,6 +450,7 @@ pub fn caller(context: Option<&RequestContext<RoleServer>>) -> Caller {
                 .and_then(|v| v.to_str().ok())
                 .map(|v| format!("mcp-session:{v}")),
             principal: parts.extensions.get::<Principal>().copied(),
+            profile: parts.extensions.get::<Arc<Profile>>().cloned(),
         },
     }
 }

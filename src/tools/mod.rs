@@ -405,7 +405,9 @@ persist between calls; send input files with each call."
     ) -> Result<CallToolResponse, ErrorData> {
         let known = self.tool_router.map.contains_key(request.name.as_ref());
         let span = spans::of_call(&request, &context, known);
-        let response = span.clone().scope(self.dispatch(request, context)).await;
+        let who = execute::caller(Some(&context));
+        let call = record::as_caller(who, self.dispatch(request, context));
+        let response = span.clone().scope(call).await;
         spans::settle(&span, &response);
         response
     }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use code_interpreter_mcp_config::QuotaSettings;
 
-use crate::sessions::Principal;
+use crate::sessions::{Caller, Principal};
 
 /// A call or task refused by a quota.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +28,7 @@ pub struct QuotaError {
 /// The quotas and what each principal uses of them.
 #[derive(Debug, Default)]
 pub struct Quotas {
+    /// The quotas of a caller without a profile (no authentication).
     limits: QuotaSettings,
     usage: Mutex<HashMap<[u8; 32], Usage>>,
 }
@@ -35,6 +36,8 @@ pub struct Quotas {
 #[derive(Debug)]
 struct Usage {
     calls: u32,
+    /// The bucket's size (the principal's `cpu_seconds_per_minute`), if it has one.
+    size: Option<f64>,
     /// Sandbox seconds left in the bucket, as of `at` (may be negative after a long call).
     bucket: f64,
     at: Instant,
@@ -63,30 +66,36 @@ impl Quotas {
         })
     }
 
-    fn bucket_size(&self) -> Option<f64> {
-        self.limits.cpu_seconds_per_minute.map(f64::from)
+    /// The quotas of `caller`: its profile's (overrides applied), else the server's.
+    pub fn limits(&self, caller: &Caller) -> QuotaSettings {
+        caller.profile.as_ref().map_or(self.limits, |p| p.limits)
     }
 
-    /// Admits one call of `principal`, or says which quota refuses it.
-    pub fn admit(self: &Arc<Self>, principal: Option<Principal>) -> Result<Admitted, QuotaError> {
-        if self.limits.max_concurrent_calls.is_none()
-            && self.limits.cpu_seconds_per_minute.is_none()
-        {
+    /// Admits one call of `caller`, or says which quota refuses it.
+    pub fn admit(self: &Arc<Self>, caller: &Caller) -> Result<Admitted, QuotaError> {
+        let limits = self.limits(caller);
+        if limits.max_concurrent_calls.is_none() && limits.cpu_seconds_per_minute.is_none() {
             return Ok(Admitted {
                 quotas: None,
                 key: [0; 32],
             });
         }
-        let key = key(principal);
+        let key = key(caller.principal);
         let now = Instant::now();
         let mut usage = self.usage.lock().unwrap_or_else(|e| e.into_inner());
-        let size = self.bucket_size();
+        let size = limits.cpu_seconds_per_minute.map(f64::from);
         let entry = usage.entry(key).or_insert(Usage {
             calls: 0,
+            size,
             bucket: size.unwrap_or(0.0),
             at: now,
             typical: 1.0,
         });
+        // The principal's quotas may have changed (a token renamed, another override).
+        if entry.size != size {
+            entry.size = size;
+            entry.bucket = entry.bucket.min(size.unwrap_or(0.0));
+        }
         if let Some(size) = size {
             refill(entry, size, now);
             if entry.bucket <= 0.0 {
@@ -102,7 +111,7 @@ impl Quotas {
                 });
             }
         }
-        if let Some(max) = self.limits.max_concurrent_calls
+        if let Some(max) = limits.max_concurrent_calls
             && entry.calls >= max
         {
             let wait = Duration::from_secs_f64(entry.typical.clamp(0.1, 60.0));
@@ -123,9 +132,9 @@ impl Quotas {
         })
     }
 
-    /// Whether `principal`, holding `held` tasks, may create one more.
-    pub fn admit_task(&self, held: usize) -> Result<(), QuotaError> {
-        match self.limits.max_tasks {
+    /// Whether `caller`, holding `held` tasks, may create one more.
+    pub fn admit_task(&self, caller: &Caller, held: usize) -> Result<(), QuotaError> {
+        match self.limits(caller).max_tasks {
             Some(max) if held >= max as usize => Err(QuotaError {
                 quota: "max_tasks",
                 retry_after: None,
@@ -137,9 +146,14 @@ impl Quotas {
         }
     }
 
-    /// The most calls one principal may have waiting for a worker.
-    pub fn max_queued(&self) -> Option<usize> {
-        self.limits.max_queued_calls.map(|n| n as usize)
+    /// The most calls `caller` may have waiting for a worker.
+    pub fn max_queued(&self, caller: &Caller) -> Option<usize> {
+        self.limits(caller).max_queued_calls.map(|n| n as usize)
+    }
+
+    /// `caller`'s share of the workers when several principals wait (1 to 100).
+    pub fn weight(&self, caller: &Caller) -> u32 {
+        self.limits(caller).weight.clamp(1, 100)
     }
 
     /// The refusal of a call whose principal has `waiting` calls queued, `max` allowed: retry in
@@ -170,28 +184,24 @@ impl Quotas {
             return;
         };
         entry.calls = entry.calls.saturating_sub(1);
-        let size = self.bucket_size();
-        if let Some(size) = size {
+        if let Some(size) = entry.size {
             refill(entry, size, now);
         }
         if let Some(execution) = execution {
             let seconds = execution.as_secs_f64();
             entry.typical = 0.8 * entry.typical + 0.2 * seconds;
-            if size.is_some() {
+            if entry.size.is_some() {
                 entry.bucket -= seconds;
             }
         }
-        // Forget a principal with nothing in progress and a full bucket.
-        if entry.calls == 0 && size.is_none_or(|size| entry.bucket >= size) {
-            usage.remove(&key);
-        }
-        // Entries whose bucket has refilled by now go too (bounded by the active principals).
-        if let Some(size) = size {
-            usage.retain(|_, u| {
-                u.calls > 0
-                    || u.bucket + now.duration_since(u.at).as_secs_f64() * size / 60.0 < size
-            });
-        }
+        // Forget principals with nothing in progress and a full bucket (bounded by the active
+        // principals).
+        usage.retain(|_, u| {
+            u.calls > 0
+                || u.size.is_some_and(|size| {
+                    u.bucket + now.duration_since(u.at).as_secs_f64() * size / 60.0 < size
+                })
+        });
     }
 }
 
@@ -222,6 +232,13 @@ impl Drop for Admitted {
 mod tests {
     use super::*;
 
+    fn of(principal: Option<Principal>) -> Caller {
+        Caller {
+            principal,
+            ..Caller::default()
+        }
+    }
+
     fn quotas(calls: Option<u32>, cpu: Option<u32>) -> Arc<Quotas> {
         Quotas::new(QuotaSettings {
             max_concurrent_calls: calls,
@@ -234,23 +251,44 @@ mod tests {
     #[test]
     fn concurrent_calls_are_counted_per_principal_and_released() {
         let q = quotas(Some(2), None);
-        let (a, b) = (Some(Principal([1; 32])), Some(Principal([2; 32])));
-        let first = q.admit(a).unwrap();
-        let _second = q.admit(a).unwrap();
-        let refused = q.admit(a).unwrap_err();
+        let (a, b) = (of(Some(Principal([1; 32]))), of(Some(Principal([2; 32]))));
+        let first = q.admit(&a).unwrap();
+        let _second = q.admit(&a).unwrap();
+        let refused = q.admit(&a).unwrap_err();
         assert_eq!(refused.quota, "max_concurrent_calls");
         assert!(refused.retry_after.is_some());
-        let _other = q.admit(b).expect("another principal has its own count");
+        let _other = q.admit(&b).expect("another principal has its own count");
         drop(first);
-        let _again = q.admit(a).expect("one ended");
+        let _again = q.admit(&a).expect("one ended");
+    }
+
+    #[test]
+    fn a_profiles_quotas_replace_the_servers() {
+        use crate::sessions::{PrincipalKind, Profile};
+        let q = quotas(Some(1), None);
+        let mut batch = of(Some(Principal([3; 32])));
+        batch.profile = Some(Arc::new(Profile {
+            name: Some("batch".into()),
+            kind: PrincipalKind::Token,
+            limits: QuotaSettings {
+                max_concurrent_calls: Some(2),
+                weight: 5,
+                ..Default::default()
+            },
+        }));
+        let _first = q.admit(&batch).unwrap();
+        let _second = q.admit(&batch).expect("its override allows two");
+        assert_eq!(q.admit(&batch).unwrap_err().quota, "max_concurrent_calls");
+        assert_eq!((q.weight(&batch), q.weight(&Caller::default())), (5, 1));
+        assert_eq!(q.max_queued(&batch), None);
     }
 
     #[test]
     fn the_bucket_is_charged_with_execution_and_refills() {
         let q = quotas(None, Some(60));
-        let a = Some(Principal([1; 32]));
-        q.admit(a).unwrap().charge(Duration::from_secs(61));
-        let refused = q.admit(a).unwrap_err();
+        let a = of(Some(Principal([1; 32])));
+        q.admit(&a).unwrap().charge(Duration::from_secs(61));
+        let refused = q.admit(&a).unwrap_err();
         assert_eq!(refused.quota, "cpu_seconds_per_minute");
         let wait = refused.retry_after.unwrap();
         assert!(
@@ -258,23 +296,24 @@ mod tests {
             "{wait:?}"
         );
         // Without authentication everyone shares one bucket; another principal has its own.
-        let _b = q.admit(Some(Principal([2; 32]))).unwrap();
+        let _b = q.admit(&of(Some(Principal([2; 32])))).unwrap();
     }
 
     #[test]
     fn idle_principals_are_forgotten_and_tasks_are_capped() {
         let q = quotas(Some(1), Some(60));
         for i in 0..100u8 {
-            q.admit(Some(Principal([i; 32])))
+            q.admit(&of(Some(Principal([i; 32]))))
                 .unwrap()
                 .charge(Duration::ZERO);
         }
         assert!(q.usage.lock().unwrap().is_empty());
-        assert!(q.admit_task(1).is_ok());
-        assert_eq!(q.admit_task(2).unwrap_err().quota, "max_tasks");
+        let anyone = Caller::default();
+        assert!(q.admit_task(&anyone, 1).is_ok());
+        assert_eq!(q.admit_task(&anyone, 2).unwrap_err().quota, "max_tasks");
         assert!(
             Quotas::new(QuotaSettings::default())
-                .admit_task(1000)
+                .admit_task(&Caller::default(), 1000)
                 .is_ok()
         );
     }

@@ -3,7 +3,18 @@
 
 use std::time::{Duration, Instant};
 
+use crate::sessions::Caller;
 use crate::telemetry::{self, ToolOutcome};
+
+tokio::task_local! {
+    /// Who makes the call whose future this is (see [`as_caller`]).
+    static CALLER: Caller;
+}
+
+/// Runs `future` (a tool call, or a task's run) as `caller`'s: its record names it.
+pub(super) async fn as_caller<F: std::future::Future>(caller: Caller, future: F) -> F::Output {
+    CALLER.scope(caller, future).await
+}
 
 /// What a tool call's log line says beyond its tool, outcome and duration.
 #[derive(Debug, Default)]
@@ -24,14 +35,28 @@ pub(crate) struct Details<'a> {
 /// Ends a tool call: its metric, log line and span.
 pub(crate) fn record(tool: &'static str, outcome: ToolOutcome, started: Instant, details: Details) {
     let elapsed = started.elapsed();
-    telemetry::tool_call(tool, outcome, elapsed);
+    let who = CALLER.try_with(Caller::clone).unwrap_or_default();
+    let principal = details.principal.or(who.principal);
+    let profile = who.profile.as_deref();
+    // The label of logs and spans: a named token's name, else a hash (never the token or subject).
+    let label = match (profile.and_then(|p| p.name.as_deref()), principal) {
+        (Some(name), _) => Some(name.to_string()),
+        (None, Some(principal)) => Some(principal.label()),
+        (None, None) => None,
+    };
+    let metric = match (profile, principal) {
+        (Some(profile), _) => profile.metric_label(),
+        (None, Some(_)) => "token",
+        (None, None) => "anonymous",
+    };
+    telemetry::tool_call(tool, outcome, elapsed, metric);
     let span = telemetry::traces::current();
-    if let Some(principal) = details.principal
+    if let Some(label) = &label
         && telemetry::traces::principal_attribute()
     {
         span.set(vec![opentelemetry::KeyValue::new(
             "code_interpreter.principal",
-            principal.label(),
+            label.clone(),
         )]);
     }
     let failed = !matches!(outcome, ToolOutcome::Success);
@@ -47,7 +72,7 @@ pub(crate) fn record(tool: &'static str, outcome: ToolOutcome, started: Instant,
         session = details.session.map(crate::sessions::short),
         results = details.results,
         found = details.found,
-        principal = details.principal.map(|p| p.label()),
+        principal = label,
         "tool call"
     );
 }

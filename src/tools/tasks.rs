@@ -223,10 +223,12 @@ impl Tasks {
                 interpreter.era(context),
             ));
         }
-        let lane = super::execute::queue_lane(&caller(Some(context)));
+        let who = caller(Some(context));
+        let lane = super::execute::queue_lane(&who);
+        let weight = interpreter.quotas().weight(&who);
         let begin = Begin::Queued {
             args,
-            ticket: Waiting::enter(self, lane),
+            ticket: Waiting::enter(self, lane, weight),
         };
         self.create(interpreter, context, started, begin)
     }
@@ -237,13 +239,14 @@ impl Tasks {
         interpreter: &CodeInterpreter,
         context: &rmcp::service::RequestContext<rmcp::RoleServer>,
     ) -> Result<(), super::quotas::QuotaError> {
-        let principal = caller(Some(context)).principal;
+        let who = caller(Some(context));
+        let principal = who.principal;
         let held = |tasks: &Self| tasks.lock().values().filter(|o| **o == principal).count();
-        if interpreter.quotas().admit_task(held(self)).is_err() {
+        if interpreter.quotas().admit_task(&who, held(self)).is_err() {
             // Expired tasks do not count: forget them, then count again.
             self.prune();
         }
-        interpreter.quotas().admit_task(held(self))
+        interpreter.quotas().admit_task(&who, held(self))
     }
 
     /// Makes the task that `begin` starts (queued, or already running), for `context`'s caller.
@@ -273,8 +276,9 @@ impl Tasks {
             telemetry::traces::current().context().as_ref(),
             vec![KeyValue::new("gen_ai.tool.name", "run_python_code")],
         );
+        let who = caller.clone();
         let task = self.manager.spawn(options, move |ctx| {
-            Box::pin(span.scope(async move {
+            Box::pin(span.scope(super::record::as_caller(who, async move {
                 // (The manager aborts a task still running at its TTL: the guard then counts it
                 // as failed.)
                 let mut ending = Ending {
@@ -289,7 +293,7 @@ impl Tasks {
                     Err(TaskExit::Error(_)) => TaskEnd::Failed,
                 };
                 outcome
-            }))
+            })))
         });
         self.lock().insert(task.task_id.clone(), principal);
         CallToolResponse::Task(CreateTaskResult::new(task))
@@ -487,10 +491,10 @@ struct Waiting {
 }
 
 impl Waiting {
-    fn enter(tasks: &Tasks, lane: u64) -> Self {
+    fn enter(tasks: &Tasks, lane: u64, weight: u32) -> Self {
         let ticket = tasks.next_ticket.fetch_add(1, Ordering::SeqCst);
         let mut queue = tasks.queue();
-        queue.push(lane, ticket);
+        queue.push(lane, weight, ticket);
         telemetry::tasks_waiting(queue.len());
         drop(queue);
         Self {

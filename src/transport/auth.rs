@@ -14,10 +14,11 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq as _;
+use subtle::{ConditionallySelectable as _, ConstantTimeEq as _};
 
 use super::oauth::{self, ResourceServer};
-use crate::sessions::Principal;
+use crate::config::QuotaPolicy;
+use crate::sessions::{Principal, PrincipalKind, Profile};
 use crate::telemetry::{self, AuthRefusal};
 use crate::tools::access::Access;
 
@@ -36,6 +37,10 @@ pub enum AuthError {
         "auth.bearer_tokens_file {path} holds no token (one token per line; blank lines and # comments are ignored)"
     )]
     Empty { path: String },
+    #[error(
+        "auth.bearer_tokens_file {path}, line {line}: with auth.named_tokens each line is NAME:TOKEN, NAME of letters, digits, '.', '_' or '-' (at most 64), names unique"
+    )]
+    Malformed { path: String, line: usize },
 }
 
 /// What a request presented.
@@ -51,11 +56,15 @@ pub enum Verdict {
 /// The accepted tokens (as digests) and the file they come from.
 pub struct BearerAuth {
     path: PathBuf,
+    /// Lines are `NAME:TOKEN`.
+    named: bool,
     state: RwLock<Loaded>,
 }
 
 struct Loaded {
     digests: Vec<[u8; 32]>,
+    /// Each token's name (`auth.named_tokens`), beside its digest.
+    names: Vec<Option<Arc<str>>>,
     /// Digest of the whole file, to notice changes.
     file: [u8; 32],
 }
@@ -71,8 +80,8 @@ impl std::fmt::Debug for BearerAuth {
 
 impl BearerAuth {
     /// Reads the token file; an unreadable or empty file is a start-up error.
-    pub fn load(path: &Path) -> Result<Self, AuthError> {
-        let loaded = read(path)?;
+    pub fn load(path: &Path, named: bool) -> Result<Self, AuthError> {
+        let loaded = read(path, named)?;
         if loaded.digests.is_empty() {
             return Err(AuthError::Empty {
                 path: path.display().to_string(),
@@ -85,13 +94,14 @@ impl BearerAuth {
         );
         Ok(Self {
             path: path.to_path_buf(),
+            named,
             state: RwLock::new(loaded),
         })
     }
 
     /// Re-reads the file; keeps the current tokens when it cannot be read. Returns whether they changed.
     pub fn reload(&self) -> bool {
-        let loaded = match read(&self.path) {
+        let loaded = match read(&self.path, self.named) {
             Ok(loaded) => loaded,
             Err(error) => {
                 tracing::warn!(%error, "bearer token file not reloaded; keeping the current tokens");
@@ -126,14 +136,32 @@ impl BearerAuth {
 
     /// Whether `token` is one of the file's.
     pub fn accepts(&self, token: &str) -> bool {
+        self.find(token).is_some()
+    }
+
+    /// The principal of `token`, if it is one of the file's: a named token's stands for its name
+    /// (the token can change, the principal stays), another's for the token itself (its digest).
+    pub fn find(&self, token: &str) -> Option<(Principal, Option<Arc<str>>)> {
         let presented: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
         // Every digest is compared, so the time taken says nothing about which one (if any) matched.
-        let matched = state
-            .digests
-            .iter()
-            .fold(subtle::Choice::from(0), |acc, d| acc | d.ct_eq(&presented));
-        bool::from(matched)
+        let (matched, index) = state.digests.iter().enumerate().fold(
+            (subtle::Choice::from(0), 0u64),
+            |(any, index), (i, d)| {
+                let this = d.ct_eq(&presented);
+                (
+                    any | this,
+                    u64::conditional_select(&index, &(i as u64), this),
+                )
+            },
+        );
+        if !bool::from(matched) {
+            return None;
+        }
+        match state.names.get(index as usize).cloned().flatten() {
+            Some(name) => Some((named_principal(&name), Some(name))),
+            None => Some((Principal(presented), None)),
+        }
     }
 
     /// Reloads on SIGHUP and whenever the file's contents change, until the process ends.
@@ -174,21 +202,60 @@ fn bearer_token(value: &str) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
-fn read(path: &Path) -> Result<Loaded, AuthError> {
+fn read(path: &Path, named: bool) -> Result<Loaded, AuthError> {
     let bytes = std::fs::read(path).map_err(|source| AuthError::Unreadable {
         path: path.display().to_string(),
         source,
     })?;
-    let digests = String::from_utf8_lossy(&bytes)
-        .lines()
-        .map(str::trim)
-        .filter(|line| !line.is_empty() && !line.starts_with('#'))
-        .map(|token| Sha256::digest(token.as_bytes()).into())
-        .collect();
-    Ok(Loaded {
-        digests,
+    let mut loaded = Loaded {
+        digests: Vec::new(),
+        names: Vec::new(),
         file: Sha256::digest(&bytes).into(),
-    })
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let lines = text
+        .lines()
+        .enumerate()
+        .map(|(n, line)| (n + 1, line.trim()))
+        .filter(|(_, line)| !line.is_empty() && !line.starts_with('#'));
+    for (number, line) in lines {
+        let (name, token) = if named {
+            let malformed = || AuthError::Malformed {
+                path: path.display().to_string(),
+                line: number,
+            };
+            let (name, token) = line.split_once(':').ok_or_else(malformed)?;
+            let (name, token) = (name.trim(), token.trim());
+            let taken = loaded.names.iter().flatten().any(|n| **n == *name);
+            if !token_name_ok(name) || token.is_empty() || taken {
+                return Err(malformed());
+            }
+            (Some(Arc::from(name)), token)
+        } else {
+            (None, line)
+        };
+        loaded.digests.push(Sha256::digest(token.as_bytes()).into());
+        loaded.names.push(name);
+    }
+    Ok(loaded)
+}
+
+/// Whether `name` may name a token: 1 to 64 letters, digits, '.', '_' or '-'.
+fn token_name_ok(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// The principal of the token named `name`: SHA-256 over a domain tag and the length-prefixed
+/// name, so it equals no token's digest (a token never starts with NUL) and no OAuth principal.
+fn named_principal(name: &str) -> Principal {
+    let mut hash = Sha256::new();
+    hash.update(b"\0static");
+    hash.update((name.len() as u64).to_be_bytes());
+    hash.update(name.as_bytes());
+    Principal(hash.finalize().into())
 }
 
 /// The longest bearer token looked at; a longer one is refused unread.
@@ -199,6 +266,15 @@ pub const MAX_TOKEN_BYTES: usize = 8192;
 pub struct Authenticator {
     pub tokens: Option<Arc<BearerAuth>>,
     pub oauth: Option<Arc<ResourceServer>>,
+    /// The quotas each principal's profile gets.
+    pub quotas: QuotaPolicy,
+}
+
+/// What an accepted token stands for.
+struct Accepted {
+    principal: Principal,
+    access: Option<Access>,
+    profile: Arc<Profile>,
 }
 
 impl Authenticator {
@@ -209,24 +285,41 @@ impl Authenticator {
 
     /// The principal of a presented token (and for an OAuth token, what its scopes allow), or the
     /// description of why it is refused and the reason counted.
-    async fn check(
-        &self,
-        token: &str,
-    ) -> Result<(Principal, Option<Access>), (&'static str, AuthRefusal)> {
+    async fn check(&self, token: &str) -> Result<Accepted, (&'static str, AuthRefusal)> {
         if token.len() > MAX_TOKEN_BYTES {
             return Err(("the bearer token is too long", AuthRefusal::TooLong));
         }
         if let Some(tokens) = &self.tokens
-            && tokens.accepts(token)
+            && let Some((principal, name)) = tokens.find(token)
         {
-            return Ok((Principal(Sha256::digest(token.as_bytes()).into()), None));
+            let limits = self.quotas.limits_for(name.as_deref(), |_| Vec::new());
+            let profile = Profile {
+                name,
+                kind: PrincipalKind::Token,
+                limits,
+            };
+            return Ok(Accepted {
+                principal,
+                access: None,
+                profile: Arc::new(profile),
+            });
         }
         match &self.oauth {
             Some(oauth) if oauth.takes(token) => match oauth.authenticate(token).await {
                 Ok(identity) => {
                     let principal = oauth::principal(&identity);
                     tracing::debug!(principal = %principal.label(), "OAuth access token accepted");
-                    Ok((principal, Some(oauth.access(identity))))
+                    let limits = self.quotas.limits_for(None, |claim| identity.claim(claim));
+                    let profile = Profile {
+                        name: None,
+                        kind: PrincipalKind::OAuth,
+                        limits,
+                    };
+                    Ok(Accepted {
+                        principal,
+                        profile: Arc::new(profile),
+                        access: Some(oauth.access(identity)),
+                    })
                 }
                 Err(refusal) => Err((refusal.description(), refusal.metric())),
             },
@@ -268,9 +361,10 @@ pub async fn require_bearer(
     let (description, reason) = match token {
         None => (None, AuthRefusal::NoToken),
         Some(token) => match auth.check(&token).await {
-            Ok((principal, access)) => {
-                request.extensions_mut().insert(principal);
-                if let Some(access) = access {
+            Ok(accepted) => {
+                request.extensions_mut().insert(accepted.principal);
+                request.extensions_mut().insert(accepted.profile);
+                if let Some(access) = accepted.access {
                     request.extensions_mut().insert(access);
                 }
                 return next.run(request).await;
@@ -327,7 +421,7 @@ mod tests {
     fn auth_with(text: &str) -> (BearerAuth, tempfile::NamedTempFile) {
         let file = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(file.path(), text).unwrap();
-        (BearerAuth::load(file.path()).unwrap(), file)
+        (BearerAuth::load(file.path(), false).unwrap(), file)
     }
 
     fn header(value: &str) -> HeaderValue {
@@ -375,11 +469,11 @@ mod tests {
         let file = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(file.path(), "# nothing yet\n\n").unwrap();
         assert!(matches!(
-            BearerAuth::load(file.path()),
+            BearerAuth::load(file.path(), false),
             Err(AuthError::Empty { .. })
         ));
         assert!(matches!(
-            BearerAuth::load(Path::new("/nonexistent/tokens")),
+            BearerAuth::load(Path::new("/nonexistent/tokens"), false),
             Err(AuthError::Unreadable { .. })
         ));
     }

@@ -72,6 +72,8 @@ pub struct HttpSettings {
     pub extra_ca_certs: Vec<PathBuf>,
     /// Prefix of legacy-era MCP session ids (`replica_id`); empty: none.
     pub replica_id: String,
+    /// The quotas an authenticated principal gets (overrides by token name or claim).
+    pub quotas: crate::config::QuotaPolicy,
 }
 
 /// Serves the tools over MCP stdio until the client closes standard input, or SIGTERM or Ctrl-C;
@@ -250,6 +252,7 @@ fn authenticator(settings: &HttpSettings, addr: SocketAddr) -> anyhow::Result<Au
     Ok(Authenticator {
         tokens: settings.tokens.clone(),
         oauth,
+        quotas: settings.quotas.clone(),
     })
 }
 

@@ -938,3 +938,53 @@ fn opaque_tokens_are_introspected_cached_and_refused_when_inactive() {
     );
     assert_eq!(run(&server, &jwt, json!({"code": "7"}))["result"], "7");
 }
+
+/// `[[quotas.overrides]]` by claim: a token whose `tier` claim (a string, or an array holding it)
+/// is `gold` gets the override's quotas, another principal the server's.
+#[test]
+fn a_claim_picks_the_quotas_of_an_override() {
+    let ec = Key::ec("ec-1");
+    let issuer = Issuer::start(&[&ec]);
+    let dir = crate::common::temp_dir("oauth-overrides");
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        "[quotas]\nmax_concurrent_calls = 1\n\n[[quotas.overrides]]\nclaim = \"tier\"\nvalue = \"gold\"\nmax_concurrent_calls = 2\n",
+    )
+    .unwrap();
+    let server = Server::start_with_args(
+        &["--config", config.to_str().unwrap()],
+        &[
+            ("CODE_INTERPRETER_MCP_MAX_WORKERS", "2"),
+            ("CODE_INTERPRETER_MCP_OAUTH_ISSUER", issuer.url.as_str()),
+            ("CODE_INTERPRETER_MCP_OAUTH_ALGORITHMS", "ES256"),
+        ],
+    );
+    let token = |sub: &str, tier: Value| {
+        let mut c = claims(&issuer, &server, sub);
+        c["tier"] = tier;
+        ec.token(json!({}), &c)
+    };
+    let gold = token("carol", json!(["beta", "gold"]));
+    let plain = token("dave", json!("silver"));
+    // Two calls at once: the gold principal may, the other is held to one.
+    for (token, second_runs) in [(&gold, true), (&plain, false)] {
+        std::thread::scope(|scope| {
+            let long = scope.spawn(|| {
+                run(
+                    &server,
+                    token,
+                    json!({"code": "import time; time.sleep(1.5); 'slept'"}),
+                )
+            });
+            std::thread::sleep(std::time::Duration::from_millis(600));
+            let second = run(&server, token, json!({"code": "2"}));
+            if second_runs {
+                assert_eq!(second["result"], "2", "{second}");
+            } else {
+                assert_eq!(second["error"]["quota"], "max_concurrent_calls", "{second}");
+            }
+            assert_eq!(long.join().unwrap()["result"], "slept");
+        });
+    }
+}

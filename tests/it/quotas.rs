@@ -207,3 +207,87 @@ fn a_principal_holding_its_sessions_gets_no_more_until_it_clears_one() {
     let again = create("alice-token");
     assert!(again["session_id"].is_string(), "{again}");
 }
+
+/// `auth.named_tokens`: a token's name is its principal (its sessions survive a new token), its
+/// log and metric label, and picks its `[[quotas.overrides]]` entry.
+#[test]
+fn a_named_token_keeps_its_sessions_under_a_new_token_and_gets_its_override() {
+    let dir = crate::common::temp_dir("named-tokens");
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, "alice:alice-token-1\nbatch:batch-token\n").unwrap();
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        "[[quotas.overrides]]\nname = \"batch\"\nmax_concurrent_calls = 0\n",
+    )
+    .unwrap();
+    let port = crate::upstream::free_port().to_string();
+    let server = Server::start_with_args(
+        &["--config", config.to_str().unwrap()],
+        &[
+            (
+                "CODE_INTERPRETER_MCP_AUTH_BEARER_TOKENS_FILE",
+                tokens.to_str().unwrap(),
+            ),
+            ("CODE_INTERPRETER_MCP_AUTH_NAMED_TOKENS", "true"),
+            ("CODE_INTERPRETER_MCP_QUOTAS_MAX_CONCURRENT_CALLS", "1"),
+            ("CODE_INTERPRETER_MCP_MAX_WORKERS", "2"),
+            ("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true"),
+            ("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", &port),
+            ("CODE_INTERPRETER_MCP_PROMETHEUS_PRINCIPAL_LABEL", "true"),
+        ],
+    );
+    // batch's override lifts the concurrency quota; alice keeps the server's (1).
+    for (token, second_runs) in [("batch-token", true), ("alice-token-1", false)] {
+        thread::scope(|scope| {
+            let long = scope.spawn(|| run(&server, token, "import time; time.sleep(1.5); 'slept'"));
+            thread::sleep(Duration::from_millis(600));
+            let second = run(&server, token, "2");
+            if second_runs {
+                assert_eq!(second["result"], "2", "{second}");
+            } else {
+                quota_error(&second, "max_concurrent_calls");
+            }
+            assert_eq!(long.join().unwrap()["result"], "slept");
+        });
+    }
+    let created = structured(&message(call_as(
+        &server,
+        Some("alice-token-1"),
+        json!({"code": "x = 41", "session_id": "new"}),
+    )))
+    .clone();
+    let id = created["session_id"].as_str().unwrap().to_string();
+    // Alice's token is replaced: the file is reloaded within 2 s, the old token refused, and
+    // her session answers to the new one (same name, same principal).
+    std::fs::write(&tokens, "alice:alice-token-2\nbatch:batch-token\n").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while call_as(&server, Some("alice-token-2"), json!({"code": "1"})).status() != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "the new token was never accepted"
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        call_as(&server, Some("alice-token-1"), json!({"code": "1"})).status(),
+        401
+    );
+    let resumed = structured(&message(call_as(
+        &server,
+        Some("alice-token-2"),
+        json!({"code": "x + 1", "session_id": id}),
+    )))
+    .clone();
+    assert_eq!(resumed["result"], "42", "{resumed}");
+    // The metric label is the name; never a token.
+    let (text, _) = crate::metrics::scrape(port.parse().unwrap());
+    let calls = |name: &str| {
+        text.lines().any(|l| {
+            l.starts_with("code_interpreter_mcp_tool_calls_total{")
+                && l.contains(&format!("principal=\"{name}\""))
+        })
+    };
+    assert!(calls("alice") && calls("batch"), "{text}");
+    assert!(!text.contains("-token"), "{text}");
+}

@@ -11,6 +11,8 @@ only what it allows; a session call gets 403 insufficient_scope and the client s
 with sessions:write; one client's session is unknown to another; after the issuer rotates its
 keys, a token signed with a new key is accepted (the server refreshes its key set on the unknown
 key id); without a token and with a forged one the server answers 401 with the challenge.
+A user's agent (erin) gets its token under the authorization-code grant with PKCE instead: the test's
+browser logs in and consents on the issuer's pages.
 Prints one line per check and ends with "N passed, M failed"; exits non-zero on any failure.
 """
 
@@ -22,19 +24,22 @@ import json
 import sys
 import traceback
 from typing import Any
+from urllib.parse import parse_qs, urljoin, urlparse
 
 import httpx2
 import jwt
 from mcp import Client
-from mcp.client.auth import TokenStorage
+from mcp.client.auth import OAuthClientProvider, TokenStorage
 from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
 MODES = ("2026-07-28", "legacy")
 CLIENTS = {"alice": "RS256", "bob": "ES256", "carol": "EdDSA"}
 SCOPES = "code:run sessions:read sessions:write"
 TOOL = "run_python_code"
+# The user agent's redirect URI (registered in issuer.mjs); never served: the browser stops there.
+USER_REDIRECT = "http://127.0.0.1:9/callback"
 
 
 class Memory(TokenStorage):
@@ -61,18 +66,37 @@ def check(cond: bool, msg: str) -> None:
 
 
 class Session:
-    """One OAuth client's connection: its token storage and an MCP client over it."""
+    """One OAuth client's connection: its token storage and an MCP client over it (client
+    credentials, or a user's authorization code when `browser` is given)."""
 
-    def __init__(self, url: str, issuer: str, name: str, mode: str) -> None:
+    def __init__(self, url: str, issuer: str, name: str, mode: str, browser: Browser | None = None) -> None:
         self.storage = Memory()
-        provider = ClientCredentialsOAuthProvider(
-            server_url=url,
-            storage=self.storage,
-            client_id=name,
-            client_secret=f"{name}-secret",
-            scope=SCOPES,
-            issuer=issuer,
-        )
+        if browser is None:
+            provider = ClientCredentialsOAuthProvider(
+                server_url=url,
+                storage=self.storage,
+                client_id=name,
+                client_secret=f"{name}-secret",
+                scope=SCOPES,
+                issuer=issuer,
+            )
+        else:
+            metadata = dict(
+                redirect_uris=[USER_REDIRECT],
+                grant_types=["authorization_code"],
+                response_types=["code"],
+                token_endpoint_auth_method="none",
+                scope=SCOPES,
+            )
+            # Registered with the issuer beforehand (no dynamic registration).
+            self.storage.client_info = OAuthClientInformationFull(client_id=name, **metadata)
+            provider = OAuthClientProvider(
+                server_url=url,
+                client_metadata=OAuthClientMetadata(**metadata),
+                storage=self.storage,
+                redirect_handler=browser.visit,
+                callback_handler=browser.returned,
+            )
         self.http = httpx2.AsyncClient(auth=provider, timeout=120)
         self.client = Client(streamable_http_client(url, http_client=self.http), mode=mode, raise_exceptions=True)
 
@@ -94,6 +118,65 @@ class Session:
 
     def claims(self) -> dict[str, Any]:
         return jwt.decode(self.storage.tokens.access_token, options={"verify_signature": False})
+
+
+class Browser:
+    """A user at the authorization server: follows the authorization URL's redirects, logs in as
+    `user` and consents on oidc-provider's development pages, and keeps the code and state of the
+    redirect back to the client (which it does not follow)."""
+
+    def __init__(self, user: str) -> None:
+        self.user = user
+        self.result: AuthorizationCodeResult | None = None
+
+    async def visit(self, url: str) -> None:
+        async with httpx2.AsyncClient(follow_redirects=False, timeout=30) as http:
+            for _ in range(12):
+                r = await http.get(url)
+                if r.status_code in (302, 303):
+                    url = urljoin(url, r.headers["location"])
+                    if url.startswith(USER_REDIRECT):
+                        query = parse_qs(urlparse(url).query)
+                        check("code" in query, f"the authorization failed: {query}")
+                        first = lambda k: (query.get(k) or [None])[0]  # noqa: E731
+                        self.result = AuthorizationCodeResult(code=first("code"), state=first("state"), iss=first("iss"))
+                        return
+                    continue
+                check(r.status_code == 200, f"{url}: {r.status_code} {r.text[:200]}")
+                prompt = "login" if 'name="prompt" value="login"' in r.text else "consent"
+                form = {"prompt": prompt, **({"login": self.user} if prompt == "login" else {})}
+                r = await http.post(url, data=form)
+                check(r.status_code in (302, 303), f"{prompt}: {r.status_code} {r.text[:200]}")
+                url = urljoin(url, r.headers["location"])
+        raise AssertionError("the authorization took too many redirects")
+
+    async def returned(self) -> AuthorizationCodeResult:
+        check(self.result is not None, "the authorization server never redirected back")
+        return self.result
+
+
+async def check_authorization_code(url: str, issuer: str, mode: str) -> None:
+    """A user's agent: the 401, the metadata, then the authorization-code grant with PKCE (the
+    user logs in and consents), a token for this resource whose subject is the user, and calls."""
+    async with Session(url, issuer, "erin", mode, Browser("erin-user")) as erin, Session(url, issuer, "alice", mode) as alice:
+        r = await erin.run({"code": "6 * 7"})
+        check(r.get("result") == "42", f"erin: {r}")
+        claims = erin.claims()
+        check(claims["sub"] == "erin-user" and claims["client_id"] == "erin", f"erin's token: {claims}")
+        check(claims["aud"] == url and claims["iss"] == issuer, f"erin's token: {claims}")
+        # A user's session is the user's: the step-up to sessions:write goes through the
+        # authorization server again (the user consents to the new scope), and no other principal
+        # reaches the session.
+        check(erin.claims()["scope"] == "code:run", f"erin's first token: {erin.claims()['scope']}")
+        r = await erin.run({"code": "mine = 6", "session_id": "new"})
+        sid = r.get("session_id")
+        check(isinstance(sid, str), f"no session: {r}")
+        check("sessions:write" in erin.claims()["scope"].split(), f"erin's step-up: {erin.claims()}")
+        r = await erin.run({"code": "mine * 7", "session_id": sid})
+        check(r.get("result") == "42", f"erin's session: {r}")
+        await tool_names(alice)
+        r = await alice.run({"code": "mine", "session_id": sid})
+        check((r.get("error") or {}).get("type") == "SessionNotFound", f"alice reached erin's session: {r}")
 
 
 async def check_each_algorithm(url: str, issuer: str, mode: str) -> None:
@@ -192,6 +275,7 @@ async def check_challenges(url: str, issuer: str, mode: str) -> None:
 
 CHECKS = (
     check_each_algorithm,
+    check_authorization_code,
     check_sessions_belong_to_their_client,
     check_opaque_token,
     check_rotation,

@@ -2,8 +2,9 @@
 // free loopback port, issuing access tokens for one resource (RFC 8707) under the client-credentials
 // grant. Clients: alice (JWT access tokens, RFC 9068, signed RS256), bob (ES256), carol (EdDSA), dave
 // (opaque tokens, checked by the server through introspection, RFC 7662), each with the scopes
-// code:run sessions:read sessions:write; code-interpreter-mcp is the server's own client, the only
-// one allowed to introspect. Prints `issuer URL` once it listens.
+// code:run sessions:read sessions:write; erin, a public client of a user under the authorization-code
+// grant with PKCE (the development login and consent pages); code-interpreter-mcp is the server's
+// own client, the only one allowed to introspect. Prints `issuer URL` once it listens.
 //
 // POST /_test/resource?url=R names the resource (the MCP server's URL, known once it listens);
 // POST /_test/rotate swaps in a new signing key of each algorithm (the old ones stay published, so
@@ -16,7 +17,10 @@ import Provider, { errors } from 'oidc-provider';
 
 let RESOURCE = '';
 const SCOPES = 'code:run sessions:read sessions:write';
-const ALG_OF = { alice: 'RS256', bob: 'ES256', carol: 'EdDSA', dave: null };
+const ALG_OF = { alice: 'RS256', bob: 'ES256', carol: 'EdDSA', dave: null, erin: 'RS256' };
+// erin is a user's agent: its tokens come from the authorization-code grant, not client credentials.
+const USER_AGENT = 'erin';
+const USER_AGENT_REDIRECT = 'http://127.0.0.1:9/callback';
 const INTROSPECTOR = 'code-interpreter-mcp';
 
 let generation = 0;
@@ -38,14 +42,26 @@ const ISSUER = `http://127.0.0.1:${server.address().port}`;
 let keys = keySet();
 function provider() {
   const p = new Provider(ISSUER, {
-    clients: [...Object.keys(ALG_OF), INTROSPECTOR].map((id) => ({
-      client_id: id,
-      client_secret: `${id}-secret`,
-      grant_types: ['client_credentials'],
-      redirect_uris: [],
-      response_types: [],
-      scope: SCOPES,
-    })),
+    clients: [
+      ...[...Object.keys(ALG_OF).filter((id) => id !== USER_AGENT), INTROSPECTOR].map((id) => ({
+        client_id: id,
+        client_secret: `${id}-secret`,
+        grant_types: ['client_credentials'],
+        redirect_uris: [],
+        response_types: [],
+        scope: SCOPES,
+      })),
+      // A user's agent: a public native client (PKCE, no secret) under the authorization-code grant.
+      {
+        client_id: USER_AGENT,
+        application_type: 'native',
+        token_endpoint_auth_method: 'none',
+        grant_types: ['authorization_code'],
+        response_types: ['code'],
+        redirect_uris: [USER_AGENT_REDIRECT],
+        scope: SCOPES,
+      },
+    ],
     // Newest keys first: the provider signs with the first key of an algorithm.
     jwks: { keys },
     scopes: ['openid', ...SCOPES.split(' ')],
@@ -55,7 +71,8 @@ function provider() {
         enabled: true,
         allowedPolicy: (ctx, client) => client.clientId === INTROSPECTOR,
       },
-      devInteractions: { enabled: false },
+      // The login and consent pages a user sees (any login; the test's "browser" fills them in).
+      devInteractions: { enabled: true },
       resourceIndicators: {
         enabled: true,
         defaultResource: (ctx, client, oneOf) => oneOf ?? RESOURCE,

@@ -30,9 +30,10 @@ pub use print::print_config;
 pub use reference::{KeyInfo, keys, reference_json};
 pub use secret::Secret;
 pub use settings::{
-    AppsSettings, EngineSettings, HostGrant, HttpSettings, IntrospectionSettings, OAuthScopes,
-    OAuthSettings, QuotaSettings, SessionSettings, Settings, SnippetSettings, TaskSettings,
-    TraceSettings, UpstreamSettings, UpstreamTransport, WorkerSettings,
+    Applies, AppsSettings, EngineSettings, HostGrant, HttpSettings, IntrospectionSettings,
+    OAuthScopes, OAuthSettings, QuotaOverride, QuotaPolicy, QuotaSettings, SessionSettings,
+    Settings, SnippetSettings, TaskSettings, TraceSettings, UpstreamSettings, UpstreamTransport,
+    WorkerSettings,
 };
 pub use sources::{ConfigError, Source};
 

@@ -153,7 +153,7 @@ impl Default for HostGrantConfig {
 }
 
 /// `[quotas]`: per principal, on this replica; 0 is no limit.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, Facet)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Facet)]
 #[serde(deny_unknown_fields, default)]
 pub struct QuotasConfig {
     /// Calls a principal may have in progress at once, queued or running, run_python_code and its
@@ -177,6 +177,53 @@ pub struct QuotasConfig {
     /// expires.
     /// Environment: CODE_INTERPRETER_MCP_QUOTAS_MAX_SESSIONS
     pub max_sessions: u64,
+    /// A principal's share of the workers when several wait (1 to 100): the queue serves each
+    /// principal in proportion to its weight, first come first served within one.
+    /// Environment: CODE_INTERPRETER_MCP_QUOTAS_WEIGHT
+    pub weight: u64,
+    /// `[[quotas.overrides]]`: other quotas for some principals, the first entry that matches
+    /// wins; a key an entry leaves out keeps the value above.
+    pub overrides: Vec<QuotaOverrideConfig>,
+}
+
+impl Default for QuotasConfig {
+    fn default() -> Self {
+        Self {
+            max_concurrent_calls: 0,
+            cpu_seconds_per_minute: 0,
+            max_tasks: 0,
+            max_queued_calls: 0,
+            max_sessions: 0,
+            weight: 1,
+            overrides: Vec::new(),
+        }
+    }
+}
+
+/// `[[quotas.overrides]]`: which principals it applies to (`name`, or `claim` and `value`), and
+/// their quotas.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, Facet)]
+#[serde(deny_unknown_fields, default)]
+pub struct QuotaOverrideConfig {
+    /// A named static token's name (auth.named_tokens).
+    pub name: String,
+    /// An access token claim (string, or array of strings: one element must equal `value`), e.g.
+    /// "tier"; OAuth principals only.
+    pub claim: String,
+    /// The value `claim` must have.
+    pub value: String,
+    /// As quotas.max_concurrent_calls (absent: unchanged).
+    pub max_concurrent_calls: Option<u64>,
+    /// As quotas.cpu_seconds_per_minute (absent: unchanged).
+    pub cpu_seconds_per_minute: Option<u64>,
+    /// As quotas.max_tasks (absent: unchanged).
+    pub max_tasks: Option<u64>,
+    /// As quotas.max_queued_calls (absent: unchanged).
+    pub max_queued_calls: Option<u64>,
+    /// As quotas.max_sessions (absent: unchanged).
+    pub max_sessions: Option<u64>,
+    /// As quotas.weight (absent: unchanged).
+    pub weight: Option<u64>,
 }
 
 /// `[auth]`
@@ -188,6 +235,11 @@ pub struct AuthConfig {
     /// when it changes or on SIGHUP. Empty: no authentication.
     /// Environment: CODE_INTERPRETER_MCP_AUTH_BEARER_TOKENS_FILE
     pub bearer_tokens_file: String,
+    /// Each line of bearer_tokens_file is `NAME:TOKEN`: the name (letters, digits, '.', '_', '-';
+    /// at most 64) is the principal, so a token can be replaced without losing its sessions and
+    /// tasks, and logs, quota overrides and the principal metric label use it.
+    /// Environment: CODE_INTERPRETER_MCP_AUTH_NAMED_TOKENS (true/false)
+    pub named_tokens: bool,
     /// `[auth.oauth]`: /mcp as an OAuth 2.1 resource server (JWT access tokens from one issuer).
     pub oauth: OAuthConfig,
 }
@@ -760,6 +812,10 @@ pub struct PrometheusConfig {
     /// Port of the metrics listener (1 to 65535, not bind_addr's port).
     /// Environment: CODE_INTERPRETER_MCP_PROMETHEUS_PORT
     pub port: u64,
+    /// Label the tool-call metrics by principal: a named token's name, else "token", "oauth" or
+    /// "anonymous" (bounded: names come only from the operator's token file).
+    /// Environment: CODE_INTERPRETER_MCP_PROMETHEUS_PRINCIPAL_LABEL (true/false)
+    pub principal_label: bool,
 }
 
 impl Default for AppConfig {
@@ -866,6 +922,7 @@ impl Default for PrometheusConfig {
             enabled: false,
             host: "127.0.0.1".into(),
             port: 3131,
+            principal_label: false,
         }
     }
 }

@@ -102,6 +102,9 @@ fn entry_defaults(key: &str) -> Option<serde_json::Value> {
     match key {
         "upstream" => serde_json::to_value(crate::model::UpstreamConfig::default()).ok(),
         "network.hosts" => serde_json::to_value(crate::model::HostGrantConfig::default()).ok(),
+        "quotas.overrides" => {
+            serde_json::to_value(crate::model::QuotaOverrideConfig::default()).ok()
+        }
         _ => None,
     }
 }
@@ -113,7 +116,8 @@ fn kind_of(value: &serde_json::Value) -> &'static str {
         serde_json::Value::String(_) => "string",
         serde_json::Value::Array(_) => "array of strings",
         serde_json::Value::Object(_) => "table",
-        serde_json::Value::Null => "null",
+        // Only optional keys default to nothing (an override's quotas).
+        serde_json::Value::Null => "optional integer",
     }
 }
 

@@ -44,7 +44,9 @@ pub struct Settings {
     /// The MCP servers sandboxes may call, by name (`[upstream.NAME]`).
     pub upstream: BTreeMap<String, UpstreamSettings>,
     /// Per-principal quotas.
-    pub quotas: QuotaSettings,
+    pub quotas: QuotaPolicy,
+    /// Tool-call metrics carry a `principal` label.
+    pub principal_metric_label: bool,
     /// Trace export, when `integrations.opentelemetry.enabled`.
     pub traces: Option<TraceSettings>,
 }
@@ -75,6 +77,77 @@ pub struct QuotaSettings {
     pub max_tasks: Option<u32>,
     /// Calls waiting for a worker.
     pub max_queued_calls: Option<u32>,
+    /// Sessions held (resident or spilled).
+    pub max_sessions: Option<u32>,
+    /// The share of the workers when several principals wait (1 to 100; 0 counts as 1).
+    pub weight: u32,
+}
+
+/// The quotas of every principal: `base`, and other values for those an override matches.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct QuotaPolicy {
+    pub base: QuotaSettings,
+    pub overrides: Vec<QuotaOverride>,
+}
+
+/// One `[[quotas.overrides]]` entry, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaOverride {
+    pub applies_to: Applies,
+    /// The values it sets (`None`: unchanged; `Some(None)`: no limit).
+    pub max_concurrent_calls: Option<Option<u32>>,
+    pub cpu_seconds_per_minute: Option<Option<u32>>,
+    pub max_tasks: Option<Option<u32>>,
+    pub max_queued_calls: Option<Option<u32>>,
+    pub max_sessions: Option<Option<u32>>,
+    pub weight: Option<u32>,
+}
+
+/// Which principals an override is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applies {
+    /// The named static token of that name.
+    Name(String),
+    /// OAuth principals whose access token has `claim` equal to (or, an array, holding) `value`.
+    Claim { claim: String, value: String },
+}
+
+impl QuotaPolicy {
+    /// The quotas of a principal named `name` (a named token) whose token's claims `claim` gives
+    /// (the string values of one claim; none for a static token).
+    pub fn limits_for<'a>(
+        &self,
+        name: Option<&str>,
+        claim: impl Fn(&str) -> Vec<&'a str>,
+    ) -> QuotaSettings {
+        let matched = self.overrides.iter().find(|o| match &o.applies_to {
+            Applies::Name(n) => name == Some(n.as_str()),
+            Applies::Claim { claim: c, value } => claim(c).contains(&value.as_str()),
+        });
+        let Some(o) = matched else {
+            return self.base;
+        };
+        let b = self.base;
+        QuotaSettings {
+            max_concurrent_calls: o.max_concurrent_calls.unwrap_or(b.max_concurrent_calls),
+            cpu_seconds_per_minute: o.cpu_seconds_per_minute.unwrap_or(b.cpu_seconds_per_minute),
+            max_tasks: o.max_tasks.unwrap_or(b.max_tasks),
+            max_queued_calls: o.max_queued_calls.unwrap_or(b.max_queued_calls),
+            max_sessions: o.max_sessions.unwrap_or(b.max_sessions),
+            weight: o.weight.unwrap_or(b.weight),
+        }
+    }
+
+    /// The claims the overrides look at.
+    pub fn claims(&self) -> Vec<&str> {
+        self.overrides
+            .iter()
+            .filter_map(|o| match &o.applies_to {
+                Applies::Claim { claim, .. } => Some(claim.as_str()),
+                Applies::Name(_) => None,
+            })
+            .collect()
+    }
 }
 
 /// `[results] apps`: interactive results as MCP Apps.
@@ -139,6 +212,8 @@ pub struct HttpSettings {
     pub allowed_origins: Vec<String>,
     /// Bearer tokens required on /mcp, when set.
     pub bearer_tokens_file: Option<PathBuf>,
+    /// Each token line is `NAME:TOKEN`.
+    pub named_tokens: bool,
     /// The input-file allowances (the HTTP body ceiling derives from them).
     pub input_limits: InputLimits,
     /// The OAuth resource server, when `auth.oauth.issuer` is set.

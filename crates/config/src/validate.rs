@@ -13,9 +13,10 @@ use code_interpreter_mcp_protocol::limits::shown;
 
 use crate::model::{AppConfig, BootMode};
 use crate::settings::{
-    AppsSettings, EngineSettings, HostGrant, HttpSettings, IntrospectionSettings, OAuthScopes,
-    OAuthSettings, QuotaSettings, SessionSettings, Settings, SnippetSettings, TaskSettings,
-    TraceSettings, UpstreamSettings, UpstreamTransport, WorkerSettings,
+    Applies, AppsSettings, EngineSettings, HostGrant, HttpSettings, IntrospectionSettings,
+    OAuthScopes, OAuthSettings, QuotaOverride, QuotaPolicy, QuotaSettings, SessionSettings,
+    Settings, SnippetSettings, TaskSettings, TraceSettings, UpstreamSettings, UpstreamTransport,
+    WorkerSettings,
 };
 use crate::sources::{ConfigError, Source, source_of};
 
@@ -54,6 +55,12 @@ const RANGES: &[Range] = &[
         key: "quotas.max_sessions",
         value: |c| c.quotas.max_sessions,
         allowed: 0..=100_000,
+        unit: "",
+    },
+    Range {
+        key: "quotas.weight",
+        value: |c| c.quotas.weight,
+        allowed: 1..=100,
         unit: "",
     },
     Range {
@@ -339,9 +346,11 @@ pub fn validate(
     let host_grants = host_grants(c, &fail)?;
     let oauth = oauth(c, &fail, bind_addr)?;
     let traces = traces(c, &fail)?;
+    let overrides = quota_overrides(c, &fail)?;
     let mut settings = settings(c, bind_addr, prometheus, tokio_worker_threads);
     settings.http.oauth = oauth;
     settings.traces = traces;
+    settings.quotas.overrides = overrides;
     settings.upstream = upstream;
     settings.engine.host_grants = host_grants;
     Ok(settings)
@@ -948,6 +957,67 @@ fn prometheus(
     Ok(Some(SocketAddr::new(ip, port)))
 }
 
+/// A `[quotas]` count as a limit: 0 is none.
+fn limit(n: u64) -> Option<u32> {
+    u32::try_from(n).ok().filter(|&n| n > 0)
+}
+
+/// `[[quotas.overrides]]`, checked: each names whom it is for, and its values are in range.
+fn quota_overrides(c: &AppConfig, fail: &Fail) -> Result<Vec<QuotaOverride>, ConfigError> {
+    let key = "quotas.overrides";
+    c.quotas
+        .overrides
+        .iter()
+        .enumerate()
+        .map(|(i, o)| {
+            let at = |what: &str| format!("{key}[{i}].{what}");
+            let applies_to = match (o.name.is_empty(), o.claim.is_empty()) {
+                (false, true) if o.value.is_empty() => Applies::Name(o.name.clone()),
+                (true, false) if !o.value.is_empty() => Applies::Claim {
+                    claim: o.claim.clone(),
+                    value: o.value.clone(),
+                },
+                _ => {
+                    return Err(fail.at(
+                        &at("name"),
+                        "set either name, or claim and value (and not both)",
+                    ));
+                }
+            };
+            for (name, value) in [
+                ("max_concurrent_calls", o.max_concurrent_calls),
+                ("cpu_seconds_per_minute", o.cpu_seconds_per_minute),
+                ("max_tasks", o.max_tasks),
+                ("max_queued_calls", o.max_queued_calls),
+                ("max_sessions", o.max_sessions),
+                ("weight", o.weight),
+            ] {
+                let range = RANGES
+                    .iter()
+                    .find(|r| r.key.strip_prefix("quotas.") == Some(name))
+                    .map(|r| r.allowed.clone());
+                if let (Some(value), Some(allowed)) = (value, range)
+                    && !allowed.contains(&value)
+                {
+                    return Err(fail.at(
+                        &at(name),
+                        format!("{value} is outside {}..={}", allowed.start(), allowed.end()),
+                    ));
+                }
+            }
+            Ok(QuotaOverride {
+                applies_to,
+                max_concurrent_calls: o.max_concurrent_calls.map(limit),
+                cpu_seconds_per_minute: o.cpu_seconds_per_minute.map(limit),
+                max_tasks: o.max_tasks.map(limit),
+                max_queued_calls: o.max_queued_calls.map(limit),
+                max_sessions: o.max_sessions.map(limit),
+                weight: o.weight.map(|w| w as u32),
+            })
+        })
+        .collect()
+}
+
 /// `[integrations.opentelemetry]`, checked: `None` when off.
 fn traces(c: &AppConfig, fail: &Fail) -> Result<Option<TraceSettings>, ConfigError> {
     let o = &c.integrations.opentelemetry;
@@ -1033,6 +1103,7 @@ fn settings(
             }),
             allowed_origins: c.http_allowed_origins.clone(),
             bearer_tokens_file: nonempty_path(&c.auth.bearer_tokens_file),
+            named_tokens: c.auth.named_tokens,
             input_limits: InputLimits {
                 max_file_kb: c.input_limits.max_file_kb,
                 max_total_file_kb: c.input_limits.max_total_file_kb,
@@ -1107,15 +1178,18 @@ fn settings(
         prometheus,
         traces: None,
         upstream: BTreeMap::new(),
-        quotas: {
-            let limit = |n: u64| u32::try_from(n).ok().filter(|&n| n > 0);
-            QuotaSettings {
+        quotas: QuotaPolicy {
+            base: QuotaSettings {
                 max_concurrent_calls: limit(c.quotas.max_concurrent_calls),
                 cpu_seconds_per_minute: limit(c.quotas.cpu_seconds_per_minute),
                 max_tasks: limit(c.quotas.max_tasks),
                 max_queued_calls: limit(c.quotas.max_queued_calls),
-            }
+                max_sessions: limit(c.quotas.max_sessions),
+                weight: c.quotas.weight as u32,
+            },
+            overrides: Vec::new(),
         },
+        principal_metric_label: c.integrations.prometheus.principal_label,
     }
 }
 

@@ -281,6 +281,9 @@ fn every_environment_override_applies_after_files() {
         ("CODE_INTERPRETER_MCP_QUOTAS_MAX_TASKS", "0"),
         ("CODE_INTERPRETER_MCP_QUOTAS_MAX_QUEUED_CALLS", "6"),
         ("CODE_INTERPRETER_MCP_QUOTAS_MAX_SESSIONS", "3"),
+        ("CODE_INTERPRETER_MCP_QUOTAS_WEIGHT", "4"),
+        ("CODE_INTERPRETER_MCP_AUTH_NAMED_TOKENS", "true"),
+        ("CODE_INTERPRETER_MCP_PROMETHEUS_PRINCIPAL_LABEL", "true"),
         ("CODE_INTERPRETER_MCP_OTEL_ENABLED", "true"),
         (
             "CODE_INTERPRETER_MCP_OTEL_ENDPOINT",
@@ -398,15 +401,20 @@ fn every_environment_override_applies_after_files() {
     assert_eq!(traces.export_timeout, Duration::from_millis(2000));
     assert!(traces.principal_attribute && traces.headers.is_empty());
     assert_eq!(
-        loaded.settings.quotas,
+        loaded.settings.quotas.base,
         config::QuotaSettings {
             max_concurrent_calls: Some(4),
             cpu_seconds_per_minute: Some(120),
             max_tasks: None,
             max_queued_calls: Some(6),
+            max_sessions: Some(3),
+            weight: 4,
         }
     );
     assert_eq!(c.quotas.max_sessions, 3);
+    assert_eq!(loaded.settings.quotas.base.weight, 4);
+    assert!(loaded.settings.http.named_tokens);
+    assert!(c.integrations.prometheus.principal_label);
     let introspection = oauth.introspection.as_ref().unwrap();
     assert_eq!(introspection.client_id, "mcp-rs");
     assert_eq!(introspection.client_secret.expose(), "s3cret-value");
@@ -959,6 +967,110 @@ allow_private_addresses = true
         ),
     ] {
         let dir = temp_dir("grants-bad");
+        write(&dir, "code-interpreter-mcp.toml", text);
+        let err = error(&dir, &[]);
+        assert!(err.contains(expected), "{text}: {err}");
+    }
+}
+
+#[test]
+fn quota_overrides_load_and_bad_ones_name_the_key() {
+    let dir = temp_dir("quota-overrides");
+    write(
+        &dir,
+        "code-interpreter-mcp.toml",
+        r#"
+[auth]
+named_tokens = true
+
+[quotas]
+max_concurrent_calls = 2
+weight = 3
+
+[[quotas.overrides]]
+name = "batch"
+max_concurrent_calls = 0
+weight = 10
+
+[[quotas.overrides]]
+claim = "tier"
+value = "gold"
+max_sessions = 50
+"#,
+    );
+    let loaded = load(&dir);
+    let policy = &loaded.settings.quotas;
+    assert!(loaded.settings.http.named_tokens);
+    assert_eq!(policy.base.max_concurrent_calls, Some(2));
+    assert_eq!(policy.base.weight, 3);
+    assert_eq!(policy.claims(), ["tier"]);
+    // The first match wins; what it leaves out is the base's; 0 is no limit.
+    let batch = policy.limits_for(Some("batch"), |_| Vec::new());
+    assert_eq!((batch.max_concurrent_calls, batch.weight), (None, 10));
+    let gold = policy.limits_for(None, |c| {
+        if c == "tier" {
+            vec!["silver", "gold"]
+        } else {
+            Vec::new()
+        }
+    });
+    assert_eq!(
+        (gold.max_concurrent_calls, gold.max_sessions, gold.weight),
+        (Some(2), Some(50), 3)
+    );
+    let other = policy.limits_for(Some("alice"), |_| vec!["bronze"]);
+    assert_eq!(other, policy.base);
+
+    for (text, expected) in [
+        (
+            "[[quotas.overrides]]
+max_tasks = 1
+",
+            "quotas.overrides[0].name",
+        ),
+        (
+            "[[quotas.overrides]]
+name = \"a\"
+claim = \"tier\"
+value = \"x\"
+",
+            "quotas.overrides[0].name",
+        ),
+        (
+            "[[quotas.overrides]]
+claim = \"tier\"
+",
+            "quotas.overrides[0].name",
+        ),
+        (
+            "[[quotas.overrides]]
+name = \"a\"
+weight = 0
+",
+            "quotas.overrides[0].weight",
+        ),
+        (
+            "[[quotas.overrides]]
+name = \"a\"
+max_concurrent_calls = 10001
+",
+            "quotas.overrides[0].max_concurrent_calls",
+        ),
+        (
+            "[[quotas.overrides]]
+name = \"a\"
+limit = 1
+",
+            "unknown",
+        ),
+        (
+            "[quotas]
+weight = 101
+",
+            "quotas.weight",
+        ),
+    ] {
+        let dir = temp_dir("quota-overrides-bad");
         write(&dir, "code-interpreter-mcp.toml", text);
         let err = error(&dir, &[]);
         assert!(err.contains(expected), "{text}: {err}");

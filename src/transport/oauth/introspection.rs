@@ -59,6 +59,9 @@ struct Answer {
     client_id: Option<String>,
     #[serde(default)]
     scope: Option<String>,
+    /// The rest (the issuer's own claims among them).
+    #[serde(flatten)]
+    extra: HashMap<String, serde_json::Value>,
 }
 
 #[derive(serde::Deserialize)]
@@ -191,6 +194,7 @@ impl Introspector {
                     .split_whitespace()
                     .map(str::to_string)
                     .collect(),
+                claims: super::jwt::string_claims(answer.extra),
             },
             Duration::from_secs(exp - now),
         ))

@@ -5,6 +5,7 @@
 //! never followed. A refusal is one of [`Refusal`]'s fixed reasons: nothing from the token is
 //! repeated back.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use jsonwebtoken::jwk::Jwk;
@@ -124,6 +125,46 @@ pub struct Identity {
     pub subject: String,
     /// `scope` (RFC 9068, space-separated) or `scp` (a list), as given.
     pub scopes: Vec<String>,
+    /// The token's other claims whose values are strings or arrays of strings (for quota
+    /// overrides by claim); the strings of each, at most [`MAX_CLAIM_VALUES`].
+    pub claims: Vec<(String, Vec<String>)>,
+}
+
+/// Strings kept of one claim at most.
+pub const MAX_CLAIM_VALUES: usize = 32;
+
+/// The claims of `extra` that are strings or arrays of strings (see [`Identity::claims`]).
+pub fn string_claims(extra: HashMap<String, serde_json::Value>) -> Vec<(String, Vec<String>)> {
+    use serde_json::Value;
+    extra
+        .into_iter()
+        .filter_map(|(name, value)| {
+            let values = match value {
+                Value::String(s) => vec![s],
+                Value::Array(items) => items
+                    .into_iter()
+                    .filter_map(|v| match v {
+                        Value::String(s) => Some(s),
+                        _ => None,
+                    })
+                    .take(MAX_CLAIM_VALUES)
+                    .collect(),
+                _ => return None,
+            };
+            Some((name, values))
+        })
+        .collect()
+}
+
+impl Identity {
+    /// The string values of claim `name` (none when absent or not strings).
+    pub fn claim(&self, name: &str) -> Vec<&str> {
+        self.claims
+            .iter()
+            .filter(|(n, _)| n == name)
+            .flat_map(|(_, values)| values.iter().map(String::as_str))
+            .collect()
+    }
 }
 
 /// The header fields looked at before a key is chosen.
@@ -260,6 +301,7 @@ impl KeySet {
             issuer: claims.iss,
             subject: claims.sub,
             scopes,
+            claims: string_claims(claims.extra),
         })
     }
 }
@@ -273,6 +315,9 @@ struct Claims {
     sub: String,
     scope: Option<String>,
     scp: Option<Scp>,
+    /// The rest (`exp`, `aud`, ... and the issuer's own claims).
+    #[serde(flatten)]
+    extra: HashMap<String, serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -354,6 +399,23 @@ fn key(value: serde_json::Value, policy: &Policy) -> Option<Key> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn string_claims_keep_strings_and_string_arrays_only() {
+        let extra: HashMap<String, serde_json::Value> = serde_json::from_value(serde_json::json!({
+            "tier": "gold", "groups": ["a", 1, "b"], "exp": 5, "nested": {"x": "y"}
+        }))
+        .unwrap();
+        let identity = Identity {
+            issuer: String::new(),
+            subject: String::new(),
+            scopes: Vec::new(),
+            claims: string_claims(extra),
+        };
+        assert_eq!(identity.claim("tier"), ["gold"]);
+        assert_eq!(identity.claim("groups"), ["a", "b"]);
+        assert!(identity.claim("exp").is_empty() && identity.claim("nested").is_empty());
+    }
 
     fn policy(algorithms: &[&str]) -> Policy {
         let algorithms: Vec<String> = algorithms.iter().map(|a| a.to_string()).collect();

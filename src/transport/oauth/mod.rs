@@ -292,6 +292,7 @@ mod tests {
             issuer: issuer.into(),
             subject: subject.into(),
             scopes: Vec::new(),
+            claims: Vec::new(),
         }
     }
 
