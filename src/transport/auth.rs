@@ -213,6 +213,7 @@ fn read(path: &Path, named: bool) -> Result<Loaded, AuthError> {
         file: Sha256::digest(&bytes).into(),
     };
     let text = String::from_utf8_lossy(&bytes);
+    let mut seen = std::collections::HashSet::new();
     let lines = text
         .lines()
         .enumerate()
@@ -226,8 +227,7 @@ fn read(path: &Path, named: bool) -> Result<Loaded, AuthError> {
             };
             let (name, token) = line.split_once(':').ok_or_else(malformed)?;
             let (name, token) = (name.trim(), token.trim());
-            let taken = loaded.names.iter().flatten().any(|n| **n == *name);
-            if !token_name_ok(name) || token.is_empty() || taken {
+            if !token_name_ok(name) || token.is_empty() || !seen.insert(name) {
                 return Err(malformed());
             }
             (Some(Arc::from(name)), token)
@@ -462,6 +462,35 @@ mod tests {
         assert!(!auth.reload());
         assert!(!path.exists());
         assert_eq!(auth.verify(Some(&header("Bearer new"))), Verdict::Accepted);
+    }
+
+    #[test]
+    fn a_named_tokens_principal_is_its_name_and_bad_lines_stop_start_up() {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), "# ci\nci: tok-1\nalice:tok-2\n").unwrap();
+        let auth = BearerAuth::load(file.path(), true).unwrap();
+        let (ci, name) = auth.find("tok-1").unwrap();
+        assert_eq!(name.as_deref(), Some("ci"));
+        assert!(auth.find("ci:tok-1").is_none() && auth.find("ci").is_none());
+        // A new token for the same name: the same principal; not a token's digest.
+        std::fs::write(file.path(), "ci:tok-3\nalice:tok-2\n").unwrap();
+        assert!(auth.reload());
+        assert_eq!(auth.find("tok-3").unwrap().0, ci);
+        assert!(auth.find("tok-1").is_none());
+        assert_ne!(ci, Principal(Sha256::digest(b"tok-3").into()));
+        assert_ne!(ci, auth.find("tok-2").unwrap().0);
+        for (text, line) in [
+            ("ci:a\nno-colon\n", 2),
+            ("ci:a\nci:b\n", 2),
+            ("bad name:a\n", 1),
+            ("ci:\n", 1),
+        ] {
+            std::fs::write(file.path(), text).unwrap();
+            match BearerAuth::load(file.path(), true) {
+                Err(AuthError::Malformed { line: at, .. }) => assert_eq!(at, line, "{text}"),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -1076,3 +1076,75 @@ weight = 101
         assert!(err.contains(expected), "{text}: {err}");
     }
 }
+
+#[test]
+fn trace_export_loads_and_bad_values_name_the_key() {
+    let dir = temp_dir("traces");
+    write(
+        &dir,
+        "code-interpreter-mcp.toml",
+        r#"
+[integrations.opentelemetry]
+enabled = true
+endpoint = "https://otlp.example.com/v1/traces"
+sample_percent = 0
+[integrations.opentelemetry.headers]
+x-api-key = "plain-value"
+"#,
+    );
+    let traces = load(&dir).settings.traces.unwrap();
+    assert_eq!(traces.endpoint, "https://otlp.example.com/v1/traces");
+    assert_eq!(traces.sample_ratio, 0.0);
+    assert_eq!(traces.headers.len(), 1);
+    assert_eq!(traces.headers[0].0, "x-api-key");
+    assert_eq!(traces.headers[0].1.expose(), "plain-value");
+    assert!(
+        !format!("{traces:?}").contains("plain-value"),
+        "a header value is never shown"
+    );
+    // Off by default: nothing to check then.
+    assert!(load(&temp_dir("traces-off")).settings.traces.is_none());
+
+    let on = "[integrations.opentelemetry]\nenabled = true\n";
+    for (text, expected) in [
+        (
+            format!("{on}endpoint = \"otel:4318\"\n"),
+            "integrations.opentelemetry.endpoint",
+        ),
+        (
+            format!("{on}endpoint = \"http:///v1\"\n"),
+            "integrations.opentelemetry.endpoint",
+        ),
+        (
+            format!("{on}max_queue_spans = 64\nmax_batch_spans = 65\n"),
+            "integrations.opentelemetry.max_batch_spans",
+        ),
+        (
+            format!("{on}sample_percent = 101\n"),
+            "integrations.opentelemetry.sample_percent",
+        ),
+        (
+            format!("{on}export_timeout_ms = 50\n"),
+            "integrations.opentelemetry.export_timeout_ms",
+        ),
+        (
+            format!("{on}service_name = \" \"\n"),
+            "integrations.opentelemetry.service_name",
+        ),
+        (
+            format!("{on}[integrations.opentelemetry.headers]\n\"bad name\" = \"x\"\n"),
+            "integrations.opentelemetry.headers",
+        ),
+        (
+            format!(
+                "{on}[integrations.opentelemetry.headers]\nx = \"${{CIM_TEST_UNSET_VARIABLE}}\"\n"
+            ),
+            "integrations.opentelemetry.headers",
+        ),
+    ] {
+        let dir = temp_dir("traces-bad");
+        write(&dir, "code-interpreter-mcp.toml", &text);
+        let err = error(&dir, &[]);
+        assert!(err.contains(expected), "{text}: {err}");
+    }
+}
