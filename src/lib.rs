@@ -6,8 +6,9 @@
 //! - [`app`]: the one assembly point, from the configuration to the running parts.
 //! - [`transport`]: MCP over HTTP (axum + rmcp Streamable HTTP at `/mcp`, bearer tokens, probes,
 //!   shutdown) and stdio.
-//! - [`tools`]: the MCP tools, their schemas, request validation and the snippet catalog.
-//! - [`pool`]: dedicated worker threads fed by a bounded FIFO queue, prewarming, health atomics;
+//! - [`tools`]: the MCP tools, their schemas, request validation, scopes and quotas, and the snippet
+//!   catalog.
+//! - [`pool`]: dedicated worker threads fed by a bounded queue fair between principals, prewarming, health atomics;
 //!   [`sessions`]: stateful sessions, each one sandbox kept alive on a thread of its own;
 //!   [`apps`]: the MCP Apps views (interactive results) and which clients get them.
 //! - [`sandbox`]: the engine — one request in, one result out, each in a new isolate + interpreter.
@@ -16,7 +17,8 @@
 //! - [`assets`]: the pinned Pyodide runtime files; [`store`]: saved session images at rest (a
 //!   directory or S3-compatible storage; sealed with a key derived from the session id).
 //! - [`upstream`]: the MCP servers whose tools sandboxed code may call, connected and granted here.
-//! - [`telemetry`]: Prometheus metrics (the twenty-six application families, the tokio reporter).
+//! - [`telemetry`]: Prometheus metrics (the twenty-eight application families, the tokio reporter)
+//!   and OpenTelemetry traces (a span per tool call, exported over OTLP).
 //! - [`config`]: the one configuration type, its loading, its validation into typed settings, and
 //!   its generated reference (a crate of its own, `crates/config`, free of V8);
 //!   [`protocol`]: the tools' fixed per-request limits and request checks (`crates/protocol`).
