@@ -8,7 +8,8 @@
 //!   shutdown) and stdio.
 //! - [`tools`]: the MCP tools, their schemas, request validation, scopes and quotas, and the snippet
 //!   catalog.
-//! - [`pool`]: dedicated worker threads fed by a bounded queue fair between principals, prewarming, health atomics;
+//! - [`pool`]: dedicated worker threads fed by a bounded queue fair between principals,
+//!   prewarming, health atomics;
 //!   [`sessions`]: stateful sessions, each one sandbox kept alive on a thread of its own;
 //!   [`apps`]: the MCP Apps views (interactive results) and which clients get them.
 //! - [`sandbox`]: the engine — one request in, one result out, each in a new isolate + interpreter.
