@@ -46,6 +46,84 @@ enum Next<J, O> {
     Closed,
 }
 
+/// What a waiting worker knows when it decides how long to wait for a job and what to do if none
+/// comes: its stock and its debts, without the sandboxes or the queue.
+#[derive(Debug, Clone, Copy)]
+struct View {
+    prewarmed: bool,
+    /// Booting for the stock failed: no retry before the next call.
+    refill_failed: bool,
+    /// The stock holds a sandbox of the flavor the next call is expected to want (the last one's).
+    serves_wanted: bool,
+    stock_len: usize,
+    /// How many sandboxes of that flavor the stock keeps.
+    stock_size: usize,
+    has_unsettled: bool,
+    /// It has called or booted since it last rested.
+    rest_due: bool,
+    /// Its stock is to give back memory once it has stayed idle long enough.
+    give_back_due: bool,
+    idle_give_back: Option<Duration>,
+}
+
+/// How a waiting worker waits: for how long (`None`: until a job or the end), whether a job may
+/// wait for this worker's boot, and what it does when the time passes without a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Plan {
+    wake_after: Option<Duration>,
+    boots_for_jobs: bool,
+    on_wake: Action,
+}
+
+/// What a worker does when no job came in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    /// Settle the newest unsettled ready sandbox (a collection before the next call).
+    Settle,
+    /// Tell the backend the worker rests (it gives back what used sandboxes freed).
+    Rest,
+    /// Give back the ready sandboxes' idle memory.
+    GiveBack,
+    /// Boot one more sandbox for the stock (of the wanted flavor).
+    Refill,
+}
+
+/// The worker's decision, a pure function of what it knows (see the table tests).
+fn plan(v: &View) -> Plan {
+    let refill = (v.prewarmed && !v.refill_failed)
+        .then(|| {
+            if !v.serves_wanted {
+                // Nothing to serve the next call with: boot at once.
+                Some(Duration::ZERO)
+            } else {
+                (v.stock_len < v.stock_size.max(1)).then_some(REFILL_PAUSE)
+            }
+        })
+        .flatten();
+    let settle = (v.prewarmed && v.has_unsettled).then_some(SETTLE_PAUSE);
+    let give_back = v.idle_give_back.filter(|_| v.give_back_due);
+    let wake_after = match (refill, settle) {
+        (Some(r), Some(s)) => Some(r.min(s)),
+        (r, s) => r.or(s).or(v.rest_due.then_some(REST_PAUSE)).or(give_back),
+    };
+    let on_wake = if settle.is_some() && refill != Some(Duration::ZERO) {
+        Action::Settle
+    } else if refill.is_none() && v.rest_due {
+        Action::Rest
+    } else if refill.is_none() {
+        Action::GiveBack
+    } else {
+        Action::Refill
+    };
+    Plan {
+        wake_after,
+        // A prewarmed worker boots for its stock, not for a job: a job waits for whichever
+        // worker has a sandbox first, not for this worker's boot (see `next_job`).
+        boots_for_jobs: !v.prewarmed || v.refill_failed,
+        on_wake,
+    }
+}
+
 /// A worker's ready sandboxes, all of one flavor (the last call's), the newest last, each with
 /// whether it has been settled. V8 requires the isolates of one thread to be dropped in the reverse
 /// order of their creation, so only the newest is ever taken, a sandbox booted on demand is dropped
@@ -198,30 +276,22 @@ impl<B: Backend> Worker<B> {
         // (set when it rests, cleared when it gives back).
         let mut give_back_due = false;
         loop {
-            let refill = (self.prewarmed && !refill_failed)
-                .then(|| {
-                    if !stock.serves(wanted) {
-                        // Nothing to serve the next call with: boot at once.
-                        Some(Duration::ZERO)
-                    } else {
-                        let size = self.backend.stock_size(wanted, &self.settings).max(1);
-                        (stock.len() < size).then_some(REFILL_PAUSE)
-                    }
-                })
-                .flatten();
-            let settle = (self.prewarmed && stock.has_unsettled()).then_some(SETTLE_PAUSE);
-            let give_back = self.settings.idle_give_back.filter(|_| give_back_due);
-            let wake_after = match (refill, settle) {
-                (Some(r), Some(s)) => Some(r.min(s)),
-                (r, s) => r.or(s).or(rest_due.then_some(REST_PAUSE)).or(give_back),
+            let view = View {
+                prewarmed: self.prewarmed,
+                refill_failed,
+                serves_wanted: stock.serves(wanted),
+                stock_len: stock.len(),
+                stock_size: self.backend.stock_size(wanted, &self.settings),
+                has_unsettled: stock.has_unsettled(),
+                rest_due,
+                give_back_due,
+                idle_give_back: self.settings.idle_give_back,
             };
-            // A prewarmed worker boots for its stock, not for a job: a job waits for whichever
-            // worker has a sandbox first, not for this worker's boot (see `next_job`).
-            let boots_for_jobs = !self.prewarmed || refill_failed;
-            let job = match self.next_job(stock.len() > 0, boots_for_jobs, wake_after) {
+            let plan = plan(&view);
+            let job = match self.next_job(stock.len() > 0, plan.boots_for_jobs, plan.wake_after) {
                 Next::Run(job) => job,
                 Next::Closed => break,
-                Next::Woken if settle.is_some() && refill != Some(Duration::ZERO) => {
+                Next::Woken if plan.on_wake == Action::Settle => {
                     rest_due = true;
                     // Still counted as ready meanwhile (as while tearing down): a call waits the
                     // few milliseconds for this sandbox rather than for a boot on a worker without.
@@ -233,13 +303,13 @@ impl<B: Backend> Worker<B> {
                     guard.set(WorkerState::Idle);
                     continue;
                 }
-                Next::Woken if refill.is_none() && rest_due => {
+                Next::Woken if plan.on_wake == Action::Rest => {
                     self.backend.rest();
                     rest_due = false;
                     give_back_due = stock.len() > 0;
                     continue;
                 }
-                Next::Woken if refill.is_none() => {
+                Next::Woken if plan.on_wake == Action::GiveBack => {
                     let mut failed = None;
                     for sandbox in stock.iter_mut() {
                         if let Err(e) = self.backend.give_back(sandbox) {
@@ -424,6 +494,106 @@ impl<B: Backend> Drop for Worker<B> {
     fn drop(&mut self) {
         if self.announced.get() {
             self.announce(false);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A prewarmed worker whose full, settled stock serves the next call, that has just called.
+    fn base() -> View {
+        View {
+            prewarmed: true,
+            refill_failed: false,
+            serves_wanted: true,
+            stock_len: 4,
+            stock_size: 4,
+            has_unsettled: false,
+            rest_due: true,
+            give_back_due: false,
+            idle_give_back: Some(Duration::from_secs(30)),
+        }
+    }
+
+    /// A plan as (wake_after, boots_for_jobs, on_wake).
+    type Decided = (Option<Duration>, bool, Action);
+    /// A case: what it is, how its view differs from [`base`], and the plan.
+    type Case = (&'static str, fn(&mut View), Decided);
+
+    fn plan_of(change: impl Fn(&mut View)) -> Decided {
+        let mut view = base();
+        change(&mut view);
+        let p = plan(&view);
+        (p.wake_after, p.boots_for_jobs, p.on_wake)
+    }
+
+    #[test]
+    fn the_worker_decides_from_its_stock_and_its_debts() {
+        let thirty = Some(Duration::from_secs(30));
+        let table: [Case; 9] = [
+            (
+                "full and settled, just called: rest after a pause",
+                |_| {},
+                (Some(REST_PAUSE), false, Action::Rest),
+            ),
+            (
+                "nothing owed: wait for a job without end",
+                |v| v.rest_due = false,
+                (None, false, Action::GiveBack),
+            ),
+            (
+                "rested with a stock: give back after idle_give_back_s",
+                |v| {
+                    v.rest_due = false;
+                    v.give_back_due = true;
+                },
+                (thirty, false, Action::GiveBack),
+            ),
+            (
+                "one taken: refill after a pause",
+                |v| v.stock_len = 3,
+                (Some(REFILL_PAUSE), false, Action::Refill),
+            ),
+            (
+                "nothing of the wanted flavor: boot at once",
+                |v| v.serves_wanted = false,
+                (Some(Duration::ZERO), false, Action::Refill),
+            ),
+            (
+                "an unsettled sandbox: settle it first",
+                |v| v.has_unsettled = true,
+                (Some(SETTLE_PAUSE), false, Action::Settle),
+            ),
+            (
+                "unsettled, and nothing of the wanted flavor: the boot comes first",
+                |v| {
+                    v.has_unsettled = true;
+                    v.serves_wanted = false;
+                },
+                (Some(Duration::ZERO), false, Action::Refill),
+            ),
+            (
+                "a failed refill: no retry, and jobs may wait for this worker's boot",
+                |v| {
+                    v.refill_failed = true;
+                    v.stock_len = 0;
+                },
+                (Some(REST_PAUSE), true, Action::Rest),
+            ),
+            (
+                "not prewarmed: no stock to keep, boots for jobs",
+                |v| {
+                    v.prewarmed = false;
+                    v.stock_len = 0;
+                    v.serves_wanted = false;
+                },
+                (Some(REST_PAUSE), true, Action::Rest),
+            ),
+        ];
+        for (case, change, expected) in table {
+            assert_eq!(plan_of(change), expected, "{case}");
         }
     }
 }
