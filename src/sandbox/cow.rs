@@ -108,6 +108,8 @@ pub(crate) struct Mapping {
 // SAFETY: a mapping is plain memory owned by this value; who writes to it is up to its users (the
 // engine before it shares a snapshot, one isolate for a sandbox's own mapping).
 unsafe impl Send for Mapping {}
+// SAFETY: `&Mapping` yields only the address and the length; the bytes are written only by the
+// users named above, never by two threads at once.
 unsafe impl Sync for Mapping {}
 
 impl Mapping {

@@ -35,6 +35,7 @@ struct WasmMemory(v8::SharedRef<v8::BackingStore>);
 // length in an atomic (WebAssembly memories grow in place and update it), and the shared pointer's
 // reference count is atomic. The store's bytes are never touched through this handle.
 unsafe impl Send for WasmMemory {}
+// SAFETY: as for `Send`: through `&WasmMemory` only the atomic `byte_length()` is read.
 unsafe impl Sync for WasmMemory {}
 
 impl MemoryBudget {

@@ -154,6 +154,8 @@ struct Run {
 // from any thread and isolate; its bytes are only read. Every isolate detaches its ArrayBuffer right
 // after Pyodide has restored from it, before any user code runs, so no script can write to it.
 unsafe impl Send for SharedSnapshot {}
+// SAFETY: as for `Send`: through `&SharedSnapshot` the bytes are only read and the reference count
+// is atomic.
 unsafe impl Sync for SharedSnapshot {}
 
 impl SharedSnapshot {
