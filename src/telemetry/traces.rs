@@ -192,16 +192,7 @@ impl CallSpan {
         let Some(installed) = INSTALLED.get() else {
             return Self(None);
         };
-        let context = match parent {
-            Some(TraceParent(span)) => Context::new().with_remote_span_context(span.clone()),
-            None => Context::new(),
-        };
-        let span = installed
-            .tracer
-            .span_builder(name)
-            .with_kind(SpanKind::Server)
-            .with_attributes(attributes)
-            .start_with_context(&installed.tracer, &context);
+        let span = open(installed, name, SpanKind::Server, parent, attributes, None);
         if !span.span_context().is_sampled() {
             return Self(None);
         }
@@ -225,11 +216,10 @@ impl CallSpan {
 
     /// Adds a finished child `name` that ran from `from` to `to`.
     pub fn child(&self, name: &'static str, from: Instant, to: Instant, attributes: Vec<KeyValue>) {
-        let Some(parent) = self.context() else {
+        let (Some(live), Some(parent)) = (&self.0, self.context()) else {
             return;
         };
-        let anchor = self.0.as_ref().map(|l| l.anchor);
-        finished(&parent, name, (from, to), attributes, anchor);
+        finished(&parent, name, (from, to), attributes, live.anchor);
     }
 
     /// Sets attributes on the span.
@@ -247,12 +237,7 @@ impl CallSpan {
             return;
         };
         let mut span = live.span.lock().unwrap_or_else(|e| e.into_inner());
-        span.set_attribute(KeyValue::new("code_interpreter.outcome", outcome));
-        if let Some(error) = error {
-            span.set_attribute(KeyValue::new("error.type", error.to_string()));
-            span.set_status(Status::error(error.to_string()));
-        }
-        span.end();
+        close(&mut span, outcome, error);
     }
 }
 
@@ -270,13 +255,14 @@ impl ClientSpan {
         let (Some(installed), Some(parent)) = (INSTALLED.get(), parent) else {
             return Self(None);
         };
-        let context = Context::new().with_remote_span_context(parent.0.clone());
-        let span = installed
-            .tracer
-            .span_builder(name)
-            .with_kind(SpanKind::Client)
-            .with_attributes(attributes)
-            .start_with_context(&installed.tracer, &context);
+        let span = open(
+            installed,
+            name,
+            SpanKind::Client,
+            Some(parent),
+            attributes,
+            None,
+        );
         Self(Some(span))
     }
 
@@ -290,37 +276,67 @@ impl ClientSpan {
     /// Ends the span with `outcome`, an error status unless `ok`.
     pub fn end(mut self, outcome: &'static str, ok: bool) {
         if let Some(span) = &mut self.0 {
-            span.set_attribute(KeyValue::new("code_interpreter.outcome", outcome));
-            if !ok {
-                span.set_attribute(KeyValue::new("error.type", outcome));
-                span.set_status(Status::error(outcome));
-            }
-            span.end();
+            close(span, outcome, (!ok).then_some(outcome));
         }
     }
 }
 
-/// A finished internal span that ran from `when.0` to `when.1`, dated from `anchor` (now when
+/// Starts span `name` of `kind` under `parent` (a new trace without one), at `start` (now when
 /// `None`).
+fn open(
+    installed: &Installed,
+    name: impl Into<std::borrow::Cow<'static, str>>,
+    kind: SpanKind,
+    parent: Option<&TraceParent>,
+    attributes: Vec<KeyValue>,
+    start: Option<SystemTime>,
+) -> Span {
+    let context = parent.map_or_else(Context::new, |TraceParent(span)| {
+        Context::new().with_remote_span_context(span.clone())
+    });
+    let mut builder = installed
+        .tracer
+        .span_builder(name)
+        .with_kind(kind)
+        .with_attributes(attributes);
+    if let Some(start) = start {
+        builder = builder.with_start_time(start);
+    }
+    builder.start_with_context(&installed.tracer, &context)
+}
+
+/// Ends `span` with `outcome` (`code_interpreter.outcome`), an error status and `error.type`
+/// when `error` names one.
+fn close(span: &mut Span, outcome: &'static str, error: Option<&str>) {
+    span.set_attribute(KeyValue::new("code_interpreter.outcome", outcome));
+    if let Some(error) = error {
+        span.set_attribute(KeyValue::new("error.type", error.to_string()));
+        span.set_status(Status::error(error.to_string()));
+    }
+    span.end();
+}
+
+/// A finished internal span under `parent` that ran from `when.0` to `when.1`, dated from
+/// `anchor` (an instant and the wall-clock time it stands for).
 fn finished(
     parent: &TraceParent,
     name: &'static str,
     when: (Instant, Instant),
     attributes: Vec<KeyValue>,
-    anchor: Option<(Instant, SystemTime)>,
+    anchor: (Instant, SystemTime),
 ) {
     let Some(installed) = INSTALLED.get() else {
         return;
     };
-    let anchor = anchor.unwrap_or_else(|| (Instant::now(), SystemTime::now()));
-    let context = Context::new().with_remote_span_context(parent.0.clone());
-    let mut span = installed
-        .tracer
-        .span_builder(name)
-        .with_kind(SpanKind::Internal)
-        .with_start_time(wall(anchor, when.0))
-        .with_attributes(attributes)
-        .start_with_context(&installed.tracer, &context);
+    let start = Some(wall(anchor, when.0));
+    let mut span = open(
+        installed,
+        name,
+        SpanKind::Internal,
+        Some(parent),
+        attributes,
+        start,
+    );
     span.end_with_timestamp(wall(anchor, when.1.max(when.0)));
 }
 

@@ -166,8 +166,6 @@ pub struct Ended {
     pub unsaveable: Option<String>,
     /// The session files that hold the whole of its long outputs.
     pub kept: Kept,
-    /// Who made the call (for its log line), when the server requires authentication.
-    pub principal: Option<Principal>,
 }
 
 impl Ended {
@@ -179,7 +177,6 @@ impl Ended {
             session_id: None,
             unsaveable: None,
             kept: Kept::default(),
-            principal: None,
         }
     }
 }
@@ -218,19 +215,15 @@ impl Runner<'_> {
     /// Validates the arguments, queues the execution (or runs it in its session) and waits for it,
     /// streaming what `setup` asks for.
     pub async fn execute(&self, args: Call, setup: Setup) -> Ended {
-        let principal = setup.caller.principal;
         let admitted = match self.quotas.admit(&setup.caller) {
             Ok(admitted) => admitted,
             Err(refusal) => {
                 telemetry::rejection(Rejection::Quota);
-                let mut ended = Ended::refused(Refusal::Quota(refusal));
-                ended.principal = principal;
-                return ended;
+                return Ended::refused(Refusal::Quota(refusal));
             }
         };
-        let mut ended = self.execute_for(args, setup).await;
+        let ended = self.execute_for(args, setup).await;
         admitted.charge(ended.execution);
-        ended.principal = principal;
         ended
     }
 
@@ -310,7 +303,6 @@ impl Runner<'_> {
             session_id: None,
             unsaveable: None,
             kept: Kept::default(),
-            principal: None,
         }
     }
 
@@ -362,7 +354,6 @@ impl Runner<'_> {
                     stdout: run.kept_stdout,
                     stderr: run.kept_stderr,
                 },
-                principal: None,
             },
             Err(e) => Ended::refused(Refusal::Session(e)),
         }

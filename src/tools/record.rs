@@ -28,15 +28,13 @@ pub(crate) struct Details<'a> {
     pub results: Option<usize>,
     /// Whether a snippet was found.
     pub found: Option<bool>,
-    /// Who made the call (logged as a hashed label).
-    pub principal: Option<crate::sessions::Principal>,
 }
 
 /// Ends a tool call: its metric, log line and span.
 pub(crate) fn record(tool: &'static str, outcome: ToolOutcome, started: Instant, details: Details) {
     let elapsed = started.elapsed();
     let who = CALLER.try_with(Caller::clone).unwrap_or_default();
-    let principal = details.principal.or(who.principal);
+    let principal = who.principal;
     let profile = who.profile.as_deref();
     // The label of logs and spans: a named token's name, else a hash (never the token or subject).
     let label = match (profile.and_then(|p| p.name.as_deref()), principal) {

@@ -323,7 +323,6 @@ impl CodeInterpreter {
                 execution: Some(ended.execution),
                 output_truncated: Some(result.output_truncated),
                 session: result.session_id.as_deref(),
-                principal: ended.principal,
                 ..Default::default()
             },
         );

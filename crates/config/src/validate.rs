@@ -618,15 +618,7 @@ fn oauth(
             ),
         ));
     }
-    if !o.jwks_uri.is_empty() && !upstream_url_ok(&o.jwks_uri) {
-        return Err(fail.at(
-            "auth.oauth.jwks_uri",
-            format!(
-                "\"{}\" must be an https URL (http only on a loopback address), or empty",
-                shown(&o.jwks_uri)
-            ),
-        ));
-    }
+    optional_secure_url(fail, "auth.oauth.jwks_uri", &o.jwks_uri)?;
     for (key, scope) in [
         ("auth.oauth.scope_run", &o.scope_run),
         ("auth.oauth.scope_sessions_read", &o.scope_sessions_read),
@@ -649,15 +641,8 @@ fn oauth(
     let introspection = if o.introspection_client_id.is_empty() {
         None
     } else {
-        if !o.introspection_endpoint.is_empty() && !upstream_url_ok(&o.introspection_endpoint) {
-            return Err(fail.at(
-                "auth.oauth.introspection_endpoint",
-                format!(
-                    "\"{}\" must be an https URL (http only on a loopback address), or empty",
-                    shown(&o.introspection_endpoint)
-                ),
-            ));
-        }
+        let endpoint = &o.introspection_endpoint;
+        optional_secure_url(fail, "auth.oauth.introspection_endpoint", endpoint)?;
         let key = "auth.oauth.introspection_client_secret";
         let client_secret =
             crate::secret::resolve(key, &o.introspection_client_secret).map_err(|e| {
@@ -690,6 +675,20 @@ fn oauth(
         },
         introspection,
     }))
+}
+
+/// Checks that `url`, at `key`, is empty, or https (http only to a loopback address).
+fn optional_secure_url(fail: &Fail, key: &str, url: &str) -> Result<(), ConfigError> {
+    if url.is_empty() || upstream_url_ok(url) {
+        return Ok(());
+    }
+    Err(fail.at(
+        key,
+        format!(
+            "\"{}\" must be an https URL (http only on a loopback address), or empty",
+            shown(url)
+        ),
+    ))
 }
 
 /// Whether `url` may carry an upstream's requests: https, or http to a loopback address.
