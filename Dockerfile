@@ -70,7 +70,7 @@ COPY --from=prepare --chown=0:0 /out/app /app
 # The configuration file (code-interpreter-mcp.toml) is read from the working directory; mount one there.
 WORKDIR /etc/code-interpreter-mcp
 ENV CODE_INTERPRETER_MCP_ASSET_DIR=/app/pyodide \
-    CODE_INTERPRETER_MCP_APPS_ASSET_DIR=/app/ui \
+    CODE_INTERPRETER_MCP_RESULTS_APPS_ASSET_DIR=/app/ui \
     CODE_INTERPRETER_MCP_PACKAGE_CACHE_DIR=/app/package-cache \
     CODE_INTERPRETER_MCP_PACKAGE_BASE_URL=${PACKAGE_BASE_URL} \
     CODE_INTERPRETER_MCP_PREINSTALL_PACKAGES="${PREINSTALL_PACKAGES}" \

@@ -23,7 +23,7 @@ const PANDAS_SETUP: &str = "import pandas as pd\nimport numpy as np\ndf = pd.Dat
 fn start(store: &std::path::Path, max_resident: &str, preinstall: &str) -> fixture::Server {
     let mut command = fixture::server_command();
     command
-        .env("CODE_INTERPRETER_MCP_MAX_SESSIONS", "2000")
+        .env("CODE_INTERPRETER_MCP_SESSIONS_MAX_SESSIONS", "2000")
         .env("CODE_INTERPRETER_MCP_SESSIONS_MAX_RESIDENT", max_resident)
         .env("CODE_INTERPRETER_MCP_SESSIONS_SPILL_AFTER_S", "0")
         .env("CODE_INTERPRETER_MCP_SESSIONS_STORE_URL", store)

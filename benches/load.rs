@@ -27,7 +27,7 @@ fn start_with(boot: &str, env: &[(&str, &str)]) -> Started {
     let started = Instant::now();
     let mut command = fixture::server_command();
     command
-        .env("CODE_INTERPRETER_MCP_BOOT", boot)
+        .env("CODE_INTERPRETER_MCP_WORKERS_BOOT", boot)
         .env("CODE_INTERPRETER_MCP_PACKAGE_BASE_URL", package_base_url())
         .env("CODE_INTERPRETER_MCP_LOG_FORMAT", "json")
         // The pool logs every sandbox creation at debug level.
@@ -49,8 +49,8 @@ fn pss_per_worker(mode: &str) -> f64 {
         let server = start_with(
             mode,
             &[
-                ("CODE_INTERPRETER_MCP_MAX_WORKERS", workers),
-                ("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", workers),
+                ("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", workers),
+                ("CODE_INTERPRETER_MCP_WORKERS_PREWARMED_WORKERS", workers),
             ],
         );
         // Let the prewarmed workers' post-boot garbage collection finish.

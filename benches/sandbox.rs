@@ -16,8 +16,7 @@
 use std::time::{Duration, Instant};
 
 use code_interpreter_mcp::config::Settings;
-use code_interpreter_mcp::packages::PackageSource;
-use code_interpreter_mcp::sandbox::{BootMode, Engine, EngineConfig, ExecRequest, Flavor};
+use code_interpreter_mcp::sandbox::{BootMode, Engine, EngineSettings, ExecRequest, Flavor};
 
 fn main() {
     // The engine's warnings (a snapshot it could not take, say), and more with RUST_LOG.
@@ -54,17 +53,17 @@ fn ms(d: Duration) -> f64 {
 /// Prints the distributions for one boot mode; returns the median creation time.
 fn measure(boot: BootMode, iterations: usize) -> Duration {
     let started = Instant::now();
-    let mut config = EngineConfig {
+    let mut config = EngineSettings {
         boot,
-        ..code_interpreter_mcp::app::engine_config(&Settings::default().engine)
+        ..Settings::default().engine
     };
     // Wheels (micropip for the package layer) from CODE_INTERPRETER_MCP_PACKAGE_BASE_URL, else the
     // team's local mirror next to the checkout, else the Pyodide CDN.
     let mirror = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/pyodide-packages");
     if let Ok(url) = std::env::var("CODE_INTERPRETER_MCP_PACKAGE_BASE_URL") {
-        config.package_source = PackageSource::parse(&url);
+        config.package_base_url = Some(url);
     } else if std::path::Path::new(mirror).is_dir() {
-        config.package_source = PackageSource::Dir(mirror.into());
+        config.package_base_url = Some(mirror.to_string());
     }
     // BENCH_PREINSTALL=pandas,...: measure with these packages in the package layer.
     if let Ok(list) = std::env::var("BENCH_PREINSTALL") {
@@ -101,7 +100,7 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
     };
 
     // BENCH_SPARE_MEMORY=1: each sandbox restores into the pages of the one dropped before it, as
-    // on a pool worker (isolate/spare_memory.rs). Off by default: the memory rows below then show
+    // on a pool worker (pages/spare.rs). Off by default: the memory rows below then show
     // what a sandbox takes from the system, not pages moved from its predecessor.
     if std::env::var("BENCH_SPARE_MEMORY").as_deref() == Ok("1") {
         engine.keep_spare_memory_on_this_thread();
@@ -199,7 +198,7 @@ fn measure(boot: BootMode, iterations: usize) -> Duration {
 
 /// Whether the engine restores what BENCH_PREIMPORT asks for.
 fn config_preimport_ok(engine: &Engine) -> bool {
-    engine.config().preimport_modules.is_empty() || engine.preimported()
+    engine.settings().preimport_modules.is_empty() || engine.preimported()
 }
 
 fn request() -> ExecRequest {

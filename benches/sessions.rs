@@ -22,7 +22,7 @@ const PANDAS_CALL: &str = "df.describe().loc['mean', 'b']";
 fn start() -> fixture::Server {
     let mut command = fixture::server_command();
     command
-        .env("CODE_INTERPRETER_MCP_MAX_SESSIONS", "8")
+        .env("CODE_INTERPRETER_MCP_SESSIONS_MAX_SESSIONS", "8")
         .env("RUST_LOG", "warn");
     let server = fixture::Server::spawn(&mut command, false);
     server.wait_ready();

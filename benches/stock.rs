@@ -59,12 +59,18 @@ fn pool_env(setup: &str) -> Vec<(&'static str, String)> {
     for option in parts {
         match option {
             "packages" => {}
-            "map" => env.push(("CODE_INTERPRETER_MCP_MAP_SNAPSHOT_MEMORY", "true".into())),
+            "map" => env.push((
+                "CODE_INTERPRETER_MCP_WORKERS_MAP_SNAPSHOT_MEMORY",
+                "true".into(),
+            )),
             _ => {
                 let seconds = option.strip_prefix("give").unwrap_or_else(|| {
                     panic!("set-up option +{option}: expected +packages, +map or +giveN")
                 });
-                env.push(("CODE_INTERPRETER_MCP_IDLE_GIVE_BACK_S", seconds.into()));
+                env.push((
+                    "CODE_INTERPRETER_MCP_WORKERS_IDLE_GIVE_BACK_S",
+                    seconds.into(),
+                ));
             }
         }
     }
@@ -78,13 +84,16 @@ fn pool_env(setup: &str) -> Vec<(&'static str, String)> {
         .unwrap_or_else(|| panic!("set-up {setup}: expected before, default or pPrR (e.g. p2r4)"));
     let (ready, preimported) = ready.split_once('q').unwrap_or((ready, ""));
     env.extend([
-        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "2".into()),
-        ("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", prewarmed.into()),
-        ("CODE_INTERPRETER_MCP_READY_SANDBOXES", ready.into()),
+        ("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "2".into()),
+        (
+            "CODE_INTERPRETER_MCP_WORKERS_PREWARMED_WORKERS",
+            prewarmed.into(),
+        ),
+        ("CODE_INTERPRETER_MCP_WORKERS_READY_SANDBOXES", ready.into()),
     ]);
     if !preimported.is_empty() {
         env.push((
-            "CODE_INTERPRETER_MCP_READY_PREIMPORTED_SANDBOXES",
+            "CODE_INTERPRETER_MCP_WORKERS_READY_PREIMPORTED_SANDBOXES",
             preimported.into(),
         ));
     }

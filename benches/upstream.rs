@@ -22,8 +22,7 @@ use std::time::{Duration, Instant};
 
 use code_interpreter_mcp::config::{HostGrant, Settings, UpstreamSettings, UpstreamTransport};
 use code_interpreter_mcp::fetch::{CallFetches, Fetcher, SandboxRequest};
-use code_interpreter_mcp::packages::PackageSource;
-use code_interpreter_mcp::sandbox::{Engine, EngineConfig, ExecRequest};
+use code_interpreter_mcp::sandbox::{Engine, EngineSettings, ExecRequest};
 use code_interpreter_mcp::upstream::Upstreams;
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
@@ -139,14 +138,18 @@ fn main() {
     };
     let upstreams =
         Upstreams::start(&BTreeMap::from([("everything".to_string(), upstream)]), &[]).unwrap();
-    let engine = Engine::new(EngineConfig {
-        upstreams,
+    let settings = EngineSettings {
         extra_ca_certs: vec![server.ca_pem_path.clone()],
         host_grants: vec![grant.clone()],
-        package_source: PackageSource::Dir(root().join("../shared/pyodide-packages")),
-        ..code_interpreter_mcp::app::engine_config(&Settings::default().engine)
-    })
-    .unwrap();
+        package_base_url: Some(
+            root()
+                .join("../shared/pyodide-packages")
+                .display()
+                .to_string(),
+        ),
+        ..Settings::default().engine
+    };
+    let engine = Engine::with_upstreams(settings, upstreams).unwrap();
 
     // The direct client: its own copy of server-everything over stdio.
     let direct = io.block_on(async {

@@ -9,9 +9,8 @@ use std::time::Instant;
 
 use crate::apps::Views;
 use crate::config::{EngineSettings, LogFormat, Settings};
-use crate::packages::PackageSource;
 use crate::pool::ExecPool;
-use crate::sandbox::{Engine, EngineConfig, EngineError};
+use crate::sandbox::{Engine, EngineError};
 use crate::sessions::{Durability, Sessions, SystemClock};
 use crate::store::Store;
 use crate::tools::snippets::Catalog;
@@ -19,40 +18,6 @@ use crate::tools::{CodeInterpreter, ToolOptions};
 use crate::transport::auth::BearerAuth;
 use crate::transport::{self, HttpSettings};
 use crate::upstream::Upstreams;
-
-/// The engine's settings.
-pub fn engine_config(settings: &EngineSettings) -> EngineConfig {
-    EngineConfig {
-        asset_dir: settings
-            .asset_dir
-            .clone()
-            .unwrap_or_else(crate::assets::Assets::default_dir),
-        allowed_hosts: settings.allowed_hosts.clone(),
-        host_grants: settings.host_grants.clone(),
-        memory_limit_mb: settings.memory_limit_mb,
-        wasm_memory_limit_mb: settings.wasm_memory_limit_mb,
-        package_source: settings
-            .package_base_url
-            .as_deref()
-            .map_or_else(PackageSource::default_cdn, PackageSource::parse),
-        runtime_package_installation: settings.runtime_package_installation,
-        preinstall_packages: settings.preinstall_packages.clone(),
-        preimport_modules: settings.preimport_modules.clone(),
-        preimport_preinstalled: settings.preimport_preinstalled,
-        package_cache_dir: settings.package_cache_dir.clone(),
-        package_index_urls: settings.package_index_urls.clone(),
-        extra_ca_certs: settings.extra_ca_certs.clone(),
-        boot: settings.boot,
-        map_snapshot_memory: settings.map_snapshot_memory,
-        give_back_idle_memory: settings.give_back_idle_memory,
-        sandbox_memory_limit_mb: settings.sandbox_memory_limit_mb,
-        setup_timeout: settings.setup_timeout,
-        table_rows: settings.table_rows,
-        table_columns: settings.table_columns,
-        figure_plotly_js: settings.figure_plotly_js.clone(),
-        upstreams: None,
-    }
-}
 
 /// The HTTP transport's settings.
 pub fn http_settings(settings: &Settings) -> anyhow::Result<HttpSettings> {
@@ -75,7 +40,7 @@ pub fn http_settings(settings: &Settings) -> anyhow::Result<HttpSettings> {
 
 /// The engine (assets checked, snapshots and package layer ready).
 pub fn engine(settings: &EngineSettings) -> Result<Engine, EngineError> {
-    Engine::new(engine_config(settings))
+    Engine::new(settings.clone())
 }
 
 /// The session store `store_url` names (`off`: none), for images of the engine `image_key`; an
@@ -135,10 +100,7 @@ impl App {
             None => None,
         };
         let upstreams = Upstreams::start(&settings.upstream, &settings.engine.extra_ca_certs)?;
-        let engine = Engine::new(EngineConfig {
-            upstreams: upstreams.clone(),
-            ..engine_config(&settings.engine)
-        })?;
+        let engine = Engine::with_upstreams(settings.engine.clone(), upstreams.clone())?;
         let sessions = match &settings.sessions {
             Some(config) => {
                 let durability = session_store(settings, &config.store_url, engine.image_key())?;
@@ -193,8 +155,12 @@ impl App {
 
 /// Runs the MCP server (HTTP, or stdio) until Ctrl-C, SIGTERM or the end of standard input; returns
 /// the process exit status.
-pub fn serve(settings: &Settings, stdio: bool) -> anyhow::Result<i32> {
+/// `warnings`: what loading the configuration found to change (logged once logging is set up).
+pub fn serve(settings: &Settings, stdio: bool, warnings: &[String]) -> anyhow::Result<i32> {
     init_logging(settings.log_format, "info,rmcp=warn");
+    for warning in warnings {
+        tracing::warn!("{warning}");
+    }
     let runtime = tokio_runtime(settings.tokio_worker_threads)?;
     if let Some(traces) = &settings.traces {
         let client = crate::fetch::trusting(&settings.engine.extra_ca_certs)?

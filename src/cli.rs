@@ -70,6 +70,9 @@ pub fn main() -> i32 {
     if cli.command.is_some() {
         // The one-shot commands log only what went wrong (stdout is theirs), unless RUST_LOG says.
         crate::app::init_logging(settings.log_format, "warn");
+        for warning in &loaded.warnings {
+            tracing::warn!("{warning}");
+        }
     }
     let outcome = match cli.command {
         Some(Command::Exec {
@@ -78,7 +81,7 @@ pub fn main() -> i32 {
             timeout_ms,
         }) => exec(script, files, timeout_ms, &settings.engine),
         Some(Command::Prepare) => prepare(&settings.engine),
-        None => crate::app::serve(settings, cli.stdio),
+        None => crate::app::serve(settings, cli.stdio, &loaded.warnings),
     };
     match outcome {
         Ok(code) => code,

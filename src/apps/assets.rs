@@ -40,7 +40,7 @@ const APP: Pinned = Pinned {
 pub enum AppsError {
     #[error(
         "the MCP Apps views need {file} from npm {package}, not found at {path} (run `npm ci` in the \
-         project directory, point results.apps_asset_dir / CODE_INTERPRETER_MCP_APPS_ASSET_DIR at a \
+         project directory, point results.apps_asset_dir / CODE_INTERPRETER_MCP_RESULTS_APPS_ASSET_DIR at a \
          directory holding it, or turn the views off with results.apps = false)"
     )]
     Missing {

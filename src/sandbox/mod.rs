@@ -12,8 +12,10 @@
 //! - [`prepared`]: what is prepared once per process and only read by sandboxes — V8's flags, the
 //!   Pyodide memory snapshots, the package layer, Pyodide's JavaScript as served, WebAssembly
 //!   compiled once; it knows no sandbox, op or isolate;
-//! - [`cow`] (bytes every sandbox maps copy-on-write), [`memory`] (one sandbox's memory budget),
-//!   [`image`] (a session's saved state), [`types`] (what goes in and comes out).
+//! - [`cow`] (bytes every sandbox maps copy-on-write, as V8 ArrayBuffers);
+//! - [`pages`] (the memory wing: every system call on memory and the types owning what they make;
+//!   no V8), [`memory`] (one sandbox's memory budget), [`image`] (a session's saved state),
+//!   [`types`] (what goes in and comes out).
 //!
 //! A sandbox is not `Send`: boot and execute it on one dedicated thread, never on an async runtime.
 
@@ -21,6 +23,7 @@ mod cow;
 mod engine;
 mod isolate;
 mod memory;
+mod pages;
 mod prepared;
 mod types;
 
@@ -33,7 +36,7 @@ pub use isolate::output::valid_image;
 pub use isolate::{FileListing, FileRead, MAX_LISTED_FILES, Sandbox};
 pub use prepared::layer;
 pub use prepared::memory_snapshot::SnapshotOrigin;
-pub use prepared::shared::{BootMode, EngineConfig, EngineError};
+pub use prepared::shared::{BootMode, EngineError, EngineSettings};
 pub use prepared::snapshots::Flavor;
 pub use types::{
     Display, DisplaySource, ErrorKind, ErrorType, ExecError, ExecRequest, ExecResult, InputFile,

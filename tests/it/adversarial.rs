@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use code_interpreter_mcp::sandbox::{Engine, EngineConfig, ErrorKind, ExecRequest, ExecResult};
+use code_interpreter_mcp::sandbox::{Engine, EngineSettings, ErrorKind, ExecRequest, ExecResult};
 use serde_json::json;
 
-use crate::common::{engine, engine_config, ok, run, run_with};
+use crate::common::{engine, engine_settings, ok, run, run_with};
 use crate::fixture::{Server, call_stateless};
 
 /// The engine still serves an ordinary call.
@@ -175,7 +175,7 @@ fn an_error_getter_that_loops_cannot_outlive_the_timeout() {
 
 #[test]
 fn the_server_process_survives_every_attack_of_this_class() {
-    let server = Server::start(&[("CODE_INTERPRETER_MCP_MAX_WORKERS", "1")]);
+    let server = Server::start(&[("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "1")]);
     for code in [
         js_await(&format!(
             "WebAssembly.compileStreaming(Promise.resolve({EMPTY_MODULE})).catch(e => e.name)"
@@ -216,9 +216,9 @@ fn boot_closures_are_unreachable_after_boot() {
 
 #[test]
 fn package_loading_is_bounded_by_the_setup_budget() {
-    let engine = Engine::new(EngineConfig {
+    let engine = Engine::new(EngineSettings {
         setup_timeout: Duration::from_millis(300),
-        ..engine_config()
+        ..engine_settings()
     })
     .expect("engine");
     let started = Instant::now();
@@ -455,9 +455,9 @@ fn no_second_webassembly_memory_can_be_made() {
 
 #[test]
 fn pythons_memory_counts_against_the_budget() {
-    let engine = Engine::new(EngineConfig {
+    let engine = Engine::new(EngineSettings {
         sandbox_memory_limit_mb: 256,
-        ..engine_config()
+        ..engine_settings()
     })
     .expect("engine");
     let r = engine.execute(crate::common::request(

@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use code_interpreter_mcp::sandbox::{Engine, EngineConfig, ErrorKind, ExecRequest};
+use code_interpreter_mcp::sandbox::{Engine, EngineSettings, ErrorKind, ExecRequest};
 
 use crate::adversarial::{error_of, js_await, still_serves};
-use crate::common::{engine, engine_config, ok, run};
+use crate::common::{engine, engine_settings, ok, run};
 
 // --- 7. Outbound requests ------------------------------------------------------------------------
 
@@ -64,10 +64,10 @@ fn with_fetch_server() -> (
                 }),
             )
     });
-    let engine = Engine::new(EngineConfig {
+    let engine = Engine::new(EngineSettings {
         allowed_hosts: vec!["localhost".into()],
         extra_ca_certs: vec![server.ca_pem_path.clone()],
-        ..engine_config()
+        ..engine_settings()
     })
     .expect("engine");
     (engine, server, hits)

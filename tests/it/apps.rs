@@ -156,7 +156,7 @@ fn only_clients_that_declare_the_extension_see_the_view_in_either_era() {
 
 #[test]
 fn with_apps_off_nothing_of_the_extension_is_there() {
-    let server = Server::start(&[("CODE_INTERPRETER_MCP_APPS", "false")]);
+    let server = Server::start(&[("CODE_INTERPRETER_MCP_RESULTS_APPS", "false")]);
     let apps = LegacyClient::connect_with(&server, "2025-11-25", apps_capabilities());
     assert!(!apps.initialize_body.contains(EXTENSION));
     let tools = apps.request("tools/list", json!({}));
@@ -182,8 +182,8 @@ fn a_missing_or_altered_script_stops_the_start_and_says_how_to_fix_it() {
             std::fs::write(dir.join("plotly-cartesian.min.js"), "altered").unwrap();
         }
         let mut child = server_command()
-            .env("CODE_INTERPRETER_MCP_APPS_ASSET_DIR", &dir)
-            .env("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "0")
+            .env("CODE_INTERPRETER_MCP_RESULTS_APPS_ASSET_DIR", &dir)
+            .env("CODE_INTERPRETER_MCP_WORKERS_PREWARMED_WORKERS", "0")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -214,7 +214,7 @@ fn a_missing_or_altered_script_stops_the_start_and_says_how_to_fix_it() {
 /// the runner and again in Rust; sessions and the 2026-07-28 era carry it too.
 #[test]
 fn dataframes_reach_the_view_as_grid_data_and_the_model_reads_what_it_did() {
-    let server = Server::start(&[("CODE_INTERPRETER_MCP_MAX_TABLE_ROWS_APP", "1000")]);
+    let server = Server::start(&[("CODE_INTERPRETER_MCP_RESULTS_MAX_TABLE_ROWS_APP", "1000")]);
     let apps = LegacyClient::connect_with(&server, "2025-11-25", apps_capabilities());
     let plain = LegacyClient::connect(&server);
     let code = r#"

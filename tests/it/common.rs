@@ -5,9 +5,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use code_interpreter_mcp::config::Settings;
-use code_interpreter_mcp::packages::PackageSource;
 use code_interpreter_mcp::sandbox::{
-    BootMode, Engine, EngineConfig, ExecRequest, ExecResult, InputFile,
+    BootMode, Engine, EngineSettings, ExecRequest, ExecResult, InputFile,
 };
 
 pub use crate::fixture::{package_cache, package_mirror, server_command};
@@ -24,9 +23,9 @@ pub fn temp_dir(name: &str) -> PathBuf {
 /// Engine settings for tests: wheels from the local mirror, the shared test package layer, and the
 /// boot mode `CODE_INTERPRETER_MCP_TEST_BOOT` names (`full` re-runs the suites on the fallback path;
 /// default: the snapshot mode).
-pub fn engine_config() -> EngineConfig {
-    EngineConfig {
-        package_source: PackageSource::Dir(package_mirror()),
+pub fn engine_settings() -> EngineSettings {
+    EngineSettings {
+        package_base_url: Some(package_mirror().display().to_string()),
         package_cache_dir: package_cache(),
         boot: match std::env::var("CODE_INTERPRETER_MCP_TEST_BOOT").as_deref() {
             Ok("full") => BootMode::Full,
@@ -34,13 +33,13 @@ pub fn engine_config() -> EngineConfig {
         },
         // Tests of pre-imported modules ask for them.
         preimport_preinstalled: false,
-        ..code_interpreter_mcp::app::engine_config(&Settings::default().engine)
+        ..Settings::default().engine
     }
 }
 
 pub fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
-    ENGINE.get_or_init(|| Engine::new(engine_config()).expect("engine starts"))
+    ENGINE.get_or_init(|| Engine::new(engine_settings()).expect("engine starts"))
 }
 
 pub fn request(code: &str) -> ExecRequest {

@@ -54,7 +54,7 @@ fn print_config_shows_values_and_their_sources() {
     let out = bin()
         .current_dir(&dir)
         .arg("--print-config")
-        .env("CODE_INTERPRETER_MCP_MAX_WORKERS", "3")
+        .env("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "3")
         .output()
         .unwrap();
     assert!(out.status.success());
@@ -65,7 +65,9 @@ fn print_config_shows_values_and_their_sources() {
         "{text}"
     );
     assert!(
-        text.contains("max_workers = 3  # environment variable CODE_INTERPRETER_MCP_MAX_WORKERS"),
+        text.contains(
+            "max_workers = 3  # environment variable CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS"
+        ),
         "{text}"
     );
     assert!(text.contains("memory_limit_mb = 512  # default"), "{text}");

@@ -36,7 +36,7 @@ fn logged_server(envs: &[(&str, &str)]) -> Server {
     command
         .env("RUST_LOG", "info,code_interpreter_mcp=debug,rmcp=warn")
         .env("CODE_INTERPRETER_MCP_LOG_FORMAT", "json")
-        .env("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "0")
+        .env("CODE_INTERPRETER_MCP_WORKERS_PREWARMED_WORKERS", "0")
         .envs(envs.iter().copied());
     Server::spawn(&mut command, true)
 }
@@ -179,7 +179,7 @@ fn a_cancelled_session_call_is_interrupted_the_session_lives_and_shutdown_is_pro
 
 #[test]
 fn a_cancelled_new_session_call_gives_its_slot_back() {
-    let server = Server::start(&[("CODE_INTERPRETER_MCP_MAX_SESSIONS", "1")]);
+    let server = Server::start(&[("CODE_INTERPRETER_MCP_SESSIONS_MAX_SESSIONS", "1")]);
     let legacy = LegacyClient::connect(&server);
     for n in 0..3 {
         cancel_after(
@@ -208,7 +208,7 @@ fn a_cancelled_new_session_call_gives_its_slot_back() {
 
 #[test]
 fn a_busy_session_queues_at_most_its_capacity_and_refuses_the_rest_as_overload() {
-    let server = Server::start(&[("CODE_INTERPRETER_MCP_SESSION_QUEUE_CAPACITY", "1")]);
+    let server = Server::start(&[("CODE_INTERPRETER_MCP_SESSIONS_QUEUE_CAPACITY", "1")]);
     let id = new_session(&server, "import time");
     let calls: Vec<_> = (0..2)
         .map(|n| {
@@ -311,7 +311,7 @@ fn rss_mib(pid: u32) -> f64 {
 
 #[test]
 fn webassembly_modules_the_code_compiles_do_not_outlive_their_sandbox() {
-    let server = Server::start(&[("CODE_INTERPRETER_MCP_MAX_WORKERS", "1")]);
+    let server = Server::start(&[("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "1")]);
     // A valid module whose custom section holds 48 MiB, distinct for each `n`.
     let compile = |n: usize| {
         format!(
@@ -452,7 +452,7 @@ fn odd_file_system_entries_and_raised_texts_do_not_brick_a_session() {
 
 #[test]
 fn a_replaced_runner_cannot_stretch_the_set_up_past_timeout_ms() {
-    let server = Server::start(&[("CODE_INTERPRETER_MCP_SETUP_TIMEOUT_S", "60")]);
+    let server = Server::start(&[("CODE_INTERPRETER_MCP_WORKERS_SETUP_TIMEOUT_S", "60")]);
     let id = new_session(&server, "state = 1");
     // The runner reads `linecache.cache` before the user's clock starts: make that loop forever.
     let r = in_session(

@@ -85,7 +85,7 @@ fn bearer_tokens_guard_mcp_reload_and_leave_probes_open() {
     let mut command = server_command();
     command
         .env("RUST_LOG", "info")
-        .env("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "0")
+        .env("CODE_INTERPRETER_MCP_WORKERS_PREWARMED_WORKERS", "0")
         .env("CODE_INTERPRETER_MCP_AUTH_BEARER_TOKENS_FILE", &tokens);
     let server = Server::spawn(&mut command, true);
 

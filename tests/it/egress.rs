@@ -10,10 +10,10 @@ use std::time::Duration;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use code_interpreter_mcp::config::HostGrant;
-use code_interpreter_mcp::sandbox::{Engine, EngineConfig, ExecRequest, ExecResult};
+use code_interpreter_mcp::sandbox::{Engine, EngineSettings, ExecRequest, ExecResult};
 use serde_json::{Value, json};
 
-use crate::common::engine_config;
+use crate::common::engine_settings;
 use crate::tls::TlsServer;
 
 /// The credential the grant injects (read from a file, as operators pass secrets).
@@ -137,7 +137,7 @@ fn fixture() -> &'static Fixture {
         localhost
             .inject_headers
             .insert("X-Api-Key".into(), format!("@{}", secret_file.display()));
-        let engine = Engine::new(EngineConfig {
+        let engine = Engine::new(EngineSettings {
             extra_ca_certs: vec![server.ca_pem_path.clone()],
             host_grants: vec![
                 localhost,
@@ -146,7 +146,7 @@ fn fixture() -> &'static Fixture {
                 grant("vm", &["GET"], &["/"], false),
                 grant("169.254.169.254", &["GET"], &["/"], false),
             ],
-            ..engine_config()
+            ..engine_settings()
         })
         .expect("engine");
         Fixture {
@@ -274,11 +274,11 @@ json.dumps(out)
     // never read end the call at the budget, as the ArrayBuffers they were before did.
     let mut big = grant("localhost", &["GET"], &["/api/bytes/"], true);
     big.max_response_bytes = 64 << 20;
-    let engine = Engine::new(EngineConfig {
+    let engine = Engine::new(EngineSettings {
         extra_ca_certs: vec![fixture().server.ca_pem_path.clone()],
         host_grants: vec![big],
         sandbox_memory_limit_mb: 256,
-        ..engine_config()
+        ..engine_settings()
     })
     .expect("engine");
     let r = engine.execute(ExecRequest {

@@ -278,10 +278,10 @@ fn ctypes_finds_the_interpreters_own_symbols() {
 /// The full-boot fallback: the same contract without the memory snapshot.
 #[test]
 fn full_boot_mode_keeps_the_contract() {
-    use code_interpreter_mcp::sandbox::{BootMode, Engine, EngineConfig};
-    let engine = Engine::new(EngineConfig {
+    use code_interpreter_mcp::sandbox::{BootMode, Engine, EngineSettings};
+    let engine = Engine::new(EngineSettings {
         boot: BootMode::Full,
-        ..crate::common::engine_config()
+        ..crate::common::engine_settings()
     })
     .expect("engine");
     let run = |code: &str| engine.execute(crate::common::request(code));
@@ -321,12 +321,12 @@ fn snapshot_sandboxes_do_not_share_module_state_or_random_streams() {
 /// (fresh random streams in every sandbox all the same), and a damaged file is replaced, never used.
 #[test]
 fn a_stored_snapshot_is_reused_and_a_damaged_one_is_replaced() {
-    use code_interpreter_mcp::sandbox::{BootMode, Engine, EngineConfig};
+    use code_interpreter_mcp::sandbox::{BootMode, Engine, EngineSettings};
     let cache = crate::common::temp_dir("stored-snapshot");
-    let config = EngineConfig {
+    let config = EngineSettings {
         package_cache_dir: cache.clone(),
         boot: BootMode::Snapshot,
-        ..crate::common::engine_config()
+        ..crate::common::engine_settings()
     };
     drop(Engine::new(config.clone()).expect("engine"));
     let stored: Vec<_> = std::fs::read_dir(cache.join("snapshot"))

@@ -241,7 +241,7 @@ to 86400000; got the string \"5000\""
 fn without_structured_content_every_client_is_served_as_a_2025_03_26_one() {
     // results.structured_content = false: for clients that hand a model the structured content
     // whole (pydantic-ai), where returned files' Base64 would reach it as text.
-    let server = Server::start(&[("CODE_INTERPRETER_MCP_STRUCTURED_CONTENT", "false")]);
+    let server = Server::start(&[("CODE_INTERPRETER_MCP_RESULTS_STRUCTURED_CONTENT", "false")]);
     let client = LegacyClient::connect_at(&server, "2025-11-25");
     assert!(
         has_priming(&client.initialize_body),

@@ -7,9 +7,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use code_interpreter_mcp::sandbox::{Engine, EngineConfig, ExecRequest, Flavor, Sandbox};
+use code_interpreter_mcp::sandbox::{Engine, EngineSettings, ExecRequest, Flavor, Sandbox};
 
-use crate::common::{engine_config, temp_dir};
+use crate::common::{engine_settings, temp_dir};
 
 /// (row, set-up, read-out): the set-up runs once; the read-out is an expression whose value (its
 /// repr) must be the same in the session and in its restored copies. Read-outs that move a state
@@ -125,10 +125,10 @@ fn read_out(sandbox: &mut Sandbox) -> BTreeMap<&'static str, String> {
 /// An engine whose package layer has numpy, pandas and matplotlib (a session image carries what it
 /// imported from there).
 fn engine() -> Engine {
-    Engine::new(EngineConfig {
+    Engine::new(EngineSettings {
         preinstall_packages: vec!["pandas".into(), "matplotlib".into()],
         package_cache_dir: temp_dir("fidelity-cache"),
-        ..engine_config()
+        ..engine_settings()
     })
     .expect("engine")
 }

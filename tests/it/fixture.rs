@@ -115,7 +115,7 @@ impl Server {
         command
             .args(args)
             .env("RUST_LOG", "warn")
-            .env("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "0")
+            .env("CODE_INTERPRETER_MCP_WORKERS_PREWARMED_WORKERS", "0")
             .envs(envs.iter().copied());
         Self::spawn(&mut command, false)
     }

@@ -72,9 +72,15 @@ pub fn start(store: &Path, metrics_port: u16, extra: &[(&str, &str)]) -> Server 
             store.to_str().unwrap(),
         ),
         ("CODE_INTERPRETER_MCP_TASKS_TTL_S", "2"),
-        ("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true"),
-        ("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", port.as_str()),
-        ("CODE_INTERPRETER_MCP_QUEUE_CAPACITY", "64"),
+        (
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_ENABLED",
+            "true",
+        ),
+        (
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_PORT",
+            port.as_str(),
+        ),
+        ("CODE_INTERPRETER_MCP_WORKERS_QUEUE_CAPACITY", "64"),
         // (The mix's tasks are tasks from the start, short as they are.)
         ("CODE_INTERPRETER_MCP_TASKS_IMMEDIATE_RESULT_MS", "0"),
     ];

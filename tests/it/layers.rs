@@ -37,7 +37,7 @@ const SANDBOX_LAYERS: &[&[&str]] = &[
     &["isolate"],
     &["prepared"],
     &["cow"],
-    &["memory", "image", "types"],
+    &["pages", "memory", "image", "types"],
 ];
 
 /// The names that follow `prefix` in `source`, outside comments.
@@ -158,4 +158,70 @@ fn the_sandbox_layer_list_matches_its_modules() {
         .collect();
     listed.sort();
     assert_eq!(declared, listed);
+}
+
+/// The `.rs` files under `dir` (relative to the crate), with their text.
+fn sources(dir: &str) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut pending = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join(dir)];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                out.push((path, text));
+            }
+        }
+    }
+    out
+}
+
+/// The memory wing (`src/sandbox/pages/`, #49.1) builds without V8 and imports nothing else of the
+/// sandbox; no file outside it makes a system call on memory.
+#[test]
+fn the_memory_wing_knows_no_v8_and_holds_every_memory_system_call() {
+    let wing = sources("src/sandbox/pages");
+    assert!(wing.len() >= 6, "{} files in the wing", wing.len());
+    for (path, text) in &wing {
+        for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
+            assert!(
+                !line.contains("v8") && !line.contains("deno_core"),
+                "{} names V8: {line}",
+                path.display()
+            );
+            let outside = line
+                .match_indices("crate::sandbox::")
+                .any(|(at, _)| !line[at..].starts_with("crate::sandbox::pages"));
+            assert!(
+                !outside,
+                "{} imports outside the wing: {line}",
+                path.display()
+            );
+        }
+    }
+    const CALLS: [&str; 9] = [
+        "rustix::mm",
+        "rustix::ioctl",
+        "linux_raw_sys",
+        "libc::mmap",
+        "libc::munmap",
+        "libc::mremap",
+        "libc::madvise",
+        "libc::memfd_create",
+        "libc::ioctl",
+    ];
+    for (path, text) in sources("src") {
+        if path.components().any(|c| c.as_os_str() == "pages") {
+            continue;
+        }
+        for call in CALLS {
+            assert!(
+                !text.contains(call),
+                "{} calls {call} outside the memory wing",
+                path.display()
+            );
+        }
+    }
 }

@@ -85,10 +85,13 @@ fn scripted_calls_move_exactly_the_expected_series() {
     let port = free_port();
     let port_s = port.to_string();
     let server = Server::start(&[
-        ("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true"),
-        ("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", &port_s),
-        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "1"),
-        ("CODE_INTERPRETER_MCP_QUEUE_CAPACITY", "1"),
+        (
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_ENABLED",
+            "true",
+        ),
+        ("CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_PORT", &port_s),
+        ("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "1"),
+        ("CODE_INTERPRETER_MCP_WORKERS_QUEUE_CAPACITY", "1"),
     ]);
     let (text, before) = scrape(port);
     // Every family is present from the start; counters at zero, capacity at its setting.
@@ -294,9 +297,12 @@ fn cancelled_calls_are_counted() {
     let port = free_port();
     let port_s = port.to_string();
     let server = Server::start(&[
-        ("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true"),
-        ("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", &port_s),
-        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "1"),
+        (
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_ENABLED",
+            "true",
+        ),
+        ("CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_PORT", &port_s),
+        ("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "1"),
     ]);
     let url = server.url.clone();
     let running =
@@ -350,9 +356,15 @@ fn the_listener_starts_before_python_and_fails_startup_when_it_cannot_bind() {
     let port = free_port();
     let mut child = crate::common::server_command()
         .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
-        .env("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true")
-        .env("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", port.to_string())
-        .env("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "1")
+        .env(
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_ENABLED",
+            "true",
+        )
+        .env(
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_PORT",
+            port.to_string(),
+        )
+        .env("CODE_INTERPRETER_MCP_WORKERS_PREWARMED_WORKERS", "1")
         .env(
             "CODE_INTERPRETER_MCP_PACKAGE_BASE_URL",
             crate::common::package_mirror(),
@@ -415,8 +427,14 @@ fn the_listener_starts_before_python_and_fails_startup_when_it_cannot_bind() {
     // A second server on the same metrics port cannot start.
     let out = crate::common::server_command()
         .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
-        .env("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true")
-        .env("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", port.to_string())
+        .env(
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_ENABLED",
+            "true",
+        )
+        .env(
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_PORT",
+            port.to_string(),
+        )
         .output()
         .unwrap();
     assert_ne!(out.status.code(), Some(0));
@@ -430,8 +448,14 @@ fn the_listener_starts_before_python_and_fails_startup_when_it_cannot_bind() {
 
     // Invalid settings stop start-up (validation is covered key by key in the config tests).
     let out = crate::common::server_command()
-        .env("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true")
-        .env("CODE_INTERPRETER_MCP_PROMETHEUS_HOST", "localhost")
+        .env(
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_ENABLED",
+            "true",
+        )
+        .env(
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_HOST",
+            "localhost",
+        )
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -441,7 +465,7 @@ fn the_listener_starts_before_python_and_fails_startup_when_it_cannot_bind() {
 fn disabled_metrics_open_no_port() {
     let port = free_port();
     let port_s = port.to_string();
-    let server = Server::start(&[("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", &port_s)]);
+    let server = Server::start(&[("CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_PORT", &port_s)]);
     call_stateless(&server, json!({"code": "1"}));
     assert!(
         client()
@@ -514,11 +538,14 @@ fn calls_go_to_the_prewarmed_sandbox_while_one_is_ready() {
     let port = free_port();
     let port_s = port.to_string();
     let server = Server::start(&[
-        ("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true"),
-        ("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", &port_s),
-        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "2"),
-        ("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "1"),
-        ("CODE_INTERPRETER_MCP_READY_SANDBOXES", "1"),
+        (
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_ENABLED",
+            "true",
+        ),
+        ("CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_PORT", &port_s),
+        ("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "2"),
+        ("CODE_INTERPRETER_MCP_WORKERS_PREWARMED_WORKERS", "1"),
+        ("CODE_INTERPRETER_MCP_WORKERS_READY_SANDBOXES", "1"),
     ]);
     let replenished = "code_interpreter_mcp_isolate_initialization_duration_seconds_count{phase=\"replenishment\",outcome=\"success\"}";
     for n in 1..=3 {
@@ -544,11 +571,14 @@ fn queued_calls_are_served_from_the_stock_of_ready_sandboxes_which_refills_after
     let port = free_port();
     let port_s = port.to_string();
     let server = Server::start(&[
-        ("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true"),
-        ("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", &port_s),
-        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "1"),
-        ("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "1"),
-        ("CODE_INTERPRETER_MCP_READY_SANDBOXES", "3"),
+        (
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_ENABLED",
+            "true",
+        ),
+        ("CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_PORT", &port_s),
+        ("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "1"),
+        ("CODE_INTERPRETER_MCP_WORKERS_PREWARMED_WORKERS", "1"),
+        ("CODE_INTERPRETER_MCP_WORKERS_READY_SANDBOXES", "3"),
     ]);
     let stock = "code_interpreter_mcp_ready_sandboxes";
     let series = |phase: &str| {

@@ -262,7 +262,7 @@ fn plotly_and_seaborn_figures_are_captured_in_a_session() {
     let mut envs = index.envs();
     // figure-N.html gets plotly.js from where the operator says (results.figure_plotly_js).
     envs.push((
-        "CODE_INTERPRETER_MCP_FIGURE_PLOTLY_JS",
+        "CODE_INTERPRETER_MCP_RESULTS_FIGURE_PLOTLY_JS",
         "/static/plotly-3.1.0.min.js".to_string(),
     ));
     let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -339,7 +339,7 @@ fn plotly_and_seaborn_figures_are_captured_in_a_session() {
 
 #[test]
 fn text_is_sized_for_a_model_and_the_whole_is_kept() {
-    let server = Server::start(&[("CODE_INTERPRETER_MCP_MAX_TEXT_CHARS", "2000")]);
+    let server = Server::start(&[("CODE_INTERPRETER_MCP_RESULTS_MAX_TEXT_CHARS", "2000")]);
     let code = "for n in range(5000):\n    print(f'line {n}')";
     let reply = call_stateless(&server, json!({"code": code}));
     let text = content(&reply)[0]["text"].as_str().unwrap();
@@ -383,7 +383,7 @@ fn text_is_sized_for_a_model_and_the_whole_is_kept() {
         .unwrap_or_else(|| panic!("{read}"));
     assert!(whole.starts_with("line 0\n") && whole.ends_with("line 4999\n"));
     // 0 turns the cap off: the text is the whole JSON.
-    let uncapped = Server::start(&[("CODE_INTERPRETER_MCP_MAX_TEXT_CHARS", "0")]);
+    let uncapped = Server::start(&[("CODE_INTERPRETER_MCP_RESULTS_MAX_TEXT_CHARS", "0")]);
     let reply = call_stateless(&uncapped, json!({"code": code}));
     let text: Value = serde_json::from_str(content(&reply)[0]["text"].as_str().unwrap()).unwrap();
     assert_eq!(&text, structured(&reply));
@@ -459,10 +459,10 @@ sns.relplot(
 /// `results.figure_plotly_js = "inline"`: figure-N.html carries plotly.js itself and opens offline.
 #[test]
 fn figure_html_carries_plotly_js_inline_when_configured() {
-    use code_interpreter_mcp::sandbox::{Engine, EngineConfig, ExecRequest, InputFile};
-    let engine = Engine::new(EngineConfig {
+    use code_interpreter_mcp::sandbox::{Engine, EngineSettings, ExecRequest, InputFile};
+    let engine = Engine::new(EngineSettings {
         figure_plotly_js: "inline".into(),
-        ..crate::common::engine_config()
+        ..crate::common::engine_settings()
     })
     .expect("engine");
     let wheels = [

@@ -298,8 +298,14 @@ fn refused(server: &Server, token: &str) -> String {
 
 fn start_server(issuer: &Issuer, extra: &[(&str, &str)]) -> Server {
     let mut envs = vec![
-        ("CODE_INTERPRETER_MCP_OAUTH_ISSUER", issuer.url.as_str()),
-        ("CODE_INTERPRETER_MCP_OAUTH_ALGORITHMS", "RS256,ES256,EdDSA"),
+        (
+            "CODE_INTERPRETER_MCP_AUTH_OAUTH_ISSUER",
+            issuer.url.as_str(),
+        ),
+        (
+            "CODE_INTERPRETER_MCP_AUTH_OAUTH_ALGORITHMS",
+            "RS256,ES256,EdDSA",
+        ),
     ];
     envs.extend_from_slice(extra);
     Server::start(&envs)
@@ -555,12 +561,18 @@ fn key_ids_floods_cost_one_fetch_per_interval_and_a_hanging_or_huge_key_set_stal
         &issuer,
         &[
             (
-                "CODE_INTERPRETER_MCP_OAUTH_JWKS_MIN_REFRESH_INTERVAL_S",
+                "CODE_INTERPRETER_MCP_AUTH_OAUTH_JWKS_MIN_REFRESH_INTERVAL_S",
                 "2",
             ),
-            ("CODE_INTERPRETER_MCP_OAUTH_JWKS_TIMEOUT_MS", "500"),
-            ("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true"),
-            ("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", &port_text),
+            ("CODE_INTERPRETER_MCP_AUTH_OAUTH_JWKS_TIMEOUT_MS", "500"),
+            (
+                "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_ENABLED",
+                "true",
+            ),
+            (
+                "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_PORT",
+                &port_text,
+            ),
         ],
     );
     let metric = |series: &str| -> u64 {
@@ -827,15 +839,15 @@ fn opaque_tokens_are_introspected_cached_and_refused_when_inactive() {
         &issuer,
         &[
             (
-                "CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CLIENT_ID",
+                "CODE_INTERPRETER_MCP_AUTH_OAUTH_INTROSPECTION_CLIENT_ID",
                 "code-interpreter-mcp",
             ),
             (
-                "CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CLIENT_SECRET",
+                "CODE_INTERPRETER_MCP_AUTH_OAUTH_INTROSPECTION_CLIENT_SECRET",
                 "${CIM_IT_INTROSPECTION_SECRET}",
             ),
             ("CIM_IT_INTROSPECTION_SECRET", "intro-secret"),
-            ("CODE_INTERPRETER_MCP_OAUTH_JWKS_TIMEOUT_MS", "500"),
+            ("CODE_INTERPRETER_MCP_AUTH_OAUTH_JWKS_TIMEOUT_MS", "500"),
         ],
     );
     let answer = |sub: &str, f: &dyn Fn(&mut Value)| {
@@ -955,9 +967,12 @@ fn a_claim_picks_the_quotas_of_an_override() {
     let server = Server::start_with_args(
         &["--config", config.to_str().unwrap()],
         &[
-            ("CODE_INTERPRETER_MCP_MAX_WORKERS", "2"),
-            ("CODE_INTERPRETER_MCP_OAUTH_ISSUER", issuer.url.as_str()),
-            ("CODE_INTERPRETER_MCP_OAUTH_ALGORITHMS", "ES256"),
+            ("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "2"),
+            (
+                "CODE_INTERPRETER_MCP_AUTH_OAUTH_ISSUER",
+                issuer.url.as_str(),
+            ),
+            ("CODE_INTERPRETER_MCP_AUTH_OAUTH_ALGORITHMS", "ES256"),
         ],
     );
     let token = |sub: &str, tier: Value| {

@@ -8,12 +8,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use code_interpreter_mcp::packages::PackageSource;
 use code_interpreter_mcp::sandbox::layer::LayerOrigin;
-use code_interpreter_mcp::sandbox::{Engine, EngineConfig};
+use code_interpreter_mcp::sandbox::{Engine, EngineSettings};
 
 use crate::common::{
-    engine_config, ok, package_mirror, request, returned_file, run, run_with, temp_dir,
+    engine_settings, ok, package_mirror, request, returned_file, run, run_with, temp_dir,
 };
 
 /// A directory holding hard links (or copies) of the named mirror wheels.
@@ -148,12 +147,12 @@ fn the_package_layer_is_built_reused_without_downloads_and_rebuilt_when_the_list
         ],
     );
     let cache = temp_dir("layer-cache");
-    let config = |packages: &[&str]| EngineConfig {
-        package_source: PackageSource::Dir(mirror.clone()),
+    let config = |packages: &[&str]| EngineSettings {
+        package_base_url: Some(mirror.display().to_string()),
         package_cache_dir: cache.clone(),
         preinstall_packages: packages.iter().map(|p| p.to_string()).collect(),
         runtime_package_installation: false,
-        ..engine_config()
+        ..engine_settings()
     };
 
     let first = Engine::new(config(&["pandas"])).expect("layer built");
@@ -235,10 +234,10 @@ int(pd.DataFrame({"value": [1, 2, 3]})["value"].sum())
 
 #[test]
 fn an_unknown_preinstalled_package_stops_start_up_with_a_clear_message() {
-    let error = match Engine::new(EngineConfig {
+    let error = match Engine::new(EngineSettings {
         package_cache_dir: temp_dir("layer-unknown"),
         preinstall_packages: vec!["no-such-package-cim-test".into()],
-        ..engine_config()
+        ..engine_settings()
     }) {
         Ok(_) => panic!("an unknown package must stop start-up"),
         Err(e) => e.to_string(),
@@ -254,10 +253,10 @@ fn an_unknown_preinstalled_package_stops_start_up_with_a_clear_message() {
 fn without_micropip_in_the_package_source_the_engine_starts_and_import_micropip_says_why() {
     // Nothing the operator asked for is missing (preinstall_packages is empty): start without micropip.
     let empty = temp_dir("empty-mirror");
-    let engine = Engine::new(EngineConfig {
-        package_source: PackageSource::Dir(empty.clone()),
+    let engine = Engine::new(EngineSettings {
+        package_base_url: Some(empty.display().to_string()),
         package_cache_dir: temp_dir("empty-mirror-cache"),
-        ..engine_config()
+        ..engine_settings()
     })
     .expect("the engine starts");
     assert_eq!(
@@ -274,11 +273,11 @@ fn without_micropip_in_the_package_source_the_engine_starts_and_import_micropip_
     );
     assert!(exec(&engine, "import json").success);
     // A requirement the operator named that cannot be installed still stops start-up, naming the source.
-    let error = match Engine::new(EngineConfig {
-        package_source: PackageSource::Dir(empty.clone()),
+    let error = match Engine::new(EngineSettings {
+        package_base_url: Some(empty.display().to_string()),
         package_cache_dir: temp_dir("empty-mirror-cache-2"),
         preinstall_packages: vec!["six".into()],
-        ..engine_config()
+        ..engine_settings()
     }) {
         Ok(_) => panic!("start-up must fail when a preinstalled package cannot be installed"),
         Err(e) => e.to_string(),
@@ -294,10 +293,10 @@ fn a_tampered_wheel_is_refused_with_a_sha256_mismatch_naming_the_package() {
     let mut tampered = six.clone();
     tampered.extend_from_slice(b"tampered");
     std::fs::write(mirror.join("six-1.17.0-py2.py3-none-any.whl"), tampered).unwrap();
-    let engine = Engine::new(EngineConfig {
-        package_source: PackageSource::Dir(mirror),
+    let engine = Engine::new(EngineSettings {
+        package_base_url: Some(mirror.display().to_string()),
         package_cache_dir: temp_dir("tampered-cache"),
-        ..engine_config()
+        ..engine_settings()
     })
     .expect("engine");
     let result = exec(&engine, "import six");
@@ -411,11 +410,11 @@ fn micropip_installs_from_a_private_https_index_trusted_through_extra_ca_certs()
     let dir = temp_dir("private-index");
     let index = start_private_index(&dir);
     let index_url = format!("https://localhost:{}/simple", index.addr.port());
-    let engine = Engine::new(EngineConfig {
+    let engine = Engine::new(EngineSettings {
         allowed_hosts: vec!["localhost".into()],
         extra_ca_certs: vec![index.ca_pem_path.clone()],
         package_index_urls: vec![index_url.clone()],
-        ..engine_config()
+        ..engine_settings()
     })
     .expect("engine");
     let code = "import micropip\nawait micropip.install('cimtiny')\nimport cimtiny\ncimtiny.VALUE";
@@ -441,10 +440,10 @@ fn micropip_installs_from_a_private_https_index_trusted_through_extra_ca_certs()
     );
 
     // Without the extra CA the same index is not trusted.
-    let untrusted = Engine::new(EngineConfig {
+    let untrusted = Engine::new(EngineSettings {
         allowed_hosts: vec!["localhost".into()],
         package_index_urls: vec![index_url],
-        ..engine_config()
+        ..engine_settings()
     })
     .expect("engine");
     let result = exec(
@@ -461,9 +460,9 @@ fn micropip_installs_from_a_private_https_index_trusted_through_extra_ca_certs()
 #[test]
 fn an_unreadable_extra_ca_certificate_stops_start_up() {
     let missing = temp_dir("ca-missing").join("nope.pem");
-    let error = match Engine::new(EngineConfig {
+    let error = match Engine::new(EngineSettings {
         extra_ca_certs: vec![missing.clone()],
-        ..engine_config()
+        ..engine_settings()
     }) {
         Ok(_) => panic!("a missing CA file must stop start-up"),
         Err(e) => e.to_string(),

@@ -35,8 +35,8 @@ pub(crate) fn sigterm(server: &Server) {
 #[test]
 fn a_full_queue_answers_overload_at_once() {
     let server = Server::start(&[
-        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "1"),
-        ("CODE_INTERPRETER_MCP_QUEUE_CAPACITY", "1"),
+        ("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "1"),
+        ("CODE_INTERPRETER_MCP_WORKERS_QUEUE_CAPACITY", "1"),
     ]);
     let running = spawn_call(&server, json!({"code": "import time\ntime.sleep(3)\n'a'"}));
     thread::sleep(Duration::from_millis(500));
@@ -62,7 +62,7 @@ fn a_full_queue_answers_overload_at_once() {
 
 #[test]
 fn queue_wait_is_not_charged_to_timeout_ms() {
-    let server = Server::start(&[("CODE_INTERPRETER_MCP_MAX_WORKERS", "1")]);
+    let server = Server::start(&[("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "1")]);
     let running = spawn_call(&server, json!({"code": "import time\ntime.sleep(3)"}));
     thread::sleep(Duration::from_millis(300));
     let queued = call_stateless(&server, json!({"code": "1 + 1", "timeout_ms": 1500}));
@@ -99,7 +99,7 @@ fn progress_messages(messages: &[Value], token: &str) -> Vec<String> {
 
 #[test]
 fn queued_calls_get_their_position_and_running_calls_a_heartbeat() {
-    let server = Server::start(&[("CODE_INTERPRETER_MCP_MAX_WORKERS", "1")]);
+    let server = Server::start(&[("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "1")]);
     let url = server.url.clone();
     let running =
         thread::spawn(move || call_with_token(&url, "run", "import time\ntime.sleep(8)\n'done'"));
@@ -135,8 +135,8 @@ fn queued_calls_get_their_position_and_running_calls_a_heartbeat() {
 #[test]
 fn cancelling_a_queued_call_removes_it_from_the_queue() {
     let server = Server::start(&[
-        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "1"),
-        ("CODE_INTERPRETER_MCP_QUEUE_CAPACITY", "1"),
+        ("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "1"),
+        ("CODE_INTERPRETER_MCP_WORKERS_QUEUE_CAPACITY", "1"),
     ]);
     let http = client();
     let post = |session: Option<&str>, body: Value| {
@@ -211,7 +211,7 @@ fn probes_refuse_then_pass_through_start_up_and_accept_any_host() {
             "CODE_INTERPRETER_MCP_BIND_ADDR",
             format!("127.0.0.1:{port}"),
         )
-        .env("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "1")
+        .env("CODE_INTERPRETER_MCP_WORKERS_PREWARMED_WORKERS", "1")
         .env(
             "CODE_INTERPRETER_MCP_PACKAGE_BASE_URL",
             crate::common::package_mirror(),
@@ -293,8 +293,8 @@ fn a_failed_initialisation_never_binds() {
         let out = crate::common::server_command()
             .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
             .env("CODE_INTERPRETER_MCP_ASSET_DIR", &dir)
-            .env("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "1")
-            .env("CODE_INTERPRETER_MCP_BOOT", boot)
+            .env("CODE_INTERPRETER_MCP_WORKERS_PREWARMED_WORKERS", "1")
+            .env("CODE_INTERPRETER_MCP_WORKERS_BOOT", boot)
             .output()
             .unwrap();
         assert_ne!(out.status.code(), Some(0));
@@ -308,7 +308,7 @@ fn a_failed_initialisation_never_binds() {
 #[test]
 fn worker_panics_are_counted_and_the_rest_keep_serving() {
     let server = Server::start(&[
-        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "2"),
+        ("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "2"),
         ("CODE_INTERPRETER_MCP_TEST_PANIC_MARKER", "__cim_panic__"),
     ]);
     let base = server.base();
@@ -340,8 +340,8 @@ fn worker_panics_are_counted_and_the_rest_keep_serving() {
 #[test]
 fn sigterm_drains_running_calls_cancels_queued_ones_and_exits() {
     let mut server = Server::start(&[
-        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "1"),
-        ("CODE_INTERPRETER_MCP_QUEUE_CAPACITY", "2"),
+        ("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "1"),
+        ("CODE_INTERPRETER_MCP_WORKERS_QUEUE_CAPACITY", "2"),
     ]);
     let base = server.base();
     let running = spawn_call(
@@ -405,9 +405,9 @@ fn one_principals_fifty_queued_calls_cost_another_at_most_one_call() {
             "CODE_INTERPRETER_MCP_AUTH_BEARER_TOKENS_FILE",
             tokens.to_str().unwrap(),
         ),
-        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "1"),
-        ("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "1"),
-        ("CODE_INTERPRETER_MCP_QUEUE_CAPACITY", "64"),
+        ("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "1"),
+        ("CODE_INTERPRETER_MCP_WORKERS_PREWARMED_WORKERS", "1"),
+        ("CODE_INTERPRETER_MCP_WORKERS_QUEUE_CAPACITY", "64"),
     ]);
     let call = |url: String, token: &'static str, code: &'static str| {
         move || {

@@ -7,19 +7,19 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use code_interpreter_mcp::sandbox::{Engine, EngineConfig, Flavor};
+use code_interpreter_mcp::sandbox::{Engine, EngineSettings, Flavor};
 use sha2::{Digest, Sha256};
 
-use crate::common::{engine_config, ok, request, returned_file, temp_dir};
+use crate::common::{engine_settings, ok, request, returned_file, temp_dir};
 
 const PREINSTALL: [&str; 2] = ["pandas", "matplotlib"];
 
-fn config(cache: &Path, preimport: &[&str]) -> EngineConfig {
-    EngineConfig {
+fn config(cache: &Path, preimport: &[&str]) -> EngineSettings {
+    EngineSettings {
         preinstall_packages: PREINSTALL.iter().map(|s| s.to_string()).collect(),
         preimport_modules: preimport.iter().map(|s| s.to_string()).collect(),
         package_cache_dir: cache.to_path_buf(),
-        ..engine_config()
+        ..engine_settings()
     }
 }
 
@@ -42,7 +42,7 @@ fn preimported_modules_work_in_every_fresh_sandbox_and_nothing_leaks_between_the
     let cache = temp_dir("preimport-fresh");
     // (Mapped copy-on-write, the opt-in way, so that every check below holds for it too; the
     // copied way is the other tests'.)
-    let engine = Engine::new(EngineConfig {
+    let engine = Engine::new(EngineSettings {
         map_snapshot_memory: true,
         ..config(&cache, &["pandas", "matplotlib.pyplot"])
     })
@@ -186,8 +186,8 @@ for exports in libs.values():
 
 /// The memory a pre-imported sandbox restores is its own whether it is mapped copy-on-write or
 /// copied (the default), and when copied into the pages of the sandbox dropped before it (as pool
-/// workers do: `isolate/spare_memory.rs`, rewriting only the pages the kernel recorded as written
-/// where it can: `isolate/written_pages.rs`): bytes a call reads and then overwrites are as they
+/// workers do: `pages/spare.rs`, rewriting only the pages the kernel recorded as written
+/// where it can: `pages/written.rs`): bytes a call reads and then overwrites are as they
 /// were in the next sandbox, and the modules work the same every way. An idle ready sandbox gives
 /// back what it holds unchanged, mapped or copied (a copied memory becomes a mapping of the
 /// snapshot's file, the pages that differ written back), unless the engine keeps no file.
@@ -202,7 +202,7 @@ fn the_restored_memory_is_each_sandboxs_own_whether_mapped_or_copied() {
     let mut seen = Vec::new();
     for (map, give_back) in [(true, true), (false, true), (false, false)] {
         let case = format!("map: {map}, give back: {give_back}");
-        let engine = Engine::new(EngineConfig {
+        let engine = Engine::new(EngineSettings {
             map_snapshot_memory: map,
             give_back_idle_memory: give_back,
             ..config(&cache, &["pandas"])
@@ -364,12 +364,12 @@ fn a_snapshot_that_does_not_restore_is_never_used_and_a_changed_list_makes_a_new
 #[test]
 fn preinstalled_packages_are_pre_imported_by_default_unless_turned_off() {
     let cache = temp_dir("preimport-preinstalled");
-    let config = |on: bool| EngineConfig {
+    let config = |on: bool| EngineSettings {
         preinstall_packages: vec!["numpy".to_string()],
         preimport_modules: Vec::new(),
         preimport_preinstalled: on,
         package_cache_dir: cache.clone(),
-        ..engine_config()
+        ..engine_settings()
     };
     // Nothing listed in preimport_modules: numpy, the preinstalled package, is pre-imported.
     let engine = Engine::new(config(true)).expect("engine");
@@ -416,11 +416,11 @@ fn idle_server_gives_back(cache: &Path, map: &str) {
         .env("CODE_INTERPRETER_MCP_PACKAGE_CACHE_DIR", cache)
         .env("CODE_INTERPRETER_MCP_PREINSTALL_PACKAGES", "pandas")
         .env("CODE_INTERPRETER_MCP_PREIMPORT_MODULES", "pandas")
-        .env("CODE_INTERPRETER_MCP_MAP_SNAPSHOT_MEMORY", map)
-        .env("CODE_INTERPRETER_MCP_IDLE_GIVE_BACK_S", "1")
-        .env("CODE_INTERPRETER_MCP_MAX_WORKERS", "1")
-        .env("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "1")
-        .env("CODE_INTERPRETER_MCP_READY_SANDBOXES", "1");
+        .env("CODE_INTERPRETER_MCP_WORKERS_MAP_SNAPSHOT_MEMORY", map)
+        .env("CODE_INTERPRETER_MCP_WORKERS_IDLE_GIVE_BACK_S", "1")
+        .env("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "1")
+        .env("CODE_INTERPRETER_MCP_WORKERS_PREWARMED_WORKERS", "1")
+        .env("CODE_INTERPRETER_MCP_WORKERS_READY_SANDBOXES", "1");
     let server = Server::spawn(&mut command, true);
     server.wait_ready();
     let pandas = serde_json::json!({"code": "import pandas as pd\nint(pd.DataFrame({'k': [1, 1, 2], 'v': [1, 2, 3]}).groupby('k').v.sum()[1])"});

@@ -21,7 +21,7 @@ fn server_with_tokens(extra: &[(&str, &str)]) -> Server {
             "CODE_INTERPRETER_MCP_AUTH_BEARER_TOKENS_FILE",
             tokens.as_str(),
         ),
-        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "2"),
+        ("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "2"),
     ];
     envs.extend_from_slice(extra);
     Server::start(&envs)
@@ -142,7 +142,7 @@ fn a_principal_holding_its_tasks_gets_no_more_until_one_expires() {
 #[test]
 fn a_principal_with_its_queued_calls_waiting_gets_no_more_in_the_queue() {
     let server = server_with_tokens(&[
-        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "1"),
+        ("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "1"),
         ("CODE_INTERPRETER_MCP_QUOTAS_MAX_QUEUED_CALLS", "2"),
     ]);
     // Alice's first call runs (1.5 s), two more wait: her queue allowance.
@@ -231,10 +231,16 @@ fn a_named_token_keeps_its_sessions_under_a_new_token_and_gets_its_override() {
             ),
             ("CODE_INTERPRETER_MCP_AUTH_NAMED_TOKENS", "true"),
             ("CODE_INTERPRETER_MCP_QUOTAS_MAX_CONCURRENT_CALLS", "1"),
-            ("CODE_INTERPRETER_MCP_MAX_WORKERS", "2"),
-            ("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true"),
-            ("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", &port),
-            ("CODE_INTERPRETER_MCP_PROMETHEUS_PRINCIPAL_LABEL", "true"),
+            ("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "2"),
+            (
+                "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_ENABLED",
+                "true",
+            ),
+            ("CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_PORT", &port),
+            (
+                "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_PRINCIPAL_LABEL",
+                "true",
+            ),
         ],
     );
     // batch's override lifts the concurrency quota; alice keeps the server's (1).

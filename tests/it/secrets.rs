@@ -14,11 +14,11 @@ use std::time::Duration;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use code_interpreter_mcp::config::{HostGrant, UpstreamTransport};
-use code_interpreter_mcp::sandbox::{Engine, EngineConfig, ExecRequest, Flavor};
+use code_interpreter_mcp::sandbox::{Engine, EngineSettings, ExecRequest, Flavor};
 use code_interpreter_mcp::upstream::Upstreams;
 use serde_json::{Value, json};
 
-use crate::common::{engine_config, temp_dir};
+use crate::common::{engine_settings, temp_dir};
 use crate::tls::TlsServer;
 use crate::upstream::{
     everything, everything_over_http, free_port, node, processes_with, settings,
@@ -423,19 +423,24 @@ fn no_credential_reaches_the_sandbox_its_memory_its_image_or_its_results() {
         }),
     );
     let upstreams = Upstreams::start(&servers, &[]).expect("upstreams start");
-    let engine = Engine::new(EngineConfig {
+    let engine = Engine::with_upstreams(
+        EngineSettings {
+            extra_ca_certs: vec![host.ca_pem_path.clone()],
+            host_grants: vec![HostGrant {
+                host: "localhost".into(),
+                methods: vec!["GET".into()],
+                paths: vec!["/api/".into()],
+                inject_headers: BTreeMap::from([(
+                    "X-Api-Key".to_string(),
+                    markers.template("inject"),
+                )]),
+                max_response_bytes: 1 << 20,
+                allow_private_addresses: true,
+            }],
+            ..engine_settings()
+        },
         upstreams,
-        extra_ca_certs: vec![host.ca_pem_path.clone()],
-        host_grants: vec![HostGrant {
-            host: "localhost".into(),
-            methods: vec!["GET".into()],
-            paths: vec!["/api/".into()],
-            inject_headers: BTreeMap::from([("X-Api-Key".to_string(), markers.template("inject"))]),
-            max_response_bytes: 1 << 20,
-            allow_private_addresses: true,
-        }],
-        ..engine_config()
-    })
+    )
     .expect("engine starts");
     let mut targets: Vec<(u64, u64)> = markers.all().iter().map(|(_, m)| hashes(m)).collect();
     targets.push(hashes(&control()));
@@ -578,9 +583,12 @@ allow_private_addresses = true
     command
         .args(["--config", config.to_str().unwrap()])
         .env("RUST_LOG", "debug")
-        .env("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "0")
-        .env("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true")
-        .env("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", &port)
+        .env("CODE_INTERPRETER_MCP_WORKERS_PREWARMED_WORKERS", "0")
+        .env(
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_ENABLED",
+            "true",
+        )
+        .env("CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_PORT", &port)
         .env("CIM_TEST_ENV_MARKER", &markers.env)
         .env("CIM_TEST_HEADER_MARKER", &markers.header);
     let server = Server::spawn(&mut command, true);

@@ -253,8 +253,11 @@ fn http_body_ceiling_is_derived_from_the_aggregate_limit() {
     // max_total_file_kb = 1024: ceiling = 4 * ceil(1048576 / 3) + 4 * 63 + 8388608 = 9,786,964 bytes.
     let ceiling: usize = 9_786_964;
     let server = Server::start(&[
-        ("CODE_INTERPRETER_MCP_MAX_FILE_KB", "1024"),
-        ("CODE_INTERPRETER_MCP_MAX_TOTAL_FILE_KB", "1024"),
+        ("CODE_INTERPRETER_MCP_INPUT_LIMITS_MAX_FILE_KB", "1024"),
+        (
+            "CODE_INTERPRETER_MCP_INPUT_LIMITS_MAX_TOTAL_FILE_KB",
+            "1024",
+        ),
     ]);
     let headers = [
         ("MCP-Protocol-Version", "2026-07-28"),
@@ -470,7 +473,7 @@ fn stdio_sessions_survive_their_process_at_eof_and_sigterm() {
 fn json_logs_have_one_line_per_call_without_code_or_paths() {
     let mut child = crate::common::server_command()
         .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
-        .env("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "0")
+        .env("CODE_INTERPRETER_MCP_WORKERS_PREWARMED_WORKERS", "0")
         .env("CODE_INTERPRETER_MCP_LOG_FORMAT", "json")
         .env("RUST_LOG", "info")
         .stdout(Stdio::piped())

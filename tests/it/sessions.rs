@@ -146,8 +146,8 @@ fn a_call_that_ignores_the_interrupt_ends_the_session_clearly() {
 #[test]
 fn idle_sessions_expire_and_the_cap_holds() {
     let server = Server::start(&[
-        ("CODE_INTERPRETER_MCP_SESSION_IDLE_TIMEOUT_S", "2"),
-        ("CODE_INTERPRETER_MCP_MAX_SESSIONS", "2"),
+        ("CODE_INTERPRETER_MCP_SESSIONS_IDLE_TIMEOUT_S", "2"),
+        ("CODE_INTERPRETER_MCP_SESSIONS_MAX_SESSIONS", "2"),
     ]);
     let a = new_session(&server, "1");
     let _b = new_session(&server, "1");
@@ -202,7 +202,7 @@ fn clear_session_discards_it_and_stops_a_running_call() {
 
 #[test]
 fn calls_to_one_session_run_in_order_while_a_stateless_call_completes() {
-    let server = Server::start(&[("CODE_INTERPRETER_MCP_MAX_WORKERS", "1")]);
+    let server = Server::start(&[("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "1")]);
     let id = new_session(&server, "log = []");
     let mut handles = Vec::new();
     for i in 0..3 {

@@ -88,7 +88,7 @@ pub(crate) fn settle(server: &Server, task: &str, within: Duration) -> (Value, D
 #[test]
 fn a_cancelled_task_ends_within_a_second_and_a_session_survives() {
     // Two workers: one task runs at a time, the next waits in the tasks' queue.
-    let server = Server::start(&[("CODE_INTERPRETER_MCP_MAX_WORKERS", "2")]);
+    let server = Server::start(&[("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "2")]);
     let task = start(
         &server,
         json!({"code": "while True:\n    pass", "timeout_ms": 600_000}),
@@ -156,9 +156,12 @@ fn tasks_expire_are_bounded_and_visible_only_to_their_token() {
         ("CODE_INTERPRETER_MCP_TASKS_QUEUE_CAPACITY", "0"),
         // (Every call a task at once, however short.)
         ("CODE_INTERPRETER_MCP_TASKS_IMMEDIATE_RESULT_MS", "0"),
-        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "2"),
-        ("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true"),
-        ("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", &port),
+        ("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "2"),
+        (
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_ENABLED",
+            "true",
+        ),
+        ("CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_PORT", &port),
     ]);
     let metric = |series: &str| value(&scrape(port.parse().unwrap()).1, series);
     let call = |code: &str, token: &str| {
@@ -320,10 +323,13 @@ fn a_short_call_of_a_tasks_client_is_answered_inline_and_a_long_one_becomes_a_ta
 fn an_expired_task_stops_its_code_and_frees_its_worker_unpolled() {
     let port = free_port().to_string();
     let server = Server::start(&[
-        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "1"),
+        ("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "1"),
         ("CODE_INTERPRETER_MCP_TASKS_TTL_S", "2"),
-        ("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true"),
-        ("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", &port),
+        (
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_ENABLED",
+            "true",
+        ),
+        ("CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_PORT", &port),
     ]);
     let metric = |series: &str| value(&scrape(port.parse().unwrap()).1, series);
     let task = start(

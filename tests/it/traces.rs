@@ -214,9 +214,18 @@ fn a_tool_call_is_a_span_of_the_callers_trace_with_its_steps_as_children() {
     let server = Server::start_with_args(
         &["--config", config.to_str().unwrap()],
         &[
-            ("CODE_INTERPRETER_MCP_OTEL_ENABLED", "true"),
-            ("CODE_INTERPRETER_MCP_OTEL_ENDPOINT", &collector.url),
-            ("CODE_INTERPRETER_MCP_OTEL_EXPORT_INTERVAL_MS", "100"),
+            (
+                "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_ENABLED",
+                "true",
+            ),
+            (
+                "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_ENDPOINT",
+                &collector.url,
+            ),
+            (
+                "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_EXPORT_INTERVAL_MS",
+                "100",
+            ),
             ("TRACES_TEST_KEY", "key-123"),
             // Ignored: the configuration is the source of truth.
             ("OTEL_EXPORTER_OTLP_HEADERS", "x-from-env=leak"),
@@ -420,20 +429,38 @@ fn median_call_ms(server: &Server, n: usize) -> f64 {
 fn a_collector_that_never_answers_slows_no_call_and_holds_no_shutdown() {
     let collector = Collector::start(true);
     let envs = [
-        ("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "1"),
-        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "1"),
+        ("CODE_INTERPRETER_MCP_WORKERS_PREWARMED_WORKERS", "1"),
+        ("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "1"),
     ];
     let plain = Server::start(&envs);
     let traced = Server::start(
         &[
             envs.as_slice(),
             &[
-                ("CODE_INTERPRETER_MCP_OTEL_ENABLED", "true"),
-                ("CODE_INTERPRETER_MCP_OTEL_ENDPOINT", &collector.url),
-                ("CODE_INTERPRETER_MCP_OTEL_EXPORT_INTERVAL_MS", "100"),
-                ("CODE_INTERPRETER_MCP_OTEL_EXPORT_TIMEOUT_MS", "1000"),
-                ("CODE_INTERPRETER_MCP_OTEL_MAX_QUEUE_SPANS", "64"),
-                ("CODE_INTERPRETER_MCP_OTEL_MAX_BATCH_SPANS", "8"),
+                (
+                    "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_ENABLED",
+                    "true",
+                ),
+                (
+                    "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_ENDPOINT",
+                    &collector.url,
+                ),
+                (
+                    "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_EXPORT_INTERVAL_MS",
+                    "100",
+                ),
+                (
+                    "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_EXPORT_TIMEOUT_MS",
+                    "1000",
+                ),
+                (
+                    "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_MAX_QUEUE_SPANS",
+                    "64",
+                ),
+                (
+                    "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_MAX_BATCH_SPANS",
+                    "8",
+                ),
             ],
         ]
         .concat(),

@@ -13,11 +13,11 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use code_interpreter_mcp::config::{UpstreamSettings, UpstreamTransport};
-use code_interpreter_mcp::sandbox::{Engine, EngineConfig, ExecRequest, ExecResult, Flavor};
+use code_interpreter_mcp::sandbox::{Engine, ExecRequest, ExecResult, Flavor};
 use code_interpreter_mcp::upstream::Upstreams;
 use serde_json::{Value, json};
 
-use crate::common::{engine_config, run_in};
+use crate::common::{engine_settings, run_in};
 
 pub(crate) fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -233,11 +233,7 @@ fn engine() -> &'static Engine {
         };
         servers.insert("web".to_string(), web);
         let upstreams = Upstreams::start(&servers, &[]).expect("upstreams start");
-        Engine::new(EngineConfig {
-            upstreams,
-            ..engine_config()
-        })
-        .expect("engine starts")
+        Engine::with_upstreams(engine_settings(), upstreams).expect("engine starts")
     })
 }
 
@@ -630,8 +626,11 @@ fn the_server_describes_its_upstreams_and_counts_their_calls() {
     let server = Server::start_with_args(
         &["--config", config.to_str().unwrap()],
         &[
-            ("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true"),
-            ("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", &port_s),
+            (
+                "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_ENABLED",
+                "true",
+            ),
+            ("CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_PORT", &port_s),
         ],
     );
     let tools = list_tools_stateless(&server);
@@ -781,7 +780,7 @@ fn a_tool_the_server_adds_becomes_callable_and_a_flood_of_notices_is_coalesced()
         run_json("from upstream import hostile\nimport json\njson.dumps(await hostile.grow())"),
         "grew"
     );
-    let upstreams = engine().config().upstreams.clone().unwrap();
+    let upstreams = engine().upstreams().cloned().unwrap();
     let started = Instant::now();
     while !upstreams
         .tool_names("hostile")

@@ -48,11 +48,11 @@ done
 # --- the server, trusting that issuer -----------------------------------------------------------
 # shellcheck source=../lib/server.sh
 . "$ROOT/tests/lib/server.sh"
-export CODE_INTERPRETER_MCP_OAUTH_ISSUER="$ISSUER"
-export CODE_INTERPRETER_MCP_OAUTH_JWKS_MIN_REFRESH_INTERVAL_S=1
+export CODE_INTERPRETER_MCP_AUTH_OAUTH_ISSUER="$ISSUER"
+export CODE_INTERPRETER_MCP_AUTH_OAUTH_JWKS_MIN_REFRESH_INTERVAL_S=1
 # Opaque tokens (client dave) are introspected with the server's own client.
-export CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CLIENT_ID=code-interpreter-mcp
-export CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CLIENT_SECRET=code-interpreter-mcp-secret
+export CODE_INTERPRETER_MCP_AUTH_OAUTH_INTROSPECTION_CLIENT_ID=code-interpreter-mcp
+export CODE_INTERPRETER_MCP_AUTH_OAUTH_INTROSPECTION_CLIENT_SECRET=code-interpreter-mcp-secret
 start_server oauth "$LOGS"
 trap 'stop_server; kill "$ISSUER_PID" 2>/dev/null || true' EXIT
 

@@ -49,15 +49,15 @@ mod tests {
             .collect();
         assert!(env.contains(&(
             "workers.max_workers".into(),
-            "CODE_INTERPRETER_MCP_MAX_WORKERS".into()
+            "CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS".into()
         )));
         assert!(env.contains(&(
             "integrations.prometheus.port".into(),
-            "CODE_INTERPRETER_MCP_PROMETHEUS_PORT".into()
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_PORT".into()
         )));
         assert!(env.contains(&(
             "input_limits.max_file_kb".into(),
-            "CODE_INTERPRETER_MCP_MAX_FILE_KB".into()
+            "CODE_INTERPRETER_MCP_INPUT_LIMITS_MAX_FILE_KB".into()
         )));
     }
 

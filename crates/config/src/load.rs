@@ -19,6 +19,8 @@ pub struct Loaded {
     pub settings: Settings,
     pub sources: BTreeMap<String, Source>,
     pub files: Vec<PathBuf>,
+    /// What the operator should change, though it loaded (deprecated environment variables).
+    pub warnings: Vec<String>,
 }
 
 /// Loads the configuration: `explicit` files (each must exist) or discovery in `dir`, then `env`.
@@ -77,12 +79,36 @@ pub fn parse(
         );
     }
 
+    let mut warnings = Vec::new();
     for info in keys() {
         let Some(var) = &info.env else { continue };
-        let Some(raw) = env(var) else { continue };
-        let value = env_value(&info, var, &raw)?;
+        // The key's variable, else the first of its earlier names that is set (deprecated).
+        let set = env(var).map(|raw| (var.clone(), raw));
+        let mut earlier = info
+            .env_deprecated
+            .iter()
+            .filter_map(|old| env(old).map(|raw| (old.clone(), raw)));
+        let (var, raw) = match (set, earlier.next()) {
+            (Some(set), Some((old, _))) => {
+                warnings.push(format!(
+                    "environment variable {old} is deprecated and ignored: {var} is set (for key {})",
+                    info.key
+                ));
+                set
+            }
+            (Some(set), None) => set,
+            (None, Some((old, raw))) => {
+                warnings.push(format!(
+                    "environment variable {old} is deprecated: name it {var} (for key {})",
+                    info.key
+                ));
+                (old, raw)
+            }
+            (None, None) => continue,
+        };
+        let value = env_value(&info, &var, &raw)?;
         set_path(&mut merged, &info.key, value);
-        sources.insert(info.key.clone(), Source::Env(var.clone()));
+        sources.insert(info.key.clone(), Source::Env(var));
     }
 
     let config: AppConfig =
@@ -113,6 +139,7 @@ pub fn parse(
         settings,
         sources,
         files: files.iter().map(|(file, _)| file.clone()).collect(),
+        warnings,
     })
 }
 

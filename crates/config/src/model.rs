@@ -252,66 +252,66 @@ pub struct OAuthConfig {
     /// set, /mcp accepts JWT access tokens it signed (RFC 9068) for this server's `resource`, serves
     /// RFC 9728 metadata at /.well-known/oauth-protected-resource, and names it in every 401.
     /// Static tokens of `auth.bearer_tokens_file` keep working beside it. Empty: off.
-    /// Environment: CODE_INTERPRETER_MCP_OAUTH_ISSUER
+    /// Environment: CODE_INTERPRETER_MCP_AUTH_OAUTH_ISSUER (deprecated alias: CODE_INTERPRETER_MCP_OAUTH_ISSUER)
     pub issuer: String,
     /// This server's resource identifier (RFC 8707): the `aud` every token must carry and the
     /// `resource` of the metadata, e.g. https://mcp.example.com/mcp. Empty: http://<bind_addr>/mcp,
     /// allowed only when bind_addr is a loopback address.
-    /// Environment: CODE_INTERPRETER_MCP_OAUTH_RESOURCE
+    /// Environment: CODE_INTERPRETER_MCP_AUTH_OAUTH_RESOURCE (deprecated alias: CODE_INTERPRETER_MCP_OAUTH_RESOURCE)
     pub resource: String,
     /// Signature algorithms accepted, among RS256, PS256, ES256 and EdDSA (`none` and HS* never).
-    /// Environment: CODE_INTERPRETER_MCP_OAUTH_ALGORITHMS (comma-separated)
+    /// Environment: CODE_INTERPRETER_MCP_AUTH_OAUTH_ALGORITHMS (deprecated alias: CODE_INTERPRETER_MCP_OAUTH_ALGORITHMS) (comma-separated)
     pub algorithms: Vec<String>,
     /// Seconds of clock difference allowed on `exp` and `nbf` (0 to 300).
-    /// Environment: CODE_INTERPRETER_MCP_OAUTH_CLOCK_SKEW_S
+    /// Environment: CODE_INTERPRETER_MCP_AUTH_OAUTH_CLOCK_SKEW_S (deprecated alias: CODE_INTERPRETER_MCP_OAUTH_CLOCK_SKEW_S)
     pub clock_skew_s: u64,
     /// Where the issuer's signing keys are; empty: the `jwks_uri` of its metadata
     /// (/.well-known/oauth-authorization-server, then /.well-known/openid-configuration).
-    /// Environment: CODE_INTERPRETER_MCP_OAUTH_JWKS_URI
+    /// Environment: CODE_INTERPRETER_MCP_AUTH_OAUTH_JWKS_URI (deprecated alias: CODE_INTERPRETER_MCP_OAUTH_JWKS_URI)
     pub jwks_uri: String,
     /// Seconds between refreshes of the signing keys (1 to 86400); a token with an unknown key id
     /// refreshes them sooner, at most once per `jwks_min_refresh_interval_s`.
-    /// Environment: CODE_INTERPRETER_MCP_OAUTH_JWKS_REFRESH_S
+    /// Environment: CODE_INTERPRETER_MCP_AUTH_OAUTH_JWKS_REFRESH_S (deprecated alias: CODE_INTERPRETER_MCP_OAUTH_JWKS_REFRESH_S)
     pub jwks_refresh_s: u64,
     /// Seconds at least between two fetches of the signing keys (1 to 3600), whatever tokens arrive.
-    /// Environment: CODE_INTERPRETER_MCP_OAUTH_JWKS_MIN_REFRESH_INTERVAL_S
+    /// Environment: CODE_INTERPRETER_MCP_AUTH_OAUTH_JWKS_MIN_REFRESH_INTERVAL_S (deprecated alias: CODE_INTERPRETER_MCP_OAUTH_JWKS_MIN_REFRESH_INTERVAL_S)
     pub jwks_min_refresh_interval_s: u64,
     /// Time allowed for one fetch of the metadata or the keys, in milliseconds (100 to 30000).
-    /// Environment: CODE_INTERPRETER_MCP_OAUTH_JWKS_TIMEOUT_MS
+    /// Environment: CODE_INTERPRETER_MCP_AUTH_OAUTH_JWKS_TIMEOUT_MS (deprecated alias: CODE_INTERPRETER_MCP_OAUTH_JWKS_TIMEOUT_MS)
     pub jwks_timeout_ms: u64,
     /// Largest key set or metadata document read, in KB (1 to 4096); a larger one is refused and the
     /// current keys kept.
-    /// Environment: CODE_INTERPRETER_MCP_OAUTH_JWKS_MAX_KB
+    /// Environment: CODE_INTERPRETER_MCP_AUTH_OAUTH_JWKS_MAX_KB (deprecated alias: CODE_INTERPRETER_MCP_OAUTH_JWKS_MAX_KB)
     pub jwks_max_kb: u64,
     /// The scope a token needs to run code: run_python_code, the snippet and upstream tools, and
     /// tasks. Empty: none needed.
-    /// Environment: CODE_INTERPRETER_MCP_OAUTH_SCOPE_RUN
+    /// Environment: CODE_INTERPRETER_MCP_AUTH_OAUTH_SCOPE_RUN (deprecated alias: CODE_INTERPRETER_MCP_OAUTH_SCOPE_RUN)
     pub scope_run: String,
     /// The scope a token needs to read sessions: list_session_files and session:// resources
     /// (`scope_sessions_write` implies it). Empty: none needed.
-    /// Environment: CODE_INTERPRETER_MCP_OAUTH_SCOPE_SESSIONS_READ
+    /// Environment: CODE_INTERPRETER_MCP_AUTH_OAUTH_SCOPE_SESSIONS_READ (deprecated alias: CODE_INTERPRETER_MCP_OAUTH_SCOPE_SESSIONS_READ)
     pub scope_sessions_read: String,
     /// The scope a token needs to create or change sessions: run_python_code with a session_id,
     /// clear_session and fork_session. Empty: none needed.
-    /// Environment: CODE_INTERPRETER_MCP_OAUTH_SCOPE_SESSIONS_WRITE
+    /// Environment: CODE_INTERPRETER_MCP_AUTH_OAUTH_SCOPE_SESSIONS_WRITE (deprecated alias: CODE_INTERPRETER_MCP_OAUTH_SCOPE_SESSIONS_WRITE)
     pub scope_sessions_write: String,
     /// This server's client id at the issuer's introspection endpoint (RFC 7662); when set, bearer
     /// tokens that are not JWTs (opaque tokens) are checked there. Empty: only JWTs are accepted.
-    /// Environment: CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CLIENT_ID
+    /// Environment: CODE_INTERPRETER_MCP_AUTH_OAUTH_INTROSPECTION_CLIENT_ID (deprecated alias: CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CLIENT_ID)
     pub introspection_client_id: String,
     /// Its client secret, sent as HTTP Basic authentication: a template, `${NAME}` (an environment
     /// variable) or `@/path` (a file's contents), resolved at start and never logged.
-    /// Environment: CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CLIENT_SECRET
+    /// Environment: CODE_INTERPRETER_MCP_AUTH_OAUTH_INTROSPECTION_CLIENT_SECRET (deprecated alias: CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CLIENT_SECRET)
     pub introspection_client_secret: String,
     /// The introspection endpoint; empty: the `introspection_endpoint` of the issuer's metadata.
-    /// Environment: CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_ENDPOINT
+    /// Environment: CODE_INTERPRETER_MCP_AUTH_OAUTH_INTROSPECTION_ENDPOINT (deprecated alias: CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_ENDPOINT)
     pub introspection_endpoint: String,
     /// Seconds an active token's introspection is reused (0 to 3600; never past the token's `exp`):
     /// a revoked token keeps working this long.
-    /// Environment: CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CACHE_S
+    /// Environment: CODE_INTERPRETER_MCP_AUTH_OAUTH_INTROSPECTION_CACHE_S (deprecated alias: CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CACHE_S)
     pub introspection_cache_s: u64,
     /// Tokens whose introspection is kept at most (1 to 1000000), as digests.
-    /// Environment: CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CACHE_ENTRIES
+    /// Environment: CODE_INTERPRETER_MCP_AUTH_OAUTH_INTROSPECTION_CACHE_ENTRIES (deprecated alias: CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CACHE_ENTRIES)
     pub introspection_cache_entries: u64,
 }
 
@@ -349,7 +349,7 @@ pub struct SessionsConfig {
     pub enabled: bool,
     /// Sessions at most, in memory or saved in the store (1 to 100000); creating one more fails at
     /// once.
-    /// Environment: CODE_INTERPRETER_MCP_MAX_SESSIONS
+    /// Environment: CODE_INTERPRETER_MCP_SESSIONS_MAX_SESSIONS (deprecated alias: CODE_INTERPRETER_MCP_MAX_SESSIONS)
     pub max_sessions: u64,
     /// Sessions in memory at most (1 to 1024): past it, the least recently used idle session that
     /// can be saved is spilled to the store; when none can, creating or resuming one more fails at
@@ -370,13 +370,13 @@ pub struct SessionsConfig {
     pub store_url: String,
     /// Calls that may wait for one busy session behind its running call (0 to 64); one more is
     /// refused at once with the overload error.
-    /// Environment: CODE_INTERPRETER_MCP_SESSION_QUEUE_CAPACITY
+    /// Environment: CODE_INTERPRETER_MCP_SESSIONS_QUEUE_CAPACITY (deprecated alias: CODE_INTERPRETER_MCP_SESSION_QUEUE_CAPACITY)
     pub queue_capacity: u64,
     /// A session unused for this many seconds ends (at least 1).
-    /// Environment: CODE_INTERPRETER_MCP_SESSION_IDLE_TIMEOUT_S
+    /// Environment: CODE_INTERPRETER_MCP_SESSIONS_IDLE_TIMEOUT_S (deprecated alias: CODE_INTERPRETER_MCP_SESSION_IDLE_TIMEOUT_S)
     pub idle_timeout_s: u64,
     /// A session ends this many seconds after it was created, used or not (at least 1).
-    /// Environment: CODE_INTERPRETER_MCP_SESSION_MAX_LIFETIME_S
+    /// Environment: CODE_INTERPRETER_MCP_SESSIONS_MAX_LIFETIME_S (deprecated alias: CODE_INTERPRETER_MCP_SESSION_MAX_LIFETIME_S)
     pub max_lifetime_s: u64,
 }
 
@@ -446,49 +446,49 @@ impl Default for TasksConfig {
 pub struct ResultsConfig {
     /// Returned images up to this size (KB) are also inlined as MCP image content; larger ones are
     /// only returned as files (0: never inline).
-    /// Environment: CODE_INTERPRETER_MCP_MAX_INLINE_IMAGE_KB
+    /// Environment: CODE_INTERPRETER_MCP_RESULTS_MAX_INLINE_IMAGE_KB (deprecated alias: CODE_INTERPRETER_MCP_MAX_INLINE_IMAGE_KB)
     pub max_inline_image_kb: u64,
     /// The text content a model reads of a result is at most about this many characters: long
     /// stdout, stderr, result and displays keep their head and tail with a marker saying how much was
     /// cut and where the whole is (the structured content keeps the per-request caps). 0: no cap.
-    /// Environment: CODE_INTERPRETER_MCP_MAX_TEXT_CHARS
+    /// Environment: CODE_INTERPRETER_MCP_RESULTS_MAX_TEXT_CHARS (deprecated alias: CODE_INTERPRETER_MCP_MAX_TEXT_CHARS)
     pub max_text_chars: u64,
     /// DataFrames and Series displayed (or left as the final expression) also come as a Markdown
     /// table of at most this many rows, the first and last ones (2 to 1000).
-    /// Environment: CODE_INTERPRETER_MCP_MAX_TABLE_ROWS
+    /// Environment: CODE_INTERPRETER_MCP_RESULTS_MAX_TABLE_ROWS (deprecated alias: CODE_INTERPRETER_MCP_MAX_TABLE_ROWS)
     pub max_table_rows: u64,
     /// ... and at most this many columns (2 to 1000).
-    /// Environment: CODE_INTERPRETER_MCP_MAX_TABLE_COLUMNS
+    /// Environment: CODE_INTERPRETER_MCP_RESULTS_MAX_TABLE_COLUMNS (deprecated alias: CODE_INTERPRETER_MCP_MAX_TABLE_COLUMNS)
     pub max_table_columns: u64,
     /// Results carry structured content and tools their output schemas (MCP 2025-06-18 on). false
     /// serves every client as a 2025-03-26 client is served: the text and content blocks only,
     /// returned files as embedded resources. For clients that hand a model the structured content
     /// whole (pydantic-ai's MCP toolsets), where returned files' Base64 would reach it as text.
-    /// Environment: CODE_INTERPRETER_MCP_STRUCTURED_CONTENT
+    /// Environment: CODE_INTERPRETER_MCP_RESULTS_STRUCTURED_CONTENT (deprecated alias: CODE_INTERPRETER_MCP_STRUCTURED_CONTENT)
     pub structured_content: bool,
     /// Interactive results as MCP Apps (the `io.modelcontextprotocol/ui` extension): for a client
     /// that declares the extension, run_python_code names a `ui://` view that renders its plotly
     /// figures, images and output in the client. Clients without the extension see no change. The
     /// views' scripts (plotly.js and the extension's app library, from npm) are read at start-up from
     /// apps_asset_dir and checked against pinned sha256 digests.
-    /// Environment: CODE_INTERPRETER_MCP_APPS
+    /// Environment: CODE_INTERPRETER_MCP_RESULTS_APPS (deprecated alias: CODE_INTERPRETER_MCP_APPS)
     pub apps: bool,
     /// The directory holding the views' scripts `plotly-cartesian.min.js` (npm
     /// plotly.js-cartesian-dist-min) and `app-with-deps.js` (npm @modelcontextprotocol/ext-apps);
     /// empty: the npm packages under `node_modules` (`npm ci` installs them).
-    /// Environment: CODE_INTERPRETER_MCP_APPS_ASSET_DIR
+    /// Environment: CODE_INTERPRETER_MCP_RESULTS_APPS_ASSET_DIR (deprecated alias: CODE_INTERPRETER_MCP_APPS_ASSET_DIR)
     pub apps_asset_dir: String,
     /// For a client with interactive results: a DataFrame or Series displayed (or left as the
     /// final expression) also travels as data for the view's grid (sort, filter, pages), its
     /// first rows up to this many (0 to 100000; 0: no grid data). It goes in the result's `_meta`,
     /// never in the text or structured content the model reads, which keep the Markdown table.
-    /// Environment: CODE_INTERPRETER_MCP_MAX_TABLE_ROWS_APP
+    /// Environment: CODE_INTERPRETER_MCP_RESULTS_MAX_TABLE_ROWS_APP (deprecated alias: CODE_INTERPRETER_MCP_MAX_TABLE_ROWS_APP)
     pub max_table_rows_app: u64,
     /// Where a plotly figure's figure-N.html gets plotly.js: "cdn" (plotly's CDN, a small file that
     /// needs the network when opened), "inline" (the whole plotly.js in the file, ~4.8 MB, opens
     /// offline), or the URL of a plotly.js the operator hosts (https://..., http://... or /...,
     /// ending in .js).
-    /// Environment: CODE_INTERPRETER_MCP_FIGURE_PLOTLY_JS
+    /// Environment: CODE_INTERPRETER_MCP_RESULTS_FIGURE_PLOTLY_JS (deprecated alias: CODE_INTERPRETER_MCP_FIGURE_PLOTLY_JS)
     pub figure_plotly_js: String,
 }
 
@@ -513,37 +513,37 @@ impl Default for ResultsConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct WorkersConfig {
     /// Maximum simultaneous executions.
-    /// Environment: CODE_INTERPRETER_MCP_MAX_WORKERS
+    /// Environment: CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS (deprecated alias: CODE_INTERPRETER_MCP_MAX_WORKERS)
     pub max_workers: u64,
     /// Maximum number of requests waiting for a worker.
-    /// Environment: CODE_INTERPRETER_MCP_QUEUE_CAPACITY
+    /// Environment: CODE_INTERPRETER_MCP_WORKERS_QUEUE_CAPACITY (deprecated alias: CODE_INTERPRETER_MCP_QUEUE_CAPACITY)
     pub queue_capacity: u64,
     /// Workers that initialise Pyodide before the server accepts requests and keep a stock of ready
     /// sandboxes (at most max_workers; the default, 2, is cut to max_workers when that is lower).
-    /// Environment: CODE_INTERPRETER_MCP_PREWARMED_WORKERS
+    /// Environment: CODE_INTERPRETER_MCP_WORKERS_PREWARMED_WORKERS (deprecated alias: CODE_INTERPRETER_MCP_PREWARMED_WORKERS)
     pub prewarmed_workers: u64,
     /// Sandboxes each prewarmed worker keeps booted and ready (1 to 64). A call takes one; the
     /// worker boots replacements while no call waits, so up to this many calls back to back per
     /// prewarmed worker start without waiting for a boot. Each ready sandbox holds about 30 MB
     /// (more with pre-imported modules).
-    /// Environment: CODE_INTERPRETER_MCP_READY_SANDBOXES
+    /// Environment: CODE_INTERPRETER_MCP_WORKERS_READY_SANDBOXES (deprecated alias: CODE_INTERPRETER_MCP_READY_SANDBOXES)
     pub ready_sandboxes: u64,
     /// Of those, how many a prewarmed worker keeps when they are sandboxes with pre-imported
     /// modules (1 to 64; at most ready_sandboxes). Each holds about 90 MB with pandas and
     /// matplotlib (45 MB with map_snapshot_memory; ~20 MB once idle_give_back_s has passed),
     /// against 26 MB for a plain one; two per worker
     /// serve a burst's first four data-science calls without a wait (docs/performance.md).
-    /// Environment: CODE_INTERPRETER_MCP_READY_PREIMPORTED_SANDBOXES
+    /// Environment: CODE_INTERPRETER_MCP_WORKERS_READY_PREIMPORTED_SANDBOXES (deprecated alias: CODE_INTERPRETER_MCP_READY_PREIMPORTED_SANDBOXES)
     pub ready_preimported_sandboxes: u64,
     /// V8 heap budget per isolate in MB (1 MB = 1,048,576 bytes).
-    /// Environment: CODE_INTERPRETER_MCP_MEMORY_LIMIT_MB
+    /// Environment: CODE_INTERPRETER_MCP_WORKERS_MEMORY_LIMIT_MB (deprecated alias: CODE_INTERPRETER_MCP_MEMORY_LIMIT_MB)
     pub memory_limit_mb: u64,
     /// Cap on one WebAssembly linear memory (Python's heap) in MB, 16 to 4096.
-    /// Environment: CODE_INTERPRETER_MCP_WASM_MEMORY_LIMIT_MB
+    /// Environment: CODE_INTERPRETER_MCP_WORKERS_WASM_MEMORY_LIMIT_MB (deprecated alias: CODE_INTERPRETER_MCP_WASM_MEMORY_LIMIT_MB)
     pub wasm_memory_limit_mb: u64,
     /// How sandboxes start: "snapshot" restores a Pyodide memory snapshot taken once at start-up
     /// (fast), "full" boots Pyodide from scratch every time (slow; the fallback).
-    /// Environment: CODE_INTERPRETER_MCP_BOOT
+    /// Environment: CODE_INTERPRETER_MCP_WORKERS_BOOT (deprecated alias: CODE_INTERPRETER_MCP_BOOT)
     pub boot: BootMode,
     /// Map the memory of the snapshot with pre-imported modules into each sandbox copy-on-write
     /// (Linux), copying up front only the pages that everyday steps at start-up wrote, instead of
@@ -552,7 +552,7 @@ pub struct WorkersConfig {
     /// call takes ~1-5 ms longer (a page first written in a call costs a fault) and pandas
     /// throughput at concurrency 8 is ~0.9x (docs/performance.md). For memory-bound deployments:
     /// with it, ready_preimported_sandboxes = 2 costs what 1 does without.
-    /// Environment: CODE_INTERPRETER_MCP_MAP_SNAPSHOT_MEMORY
+    /// Environment: CODE_INTERPRETER_MCP_WORKERS_MAP_SNAPSHOT_MEMORY (deprecated alias: CODE_INTERPRETER_MCP_MAP_SNAPSHOT_MEMORY)
     pub map_snapshot_memory: bool,
     /// Seconds a worker stays idle before its ready pre-imported sandboxes give back the pages of
     /// their memory that still hold the snapshot's bytes, 0 for never (0 to 86400). A copied memory
@@ -562,17 +562,17 @@ pub struct WorkersConfig {
     /// with pandas and matplotlib then holds ~20 MB instead of ~90 MB (copied) or ~50 MB (mapped);
     /// the first call on it after that takes a few ms longer (print(1) ~4, a pandas groupby ~10),
     /// as it copies the pages it writes when it writes them (docs/performance.md).
-    /// Environment: CODE_INTERPRETER_MCP_IDLE_GIVE_BACK_S
+    /// Environment: CODE_INTERPRETER_MCP_WORKERS_IDLE_GIVE_BACK_S (deprecated alias: CODE_INTERPRETER_MCP_IDLE_GIVE_BACK_S)
     pub idle_give_back_s: u64,
     /// Memory budget per sandbox outside the V8 heap, in MB: ArrayBuffers and typed arrays, in-memory
     /// file data, network responses and Python's WebAssembly memory, together. Exceeding it ends the
     /// call with MemoryLimitExceeded (a file write past it fails with ENOSPC first). A sandbox uses at
     /// most this plus memory_limit_mb (64 to 1048576).
-    /// Environment: CODE_INTERPRETER_MCP_SANDBOX_MEMORY_LIMIT_MB
+    /// Environment: CODE_INTERPRETER_MCP_WORKERS_SANDBOX_MEMORY_LIMIT_MB (deprecated alias: CODE_INTERPRETER_MCP_SANDBOX_MEMORY_LIMIT_MB)
     pub sandbox_memory_limit_mb: u64,
     /// Time allowed per call for its set-up, in seconds: writing the input files and loading the
     /// packages its imports need, before timeout_ms starts (1 to 3600).
-    /// Environment: CODE_INTERPRETER_MCP_SETUP_TIMEOUT_S
+    /// Environment: CODE_INTERPRETER_MCP_WORKERS_SETUP_TIMEOUT_S (deprecated alias: CODE_INTERPRETER_MCP_SETUP_TIMEOUT_S)
     pub setup_timeout_s: u64,
 }
 
@@ -625,10 +625,10 @@ impl TryFrom<String> for LogFormat {
 #[serde(deny_unknown_fields, default)]
 pub struct InputLimitsConfig {
     /// Decoded KB allowed per input file (1 to 1048576).
-    /// Environment: CODE_INTERPRETER_MCP_MAX_FILE_KB
+    /// Environment: CODE_INTERPRETER_MCP_INPUT_LIMITS_MAX_FILE_KB (deprecated alias: CODE_INTERPRETER_MCP_MAX_FILE_KB)
     pub max_file_kb: u64,
     /// Decoded KB allowed across the input files of one request (1 to 1048576).
-    /// Environment: CODE_INTERPRETER_MCP_MAX_TOTAL_FILE_KB
+    /// Environment: CODE_INTERPRETER_MCP_INPUT_LIMITS_MAX_TOTAL_FILE_KB (deprecated alias: CODE_INTERPRETER_MCP_MAX_TOTAL_FILE_KB)
     pub max_total_file_kb: u64,
 }
 
@@ -745,40 +745,40 @@ pub struct OpenTelemetryConfig {
     /// session resume, upstream calls), continuing the caller's `traceparent` (from the request's
     /// `_meta`, else its HTTP header). Spans carry outcomes, durations and sizes: never code,
     /// output, file names, session ids, tokens or claims.
-    /// Environment: CODE_INTERPRETER_MCP_OTEL_ENABLED (true/false)
+    /// Environment: CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_ENABLED (deprecated alias: CODE_INTERPRETER_MCP_OTEL_ENABLED) (true/false)
     pub enabled: bool,
     /// The OTLP/HTTP traces endpoint (protobuf), e.g. http://otel-collector:4318/v1/traces
     /// (https, or http on any address: collectors usually sit beside the server).
-    /// Environment: CODE_INTERPRETER_MCP_OTEL_ENDPOINT
+    /// Environment: CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_ENDPOINT (deprecated alias: CODE_INTERPRETER_MCP_OTEL_ENDPOINT)
     pub endpoint: String,
     /// HTTP headers sent with every export (e.g. an API key). A value may name environment
     /// variables or a file as in upstream headers ("Bearer ${TOKEN}", "@/run/secrets/token");
     /// `OTEL_EXPORTER_OTLP_*HEADERS` are not read.
     pub headers: BTreeMap<String, String>,
     /// `service.name` of the spans' resource.
-    /// Environment: CODE_INTERPRETER_MCP_OTEL_SERVICE_NAME
+    /// Environment: CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_SERVICE_NAME (deprecated alias: CODE_INTERPRETER_MCP_OTEL_SERVICE_NAME)
     pub service_name: String,
     /// Percent of the calls that start a trace (0 to 100) that are recorded; a caller's sampled
     /// flag is followed whatever this says.
-    /// Environment: CODE_INTERPRETER_MCP_OTEL_SAMPLE_PERCENT
+    /// Environment: CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_SAMPLE_PERCENT (deprecated alias: CODE_INTERPRETER_MCP_OTEL_SAMPLE_PERCENT)
     pub sample_percent: u64,
     /// Spans waiting for export at most (64 to 65536); more are dropped (and counted), never
     /// waited for.
-    /// Environment: CODE_INTERPRETER_MCP_OTEL_MAX_QUEUE_SPANS
+    /// Environment: CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_MAX_QUEUE_SPANS (deprecated alias: CODE_INTERPRETER_MCP_OTEL_MAX_QUEUE_SPANS)
     pub max_queue_spans: u64,
     /// Spans sent in one export at most (1 to max_queue_spans).
-    /// Environment: CODE_INTERPRETER_MCP_OTEL_MAX_BATCH_SPANS
+    /// Environment: CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_MAX_BATCH_SPANS (deprecated alias: CODE_INTERPRETER_MCP_OTEL_MAX_BATCH_SPANS)
     pub max_batch_spans: u64,
     /// Milliseconds between two exports (100 to 60000).
-    /// Environment: CODE_INTERPRETER_MCP_OTEL_EXPORT_INTERVAL_MS
+    /// Environment: CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_EXPORT_INTERVAL_MS (deprecated alias: CODE_INTERPRETER_MCP_OTEL_EXPORT_INTERVAL_MS)
     pub export_interval_ms: u64,
     /// Milliseconds one export may take, retries included (100 to 60000); also the most the
     /// shutdown waits for the last spans.
-    /// Environment: CODE_INTERPRETER_MCP_OTEL_EXPORT_TIMEOUT_MS
+    /// Environment: CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_EXPORT_TIMEOUT_MS (deprecated alias: CODE_INTERPRETER_MCP_OTEL_EXPORT_TIMEOUT_MS)
     pub export_timeout_ms: u64,
     /// Add the caller's principal label (`p-` and 12 hex digits of a hash, as in the logs) to
     /// each tool-call span.
-    /// Environment: CODE_INTERPRETER_MCP_OTEL_PRINCIPAL_ATTRIBUTE (true/false)
+    /// Environment: CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_PRINCIPAL_ATTRIBUTE (deprecated alias: CODE_INTERPRETER_MCP_OTEL_PRINCIPAL_ATTRIBUTE) (true/false)
     pub principal_attribute: bool,
 }
 
@@ -804,17 +804,17 @@ impl Default for OpenTelemetryConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct PrometheusConfig {
     /// Serve /metrics.
-    /// Environment: CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED (true/false)
+    /// Environment: CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_ENABLED (deprecated alias: CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED) (true/false)
     pub enabled: bool,
     /// IP address of the metrics listener.
-    /// Environment: CODE_INTERPRETER_MCP_PROMETHEUS_HOST
+    /// Environment: CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_HOST (deprecated alias: CODE_INTERPRETER_MCP_PROMETHEUS_HOST)
     pub host: String,
     /// Port of the metrics listener (1 to 65535, not bind_addr's port).
-    /// Environment: CODE_INTERPRETER_MCP_PROMETHEUS_PORT
+    /// Environment: CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_PORT (deprecated alias: CODE_INTERPRETER_MCP_PROMETHEUS_PORT)
     pub port: u64,
     /// Label the tool-call metrics by principal: a named token's name, else "token", "oauth" or
     /// "anonymous" (bounded: names come only from the operator's token file).
-    /// Environment: CODE_INTERPRETER_MCP_PROMETHEUS_PRINCIPAL_LABEL (true/false)
+    /// Environment: CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_PRINCIPAL_LABEL (deprecated alias: CODE_INTERPRETER_MCP_PROMETHEUS_PRINCIPAL_LABEL) (true/false)
     pub principal_label: bool,
 }
 

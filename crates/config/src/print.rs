@@ -17,6 +17,9 @@ pub fn print_config(loaded: &Loaded) -> String {
             let _ = writeln!(out, "# loaded {}", f.display());
         }
     }
+    for warning in &loaded.warnings {
+        let _ = writeln!(out, "# warning: {warning}");
+    }
     if let toml::Value::Table(table) = value {
         write_table(&mut out, &table, "", &loaded.sources);
     }

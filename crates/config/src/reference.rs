@@ -18,11 +18,23 @@ pub struct KeyInfo {
     pub default: serde_json::Value,
     /// What the key does.
     pub doc: String,
-    /// Environment variable overriding the key, if any.
+    /// Environment variable overriding the key, if any: always [`env_name`] of the key.
     pub env: Option<String>,
+    /// Earlier names of that variable, still read (with a deprecation warning) when it is unset.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub env_deprecated: Vec<String>,
     /// Whether a list in the environment variable is whitespace-separated (else comma-separated).
     #[serde(skip)]
     pub env_whitespace: bool,
+}
+
+/// The environment variable of a key, by the one rule: `CODE_INTERPRETER_MCP_` and the key's path
+/// in capitals, with `_` for `.` (`workers.max_workers`: `CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS`).
+pub fn env_name(key: &str) -> String {
+    format!(
+        "CODE_INTERPRETER_MCP_{}",
+        key.to_ascii_uppercase().replace('.', "_")
+    )
 }
 
 /// Every leaf key of [`AppConfig`] (tables of user-named entries, like snippets, are one key).
@@ -70,12 +82,19 @@ fn collect_keys(
         };
         let mut doc_lines = Vec::new();
         let mut env = None;
+        let mut env_deprecated = Vec::new();
         let mut env_whitespace = false;
         for line in field.doc {
             let line = line.trim();
             if let Some(rest) = line.strip_prefix("Environment:") {
                 env = rest.split_whitespace().next().map(String::from);
                 env_whitespace = rest.contains("(whitespace-separated");
+                env_deprecated = rest
+                    .split("(deprecated alias: ")
+                    .skip(1)
+                    .filter_map(|alias| alias.split(')').next())
+                    .map(String::from)
+                    .collect();
             } else if !line.is_empty() {
                 doc_lines.push(line);
             }
@@ -89,6 +108,7 @@ fn collect_keys(
             default,
             doc: doc_lines.join(" "),
             env,
+            env_deprecated,
             env_whitespace,
         });
         if let Some((value_shape, defaults, below)) = entry {

@@ -185,46 +185,52 @@ fn every_environment_override_applies_after_files() {
             "/etc/ssl/private-ca.pem",
         ),
         ("CODE_INTERPRETER_MCP_RUNTIME_PACKAGE_INSTALLATION", "false"),
-        ("CODE_INTERPRETER_MCP_MAX_WORKERS", "3"),
-        ("CODE_INTERPRETER_MCP_QUEUE_CAPACITY", "5"),
-        ("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "2"),
-        ("CODE_INTERPRETER_MCP_READY_SANDBOXES", "3"),
-        ("CODE_INTERPRETER_MCP_READY_PREIMPORTED_SANDBOXES", "3"),
+        ("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "3"),
+        ("CODE_INTERPRETER_MCP_WORKERS_QUEUE_CAPACITY", "5"),
+        ("CODE_INTERPRETER_MCP_WORKERS_PREWARMED_WORKERS", "2"),
+        ("CODE_INTERPRETER_MCP_WORKERS_READY_SANDBOXES", "3"),
+        (
+            "CODE_INTERPRETER_MCP_WORKERS_READY_PREIMPORTED_SANDBOXES",
+            "3",
+        ),
         ("CODE_INTERPRETER_MCP_PREIMPORT_PREINSTALLED", "false"),
-        ("CODE_INTERPRETER_MCP_MEMORY_LIMIT_MB", "256"),
-        ("CODE_INTERPRETER_MCP_WASM_MEMORY_LIMIT_MB", "1024"),
+        ("CODE_INTERPRETER_MCP_WORKERS_MEMORY_LIMIT_MB", "256"),
+        ("CODE_INTERPRETER_MCP_WORKERS_WASM_MEMORY_LIMIT_MB", "1024"),
         // (snapshot, not the default's spelling of it: preimport_modules below needs it)
-        ("CODE_INTERPRETER_MCP_BOOT", "snapshot"),
-        ("CODE_INTERPRETER_MCP_MAP_SNAPSHOT_MEMORY", "true"),
-        ("CODE_INTERPRETER_MCP_IDLE_GIVE_BACK_S", "45"),
-        ("CODE_INTERPRETER_MCP_SANDBOX_MEMORY_LIMIT_MB", "1500"),
-        ("CODE_INTERPRETER_MCP_SETUP_TIMEOUT_S", "20"),
+        ("CODE_INTERPRETER_MCP_WORKERS_BOOT", "snapshot"),
+        ("CODE_INTERPRETER_MCP_WORKERS_MAP_SNAPSHOT_MEMORY", "true"),
+        ("CODE_INTERPRETER_MCP_WORKERS_IDLE_GIVE_BACK_S", "45"),
+        (
+            "CODE_INTERPRETER_MCP_WORKERS_SANDBOX_MEMORY_LIMIT_MB",
+            "1500",
+        ),
+        ("CODE_INTERPRETER_MCP_WORKERS_SETUP_TIMEOUT_S", "20"),
         ("CODE_INTERPRETER_MCP_SESSIONS_ENABLED", "false"),
-        ("CODE_INTERPRETER_MCP_MAX_SESSIONS", "3"),
+        ("CODE_INTERPRETER_MCP_SESSIONS_MAX_SESSIONS", "3"),
         ("CODE_INTERPRETER_MCP_SESSIONS_MAX_RESIDENT", "2"),
         ("CODE_INTERPRETER_MCP_SESSIONS_SPILL_AFTER_S", "0"),
         (
             "CODE_INTERPRETER_MCP_SESSIONS_STORE_URL",
             "s3://bucket/prefix",
         ),
-        ("CODE_INTERPRETER_MCP_SESSION_QUEUE_CAPACITY", "0"),
-        ("CODE_INTERPRETER_MCP_SESSION_IDLE_TIMEOUT_S", "60"),
-        ("CODE_INTERPRETER_MCP_SESSION_MAX_LIFETIME_S", "600"),
+        ("CODE_INTERPRETER_MCP_SESSIONS_QUEUE_CAPACITY", "0"),
+        ("CODE_INTERPRETER_MCP_SESSIONS_IDLE_TIMEOUT_S", "60"),
+        ("CODE_INTERPRETER_MCP_SESSIONS_MAX_LIFETIME_S", "600"),
         ("CODE_INTERPRETER_MCP_TASKS_ENABLED", "false"),
         ("CODE_INTERPRETER_MCP_TASKS_MAX_RUNNING", "2"),
         ("CODE_INTERPRETER_MCP_TASKS_QUEUE_CAPACITY", "7"),
         ("CODE_INTERPRETER_MCP_TASKS_TTL_S", "90"),
         ("CODE_INTERPRETER_MCP_TASKS_MAX_TIMEOUT_MS", "600000"),
         ("CODE_INTERPRETER_MCP_TASKS_IMMEDIATE_RESULT_MS", "250"),
-        ("CODE_INTERPRETER_MCP_MAX_INLINE_IMAGE_KB", "0"),
-        ("CODE_INTERPRETER_MCP_MAX_TEXT_CHARS", "5000"),
-        ("CODE_INTERPRETER_MCP_MAX_TABLE_ROWS", "10"),
-        ("CODE_INTERPRETER_MCP_MAX_TABLE_COLUMNS", "8"),
-        ("CODE_INTERPRETER_MCP_STRUCTURED_CONTENT", "false"),
-        ("CODE_INTERPRETER_MCP_APPS", "false"),
-        ("CODE_INTERPRETER_MCP_APPS_ASSET_DIR", "/srv/ui"),
-        ("CODE_INTERPRETER_MCP_MAX_TABLE_ROWS_APP", "500"),
-        ("CODE_INTERPRETER_MCP_FIGURE_PLOTLY_JS", "inline"),
+        ("CODE_INTERPRETER_MCP_RESULTS_MAX_INLINE_IMAGE_KB", "0"),
+        ("CODE_INTERPRETER_MCP_RESULTS_MAX_TEXT_CHARS", "5000"),
+        ("CODE_INTERPRETER_MCP_RESULTS_MAX_TABLE_ROWS", "10"),
+        ("CODE_INTERPRETER_MCP_RESULTS_MAX_TABLE_COLUMNS", "8"),
+        ("CODE_INTERPRETER_MCP_RESULTS_STRUCTURED_CONTENT", "false"),
+        ("CODE_INTERPRETER_MCP_RESULTS_APPS", "false"),
+        ("CODE_INTERPRETER_MCP_RESULTS_APPS_ASSET_DIR", "/srv/ui"),
+        ("CODE_INTERPRETER_MCP_RESULTS_MAX_TABLE_ROWS_APP", "500"),
+        ("CODE_INTERPRETER_MCP_RESULTS_FIGURE_PLOTLY_JS", "inline"),
         (
             "CODE_INTERPRETER_MCP_HTTP_ALLOWED_HOSTS",
             " mcp.example.com ,, proxy.example.com:8443 ",
@@ -248,34 +254,40 @@ fn every_environment_override_applies_after_files() {
             "CODE_INTERPRETER_MCP_AUTH_BEARER_TOKENS_FILE",
             "/run/secrets/tokens",
         ),
-        ("CODE_INTERPRETER_MCP_MAX_FILE_KB", "2048"),
-        ("CODE_INTERPRETER_MCP_MAX_TOTAL_FILE_KB", "4096"),
-        ("CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED", "true"),
-        ("CODE_INTERPRETER_MCP_PROMETHEUS_HOST", "::1"),
-        ("CODE_INTERPRETER_MCP_PROMETHEUS_PORT", "9100"),
+        ("CODE_INTERPRETER_MCP_INPUT_LIMITS_MAX_FILE_KB", "2048"),
+        (
+            "CODE_INTERPRETER_MCP_INPUT_LIMITS_MAX_TOTAL_FILE_KB",
+            "4096",
+        ),
+        (
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_ENABLED",
+            "true",
+        ),
+        ("CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_HOST", "::1"),
+        ("CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_PORT", "9100"),
         ("TOKIO_WORKER_THREADS", "2"),
         (
-            "CODE_INTERPRETER_MCP_OAUTH_ISSUER",
+            "CODE_INTERPRETER_MCP_AUTH_OAUTH_ISSUER",
             "https://idp.example.com/realms/mcp",
         ),
         (
-            "CODE_INTERPRETER_MCP_OAUTH_RESOURCE",
+            "CODE_INTERPRETER_MCP_AUTH_OAUTH_RESOURCE",
             "https://mcp.example.com/mcp",
         ),
-        ("CODE_INTERPRETER_MCP_OAUTH_ALGORITHMS", "ES256, EdDSA"),
-        ("CODE_INTERPRETER_MCP_OAUTH_CLOCK_SKEW_S", "5"),
+        ("CODE_INTERPRETER_MCP_AUTH_OAUTH_ALGORITHMS", "ES256, EdDSA"),
+        ("CODE_INTERPRETER_MCP_AUTH_OAUTH_CLOCK_SKEW_S", "5"),
         (
-            "CODE_INTERPRETER_MCP_OAUTH_JWKS_URI",
+            "CODE_INTERPRETER_MCP_AUTH_OAUTH_JWKS_URI",
             "https://idp.example.com/keys",
         ),
-        ("CODE_INTERPRETER_MCP_OAUTH_JWKS_REFRESH_S", "600"),
+        ("CODE_INTERPRETER_MCP_AUTH_OAUTH_JWKS_REFRESH_S", "600"),
         (
-            "CODE_INTERPRETER_MCP_OAUTH_JWKS_MIN_REFRESH_INTERVAL_S",
+            "CODE_INTERPRETER_MCP_AUTH_OAUTH_JWKS_MIN_REFRESH_INTERVAL_S",
             "20",
         ),
-        ("CODE_INTERPRETER_MCP_OAUTH_JWKS_TIMEOUT_MS", "1500"),
-        ("CODE_INTERPRETER_MCP_OAUTH_JWKS_MAX_KB", "64"),
-        ("CODE_INTERPRETER_MCP_OAUTH_SCOPE_RUN", "mcp.run"),
+        ("CODE_INTERPRETER_MCP_AUTH_OAUTH_JWKS_TIMEOUT_MS", "1500"),
+        ("CODE_INTERPRETER_MCP_AUTH_OAUTH_JWKS_MAX_KB", "64"),
+        ("CODE_INTERPRETER_MCP_AUTH_OAUTH_SCOPE_RUN", "mcp.run"),
         ("CODE_INTERPRETER_MCP_QUOTAS_MAX_CONCURRENT_CALLS", "4"),
         ("CODE_INTERPRETER_MCP_QUOTAS_CPU_SECONDS_PER_MINUTE", "120"),
         ("CODE_INTERPRETER_MCP_QUOTAS_MAX_TASKS", "0"),
@@ -283,39 +295,69 @@ fn every_environment_override_applies_after_files() {
         ("CODE_INTERPRETER_MCP_QUOTAS_MAX_SESSIONS", "3"),
         ("CODE_INTERPRETER_MCP_QUOTAS_WEIGHT", "4"),
         ("CODE_INTERPRETER_MCP_AUTH_NAMED_TOKENS", "true"),
-        ("CODE_INTERPRETER_MCP_PROMETHEUS_PRINCIPAL_LABEL", "true"),
-        ("CODE_INTERPRETER_MCP_OTEL_ENABLED", "true"),
         (
-            "CODE_INTERPRETER_MCP_OTEL_ENDPOINT",
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_PRINCIPAL_LABEL",
+            "true",
+        ),
+        (
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_ENABLED",
+            "true",
+        ),
+        (
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_ENDPOINT",
             "http://otel-collector:4318/v1/traces",
         ),
-        ("CODE_INTERPRETER_MCP_OTEL_SERVICE_NAME", "mcp-eu"),
-        ("CODE_INTERPRETER_MCP_OTEL_SAMPLE_PERCENT", "25"),
-        ("CODE_INTERPRETER_MCP_OTEL_MAX_QUEUE_SPANS", "4096"),
-        ("CODE_INTERPRETER_MCP_OTEL_MAX_BATCH_SPANS", "256"),
-        ("CODE_INTERPRETER_MCP_OTEL_EXPORT_INTERVAL_MS", "1000"),
-        ("CODE_INTERPRETER_MCP_OTEL_EXPORT_TIMEOUT_MS", "2000"),
-        ("CODE_INTERPRETER_MCP_OTEL_PRINCIPAL_ATTRIBUTE", "true"),
         (
-            "CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CLIENT_ID",
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_SERVICE_NAME",
+            "mcp-eu",
+        ),
+        (
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_SAMPLE_PERCENT",
+            "25",
+        ),
+        (
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_MAX_QUEUE_SPANS",
+            "4096",
+        ),
+        (
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_MAX_BATCH_SPANS",
+            "256",
+        ),
+        (
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_EXPORT_INTERVAL_MS",
+            "1000",
+        ),
+        (
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_EXPORT_TIMEOUT_MS",
+            "2000",
+        ),
+        (
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_PRINCIPAL_ATTRIBUTE",
+            "true",
+        ),
+        (
+            "CODE_INTERPRETER_MCP_AUTH_OAUTH_INTROSPECTION_CLIENT_ID",
             "mcp-rs",
         ),
         (
-            "CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CLIENT_SECRET",
+            "CODE_INTERPRETER_MCP_AUTH_OAUTH_INTROSPECTION_CLIENT_SECRET",
             "s3cret-value",
         ),
         (
-            "CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_ENDPOINT",
+            "CODE_INTERPRETER_MCP_AUTH_OAUTH_INTROSPECTION_ENDPOINT",
             "https://idp.example.com/introspect",
         ),
-        ("CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CACHE_S", "30"),
         (
-            "CODE_INTERPRETER_MCP_OAUTH_INTROSPECTION_CACHE_ENTRIES",
+            "CODE_INTERPRETER_MCP_AUTH_OAUTH_INTROSPECTION_CACHE_S",
+            "30",
+        ),
+        (
+            "CODE_INTERPRETER_MCP_AUTH_OAUTH_INTROSPECTION_CACHE_ENTRIES",
             "500",
         ),
-        ("CODE_INTERPRETER_MCP_OAUTH_SCOPE_SESSIONS_READ", ""),
+        ("CODE_INTERPRETER_MCP_AUTH_OAUTH_SCOPE_SESSIONS_READ", ""),
         (
-            "CODE_INTERPRETER_MCP_OAUTH_SCOPE_SESSIONS_WRITE",
+            "CODE_INTERPRETER_MCP_AUTH_OAUTH_SCOPE_SESSIONS_WRITE",
             "api://mcp/sessions.write",
         ),
     ];
@@ -348,7 +390,7 @@ fn every_environment_override_applies_after_files() {
     assert_eq!(c.workers.idle_give_back_s, 45);
     assert_eq!(
         loaded.sources["workers.boot"],
-        Source::Env("CODE_INTERPRETER_MCP_BOOT".into())
+        Source::Env("CODE_INTERPRETER_MCP_WORKERS_BOOT".into())
     );
     assert_eq!(
         c.http_allowed_hosts,
@@ -458,7 +500,7 @@ fn every_environment_override_applies_after_files() {
     assert_eq!(loaded.settings.tokio_worker_threads, Some(2));
     assert_eq!(
         loaded.sources["workers.max_workers"],
-        Source::Env("CODE_INTERPRETER_MCP_MAX_WORKERS".into())
+        Source::Env("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS".into())
     );
     // Every variable named by the key reference was exercised here.
     for key in config::keys() {
@@ -469,6 +511,83 @@ fn every_environment_override_applies_after_files() {
             );
         }
     }
+}
+
+/// The earlier environment names (each key's before #49 derived them from the key path), frozen:
+/// a new key gets the derived name only.
+const DEPRECATED_ENV_NAMES: usize = 57;
+
+#[test]
+fn every_environment_name_is_derived_from_its_key_and_earlier_names_still_work_with_a_warning() {
+    let mut deprecated = 0;
+    for key in config::keys() {
+        if let Some(var) = &key.env {
+            assert_eq!(
+                *var,
+                config::reference::env_name(&key.key),
+                "{}'s variable",
+                key.key
+            );
+        }
+        deprecated += key.env_deprecated.len();
+    }
+    assert_eq!(
+        deprecated, DEPRECATED_ENV_NAMES,
+        "a new key's variable is the derived name, without an alias"
+    );
+
+    let dir = temp_dir("env-alias");
+    // An earlier name alone applies, with a warning naming the new one.
+    let old = load_with(
+        &dir,
+        &[],
+        &[
+            ("CODE_INTERPRETER_MCP_MAX_WORKERS", "3"),
+            ("CODE_INTERPRETER_MCP_OTEL_SAMPLE_PERCENT", "50"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(old.config.workers.max_workers, 3);
+    assert_eq!(
+        old.sources["workers.max_workers"],
+        Source::Env("CODE_INTERPRETER_MCP_MAX_WORKERS".into())
+    );
+    assert_eq!(old.warnings.len(), 2, "{:?}", old.warnings);
+    assert!(
+        old.warnings.iter().any(|w| w
+            == "environment variable CODE_INTERPRETER_MCP_MAX_WORKERS is deprecated: name it CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS (for key workers.max_workers)"),
+        "{:?}",
+        old.warnings
+    );
+    assert!(config::print_config(&old).contains(
+        "# warning: environment variable CODE_INTERPRETER_MCP_OTEL_SAMPLE_PERCENT is deprecated"
+    ));
+    // Both: the new name wins, and the old one is said to be ignored.
+    let both = load_with(
+        &dir,
+        &[],
+        &[
+            ("CODE_INTERPRETER_MCP_MAX_WORKERS", "3"),
+            ("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "5"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(both.config.workers.max_workers, 5);
+    assert!(both.warnings[0].contains("is deprecated and ignored"));
+    // The new name alone: no warning.
+    let new = load_with(
+        &dir,
+        &[],
+        &[("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "5")],
+    )
+    .unwrap();
+    assert!(new.warnings.is_empty());
+    // A bad value under an earlier name is an error naming that variable.
+    let err = error(&dir, &[("CODE_INTERPRETER_MCP_MAX_WORKERS", "many")]);
+    assert!(
+        err.contains("CODE_INTERPRETER_MCP_MAX_WORKERS = \"many\""),
+        "{err}"
+    );
 }
 
 #[test]
@@ -708,16 +827,20 @@ fn validation_rules_name_the_key_the_source_and_what_is_allowed() {
             "must be true or false",
         ),
         (
-            "CODE_INTERPRETER_MCP_PROMETHEUS_ENABLED",
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_ENABLED",
             "1",
             "must be true or false",
         ),
         (
-            "CODE_INTERPRETER_MCP_MAX_WORKERS",
+            "CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS",
             "many",
             "must be an integer",
         ),
-        ("CODE_INTERPRETER_MCP_MAX_FILE_KB", "0", "1..=1048576"),
+        (
+            "CODE_INTERPRETER_MCP_INPUT_LIMITS_MAX_FILE_KB",
+            "0",
+            "1..=1048576",
+        ),
         ("TOKIO_WORKER_THREADS", "0", "positive integer"),
         ("TOKIO_WORKER_THREADS", "four", "positive integer"),
     ] {
@@ -729,13 +852,18 @@ fn validation_rules_name_the_key_the_source_and_what_is_allowed() {
     }
 
     // The default prewarmed_workers is cut to a smaller max_workers; a value that was set must fit.
-    let one = load_with(&dir, &[], &[("CODE_INTERPRETER_MCP_MAX_WORKERS", "1")]).unwrap();
+    let one = load_with(
+        &dir,
+        &[],
+        &[("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "1")],
+    )
+    .unwrap();
     assert_eq!(one.config.workers.prewarmed(), 1);
     let err = error(
         &dir,
         &[
-            ("CODE_INTERPRETER_MCP_MAX_WORKERS", "1"),
-            ("CODE_INTERPRETER_MCP_PREWARMED_WORKERS", "2"),
+            ("CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS", "1"),
+            ("CODE_INTERPRETER_MCP_WORKERS_PREWARMED_WORKERS", "2"),
         ],
     );
     assert!(
@@ -799,7 +927,10 @@ fn committed_reference_is_current_and_the_check_catches_a_stale_copy() {
         .find(|k| k["key"] == "workers.max_workers")
         .unwrap();
     assert_eq!(max_workers["default"], 2);
-    assert_eq!(max_workers["env"], "CODE_INTERPRETER_MCP_MAX_WORKERS");
+    assert_eq!(
+        max_workers["env"],
+        "CODE_INTERPRETER_MCP_WORKERS_MAX_WORKERS"
+    );
     assert_eq!(max_workers["type"], "integer");
     assert!(
         max_workers["doc"]

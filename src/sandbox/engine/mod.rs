@@ -10,16 +10,19 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::assets::Assets;
+use crate::sandbox::isolate::Sandbox;
 use crate::sandbox::isolate::ops::{Role, TakenSnapshot};
 use crate::sandbox::isolate::startup;
-use crate::sandbox::isolate::{Sandbox, spare_memory};
+use crate::sandbox::pages::c_heap;
+use crate::sandbox::pages::spare;
 use crate::sandbox::prepared::memory_snapshot::{
     DylibRecord, SharedSnapshot, SnapshotMemory, SnapshotOrigin,
 };
-use crate::sandbox::prepared::shared::{BootMode, EngineConfig, EngineError, EngineShared};
+use crate::sandbox::prepared::shared::{BootMode, EngineError, EngineSettings, EngineShared};
 use crate::sandbox::prepared::snapshots::{Flavor, PreimportedSet};
-use crate::sandbox::prepared::{c_heap, layer, snapshot_files};
+use crate::sandbox::prepared::{layer, snapshot_files};
 use crate::sandbox::types::{ErrorKind, ErrorType, ExecError, ExecRequest, ExecResult};
+use crate::upstream::Upstreams;
 
 /// Appended to micropip's `__init__.py` in the package layer: index URLs and the installation policy.
 const MICROPIP_POLICY_PY: &str = include_str!("micropip_policy.py");
@@ -28,7 +31,7 @@ const MICROPIP_POLICY_PY: &str = include_str!("micropip_policy.py");
 const PREIMPORT_CHECK_PY: &str = include_str!("preimport_check.py");
 
 /// Run before that check when sandboxes map the snapshot's memory: the steps whose pages make the
-/// working set (see `memory_image.rs`).
+/// working set (see `pages/mapped_image.rs`).
 const WORKING_SET_PY: &str = include_str!("working_set.py");
 
 /// The engine: creates sandboxes. Cheap to clone and `Send + Sync`.
@@ -43,12 +46,24 @@ impl Engine {
     /// Checks the assets and prepares what sandboxes share: the V8 startup snapshot, the package
     /// layer and, in snapshot mode, the Pyodide memory snapshot. The first engine of the process also
     /// sets V8's process-wide flags, among them the WebAssembly memory cap.
-    pub fn new(config: EngineConfig) -> Result<Self, EngineError> {
-        let assets = Arc::new(Assets::load(&config.asset_dir)?);
-        crate::sandbox::prepared::startup::init_v8(config.wasm_memory_limit_mb);
+    pub fn new(settings: EngineSettings) -> Result<Self, EngineError> {
+        Self::with_upstreams(settings, None)
+    }
+
+    /// As [`Engine::new`], with the upstream MCP servers its sandboxes may call.
+    pub fn with_upstreams(
+        settings: EngineSettings,
+        upstreams: Option<Arc<Upstreams>>,
+    ) -> Result<Self, EngineError> {
+        let asset_dir = settings
+            .asset_dir
+            .clone()
+            .unwrap_or_else(Assets::default_dir);
+        let assets = Arc::new(Assets::load(&asset_dir)?);
+        crate::sandbox::prepared::startup::init_v8(settings.wasm_memory_limit_mb);
         c_heap::tune();
         let mut engine = Self {
-            shared: Arc::new(EngineShared::new(config, assets)?),
+            shared: Arc::new(EngineShared::new(settings, upstreams, assets)?),
             _keeper: None,
         };
         // Every isolate of this engine, the ones below included, starts from the V8 startup snapshot.
@@ -62,7 +77,7 @@ impl Engine {
                 "no V8 startup snapshot; every sandbox evaluates Pyodide's JavaScript itself"
             ),
         }
-        match engine.shared.config.boot {
+        match engine.shared.settings.boot {
             BootMode::Full => engine.prepare_layer()?,
             BootMode::Snapshot => {
                 let key = engine.prepare_memory_snapshot()?;
@@ -76,7 +91,7 @@ impl Engine {
     /// prepared (the snapshot holds no package state). A stored snapshot is trusted only once a
     /// sandbox has booted from it; one that does not boot is discarded and a fresh one taken.
     fn prepare_memory_snapshot(&self) -> Result<String, EngineError> {
-        let cache_dir = &self.shared.config.package_cache_dir;
+        let cache_dir = &self.shared.settings.package_cache_dir;
         let key = snapshot_files::key(
             &self.shared.assets,
             &self.shared.modules,
@@ -133,7 +148,7 @@ impl Engine {
     /// that the package layer holds (a package whose module has another name than the lock file
     /// knows is left out rather than failing the snapshot).
     fn preimport_list(&self) -> Vec<String> {
-        let config = &self.shared.config;
+        let config = &self.shared.settings;
         let mut modules = config.preimport_modules.clone();
         if !config.preimport_preinstalled || config.boot != BootMode::Snapshot {
             return modules;
@@ -178,7 +193,7 @@ impl Engine {
             return;
         };
         let started = Instant::now();
-        let cache_dir = &self.shared.config.package_cache_dir;
+        let cache_dir = &self.shared.settings.package_cache_dir;
         let key = snapshot_files::preimported_key(plain_key, layer.digest(), modules);
         let stored = snapshot_files::load(cache_dir, Flavor::Preimported, &key)
             .and_then(snapshot_files::decode_preimported);
@@ -211,7 +226,7 @@ impl Engine {
             );
         }
         let packages = PreimportedSet::new(dylibs.modules().iter().cloned());
-        let config = &self.shared.config;
+        let config = &self.shared.settings;
         let memory = if config.map_snapshot_memory {
             SnapshotMemory::Mapped
         } else if config.give_back_idle_memory {
@@ -268,9 +283,9 @@ impl Engine {
             (None, other) => return Err(format!("the check returned {other:?}")),
         }
         // What this restore and call wrote of the mapped memory, every later sandbox gets copied
-        // up front (see memory_image.rs).
-        if let (Some(image), Some(memory)) = (snapshot.image(), sandbox.mapped_memory()) {
-            let bytes = image.measure_working_set(memory);
+        // up front (see pages/mapped_image.rs).
+        if snapshot.image().is_some() {
+            let bytes = sandbox.measure_working_set();
             tracing::debug!(
                 mib = bytes as f64 / f64::from(1 << 20),
                 "working set of the pre-imported snapshot's memory"
@@ -284,7 +299,7 @@ impl Engine {
     /// and stores the result (in memory only, with a warning, if the directory cannot be written).
     fn prepare_layer(&self) -> Result<(), EngineError> {
         let started = Instant::now();
-        let config = &self.shared.config;
+        let config = &self.shared.settings;
         let key = layer::LayerKey::new(&config.preinstall_packages);
         let names: Vec<String> = config
             .preinstall_packages
@@ -377,7 +392,7 @@ impl Engine {
     /// Boots the installer sandbox on a thread of its own and returns what it installed.
     fn run_installer(&self) -> Result<layer::Captured, EngineError> {
         let shared = self.shared.clone();
-        let source = self.shared.config.package_source.to_string();
+        let source = self.shared.package_source.to_string();
         std::thread::Builder::new()
             .name("package-installer".into())
             .stack_size(8 * 1024 * 1024)
@@ -432,8 +447,14 @@ impl Engine {
         Ok(SnapshotMaker { handle, started })
     }
 
-    pub fn config(&self) -> &EngineConfig {
-        &self.shared.config
+    /// The settings the engine was made with.
+    pub fn settings(&self) -> &EngineSettings {
+        &self.shared.settings
+    }
+
+    /// The upstream MCP servers its sandboxes may call, if any.
+    pub fn upstreams(&self) -> Option<&Arc<Upstreams>> {
+        self.shared.upstreams.as_ref()
     }
 
     /// The size of the V8 startup snapshot sandboxes start from, if there is one.
@@ -451,36 +472,36 @@ impl Engine {
         self.boot_flavor(Flavor::Plain)
     }
 
-    /// Gives the C heap's free memory back to the system (see `c_heap.rs`), and this thread's
+    /// Gives the C heap's free memory back to the system (see `pages/c_heap.rs`), and this thread's
     /// spare sandbox memory (see `keep_spare_memory_on_this_thread`); the pool calls it on a worker
     /// with nothing to do.
     pub fn release_free_memory(&self) {
-        spare_memory::release();
+        spare::release();
         c_heap::release_free();
     }
 
     /// This thread (a pool worker, which boots a sandbox right after it drops one) keeps the pages
     /// of a dropped sandbox's restored memory for the next sandbox it boots, instead of having the
-    /// kernel clear fresh ones (see `isolate/spare_memory.rs`).
+    /// kernel clear fresh ones (see `pages/spare.rs`).
     pub fn keep_spare_memory_on_this_thread(&self) {
-        spare_memory::keep_on_this_thread();
+        spare::keep_on_this_thread();
     }
 
     /// How many sandboxes (in the process) restored their snapshot into such pages.
     pub fn spare_memory_reuses(&self) -> u64 {
-        spare_memory::taken()
+        spare::taken()
     }
 
     /// How many of those (in the process) rewrote only the pages the last sandbox wrote, as the
-    /// kernel recorded them (see `isolate/written_pages.rs`).
+    /// kernel recorded them (see `pages/written.rs`).
     pub fn spare_memory_recorded_reuses(&self) -> u64 {
-        spare_memory::taken_recorded()
+        spare::taken_recorded()
     }
 
     /// Whether this system lets the engine record which pages a sandbox wrote (userfaultfd with
     /// asynchronous write-protection); without it, reused pages are compared one by one.
     pub fn records_sandbox_writes(&self) -> bool {
-        spare_memory::can_record_writes()
+        spare::can_record_writes()
     }
 
     /// Like [`release_free_memory`](Self::release_free_memory), at most once a second in the

@@ -106,7 +106,7 @@ impl Engine {
                     ));
                 }
                 let max = usize::try_from(
-                    (self.shared.config.wasm_memory_limit_mb + 64).saturating_mul(1 << 20),
+                    (self.shared.settings.wasm_memory_limit_mb + 64).saturating_mul(1 << 20),
                 )
                 .unwrap_or(usize::MAX);
                 let delta =

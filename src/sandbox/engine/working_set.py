@@ -1,5 +1,5 @@
 # Run before preimport_check.py in the start-up check's sandbox when sandboxes map the pre-imported
-# snapshot's memory copy-on-write (memory_image.rs): everyday data-analysis steps on the pre-imported
+# snapshot's memory copy-on-write (pages/mapped_image.rs): everyday data-analysis steps on the pre-imported
 # modules, so that the pages they write are in the working set every sandbox gets copied up front (a
 # page first written in a call costs a fault several times dearer than the copy). A step that fails
 # (another version of a package, say) only leaves its pages out: the check alone decides whether

@@ -44,7 +44,7 @@ impl Starting {
             .enable_all()
             .build()?;
         let budget_bytes =
-            usize::try_from(shared.config.sandbox_memory_limit_mb.saturating_mul(MB))
+            usize::try_from(shared.settings.sandbox_memory_limit_mb.saturating_mul(MB))
                 .unwrap_or(usize::MAX);
         let budget = MemoryBudget::new(budget_bytes);
         let mut runtime = startup::new_runtime(shared, role, budget.clone(), &tokio)?;
@@ -174,7 +174,7 @@ impl Starting {
                 *snapshot = None;
             }
         });
-        if !sandbox.with_state(|s| s.shared.config.runtime_package_installation) {
+        if !sandbox.with_state(|s| s.shared.settings.runtime_package_installation) {
             sandbox.with::<WebState, _>(|w| w.downloads_enabled = false);
         }
         // Output printed while booting is not the user's.
@@ -192,13 +192,13 @@ impl Starting {
         if self.heap_exhausted.load(Ordering::SeqCst) {
             return EngineError::Boot(format!(
                 "the V8 heap budget (workers.memory_limit_mb = {} MiB) is too small to start Pyodide",
-                shared.config.memory_limit_mb
+                shared.settings.memory_limit_mb
             ));
         }
         if self.budget.exceeded() {
             return EngineError::Boot(format!(
                 "the sandbox memory budget (workers.sandbox_memory_limit_mb = {} MiB) is too small to start Pyodide",
-                shared.config.sandbox_memory_limit_mb
+                shared.settings.sandbox_memory_limit_mb
             ));
         }
         let state = self.runtime.op_state();

@@ -9,10 +9,10 @@
 //! (the only doors from the isolate to Rust, each beside the JavaScript and Python it serves),
 //! `watchdog.rs` (deadlines, memory, cancellation), `output.rs` (what comes back, capped in Rust),
 //! `outcome.rs` (how a call ended, by who caused it), `callbacks.rs` (V8 callbacks that cannot
-//! panic), `session.rs` (a session's files and image, between calls), `spare_memory.rs` (a dropped
-//! sandbox's restored memory, moved to the next one), `written_pages.rs` (which pages of a memory
-//! were written since it was restored, as the kernel records them). The memory budget and the
-//! copy-on-write bytes are one layer down (`src/sandbox/memory.rs`, `src/sandbox/cow.rs`).
+//! panic), `session.rs` (a session's files and image, between calls). The memory budget, the
+//! copy-on-write bytes and the memory wing (a dropped sandbox's restored memory moved to the next
+//! one, the pages written since a restore) are below (`src/sandbox/memory.rs`, `src/sandbox/cow.rs`,
+//! `src/sandbox/pages/`).
 
 pub(crate) mod boot;
 pub(crate) mod callbacks;
@@ -21,12 +21,9 @@ pub(crate) mod outcome;
 pub(crate) mod output;
 mod realm;
 mod session;
-pub(crate) mod spare_memory;
 pub(crate) mod startup;
 mod waker;
 pub(crate) mod watchdog;
-#[cfg(target_os = "linux")]
-mod written_pages;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,21 +58,18 @@ pub struct Sandbox {
 
 impl Drop for Sandbox {
     /// Before the isolate goes: a pool worker keeps the pages the snapshot was copied into for the
-    /// next sandbox it boots (see `spare_memory.rs`).
+    /// next sandbox it boots (see `pages/spare.rs`).
     fn drop(&mut self) {
         // (No panic in a drop: a state that cannot be borrowed keeps its pages where they are.)
         let state = self.runtime.op_state();
         let restored = state.try_borrow_mut().ok().and_then(|mut state| {
             state
                 .try_borrow_mut::<BootState>()
-                .and_then(|b| b.restored_memory.take())
+                .and_then(|b| b.restored.take())
         });
-        if let Some(range) = restored {
-            // SAFETY: `range` lies in Python's WebAssembly memory as the budget holds it (checked
-            // when it was restored), whose backing store the budget keeps alive until after the
-            // isolate is disposed; nothing runs in the isolate any more, and V8 only unmaps the
-            // memory when it disposes it.
-            unsafe { spare_memory::keep(range) };
+        // Nothing runs in the isolate any more, and V8 only unmaps the memory when it disposes it.
+        if let Some(restored) = restored {
+            restored.into_spare();
         }
     }
 }
@@ -103,48 +97,21 @@ pub const MAX_LISTED_FILES: usize = self::ops::MAX_LISTED_FILES;
 
 impl Sandbox {
     /// Gives back the pages of its memory that hold the snapshot's bytes (see
-    /// `prepared/memory_image.rs`): a ready sandbox that waits long then holds only what its boot
+    /// `pages/mapped_image.rs`): a ready sandbox that waits long then holds only what its boot
     /// changed. A mapped memory drops its copies of such pages; a copied one becomes a mapping of
-    /// the snapshot's sealed file with the pages that differ written back (`MappedImage::
-    /// map_copied`), if the engine keeps one (`give_back_idle_memory`), and is then no spare for the
-    /// next sandbox. Returns how many bytes. An error means the memory may have lost pages: the
-    /// sandbox must be dropped unused.
+    /// the snapshot's sealed file with the pages that differ written back, if the engine keeps one
+    /// (`give_back_idle_memory`), and is then no spare for the next sandbox
+    /// (`RestoredMemory::give_back`). Returns how many bytes. An error means the memory may have
+    /// lost pages: the sandbox must be dropped unused.
     pub fn give_back_unchanged_memory(&mut self) -> Result<usize, String> {
         self.with::<BootState, _>(|b| {
             let Some(snapshot) = b.restore_from().cloned() else {
                 return Ok(0);
             };
-            let Some(image) = snapshot.image() else {
+            let (Some(image), Some(restored)) = (snapshot.image(), b.restored.as_mut()) else {
                 return Ok(0);
             };
-            if let Some(memory) = &b.mapped_memory {
-                // SAFETY: the range the snapshot's `restore_into` mapped from this image for this
-                // sandbox, which runs nothing while the isolate's state is borrowed here.
-                return Ok(unsafe { image.give_back_unchanged(memory.clone()) });
-            }
-            let Some(memory) = b.restored_memory.clone() else {
-                return Ok(0);
-            };
-            // The recorder of writes (if any) keeps the old pages' addresses: it forgets them
-            // first. Left unmapped, the memory's pages are then compared in full when it is kept
-            // as a spare.
-            spare_memory::forget(&memory);
-            // SAFETY: the range the snapshot's `restore_into` copied this image's memory into, in
-            // the WebAssembly memory the budget holds (private, read-write); the sandbox runs
-            // nothing while its state is borrowed here, and nothing else keeps the pages'
-            // addresses any more (the recorder forgot them just now).
-            match unsafe { image.map_copied(memory.clone()) } {
-                Ok(None) => Ok(0),
-                Ok(Some(given)) => {
-                    b.restored_memory = None;
-                    b.mapped_memory = Some(memory);
-                    Ok(given)
-                }
-                Err(e) => {
-                    b.restored_memory = None;
-                    Err(e)
-                }
-            }
+            restored.give_back(image).map_err(|e| e.to_string())
         })
     }
 
@@ -153,10 +120,16 @@ impl Sandbox {
         self.with::<BootState, _>(|b| f(&mut b.role))
     }
 
-    /// Where the memory snapshot was mapped into this sandbox's memory (addresses), if it was
-    /// mapped copy-on-write rather than copied (see `prepared/memory_image.rs`).
-    pub(crate) fn mapped_memory(&self) -> Option<std::ops::Range<usize>> {
-        self.with::<BootState, _>(|b| b.mapped_memory.clone())
+    /// Measures the working set of the image the sandbox's memory is mapped from, if it is mapped
+    /// (see `pages/mapped_image.rs`). Returns how many bytes it is.
+    pub(crate) fn measure_working_set(&self) -> usize {
+        self.with::<BootState, _>(|b| {
+            let snapshot = b.restore_from().cloned();
+            match (snapshot.as_ref().and_then(|s| s.image()), &b.restored) {
+                (Some(image), Some(restored)) => restored.measure_working_set(image),
+                _ => 0,
+            }
+        })
     }
 
     /// `f` applied to the state of type `S` in the isolate's `OpState`.
@@ -244,7 +217,8 @@ impl Sandbox {
             ));
         }
         let interrupt = self.with::<SessionState, _>(|s| s.interrupt.clone());
-        let (tainted, config) = self.with_state(|s| (s.user_code_ran, s.shared.config.clone()));
+        let (tainted, shared) = self.with_state(|s| (s.user_code_ran, s.shared.clone()));
+        let config = &shared.settings;
         if let Some(buffer) = &interrupt {
             buffer.store(0, Ordering::SeqCst);
         }

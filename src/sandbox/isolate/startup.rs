@@ -41,7 +41,7 @@ pub(crate) fn new_runtime(
     tokio: &tokio::runtime::Runtime,
 ) -> Result<JsRuntime, EngineError> {
     let heap_bytes =
-        usize::try_from(shared.config.memory_limit_mb.saturating_mul(MB)).unwrap_or(usize::MAX);
+        usize::try_from(shared.settings.memory_limit_mb.saturating_mul(MB)).unwrap_or(usize::MAX);
     let _context = tokio.enter();
     isolate_starting();
     let params = v8::CreateParams::default()

@@ -6,8 +6,8 @@
 use deno_core::v8;
 use sha2::{Digest, Sha256};
 
-use crate::sandbox::cow::Mapping;
-use crate::sandbox::prepared::memory_image::{MappedImage, PAGE, page_map};
+use crate::sandbox::pages::pagemap::page_map;
+use crate::sandbox::pages::{MappedImage, Mapping, PAGE};
 use crate::sandbox::prepared::session_base::{Delta, is_zero, memory_offset};
 
 /// What the memory a snapshot is restored into holds before the restore.
@@ -18,7 +18,7 @@ pub(crate) enum Pages<'a> {
     /// The pages of a sandbox restored from the same snapshot before, written since then anywhere.
     Reused,
     /// The pages of a sandbox restored from the same snapshot before, written since then only at
-    /// these byte ranges (in order; see `isolate/written_pages.rs`).
+    /// these byte ranges (in order; see `pages/written.rs`).
     ReusedWritten(&'a [std::ops::Range<usize>]),
 }
 
@@ -80,7 +80,7 @@ pub(crate) struct SharedSnapshot {
     /// are then the image's header followed by zeros never read).
     overlay: Option<Overlay>,
     /// The bytes as a sealed file that sandboxes map their memory from, copy-on-write (the snapshot
-    /// with pre-imported modules; see `memory_image.rs`): at restore if `maps`, otherwise once idle
+    /// with pre-imported modules; see `pages/mapped_image.rs`): at restore if `maps`, otherwise once idle
     /// (`map_copied`).
     image: Option<MappedImage>,
     /// Whether a restore maps the image rather than copying the memory.
@@ -98,7 +98,7 @@ pub(crate) enum SnapshotMemory {
     /// Copied, from a sealed file that an idle ready sandbox then maps instead, giving back the
     /// pages it holds unchanged (`SharedSnapshot::map_copied`).
     CopiedFromFile,
-    /// Mapped copy-on-write from a sealed file, the working set copied (`memory_image.rs`).
+    /// Mapped copy-on-write from a sealed file, the working set copied (`pages/mapped_image.rs`).
     Mapped,
 }
 
@@ -161,7 +161,7 @@ unsafe impl Sync for SharedSnapshot {}
 impl SharedSnapshot {
     /// A snapshot with pre-imported modules, whose shared libraries `dylibs` records, its memory
     /// given to sandboxes as `memory` says where the system allows (a sealed file needs Linux; see
-    /// `memory_image.rs`): most of its ~90 MB is pandas' and matplotlib's objects, of which a call
+    /// `pages/mapped_image.rs`): most of its ~90 MB is pandas' and matplotlib's objects, of which a call
     /// writes a small part.
     pub fn with_dylibs(bytes: Vec<u8>, dylibs: DylibRecord, memory: SnapshotMemory) -> Self {
         let offset = memory_offset(&bytes).unwrap_or(bytes.len());
@@ -334,7 +334,7 @@ impl SharedSnapshot {
     /// with a [`MappedImage`] maps its memory over `heap` instead (copy-on-write, its working set
     /// copied). `memory_offset` is where the caller found the memory in the snapshot, as a check.
     /// `pages`: what `heap` holds. The pages of a sandbox restored from the same snapshot before
-    /// (see `isolate/spare_memory.rs`): a page holding data is compared first and copied only if it
+    /// (see `pages/spare.rs`): a page holding data is compared first and copied only if it
     /// differs (most of them are still the snapshot's), and only the pages it wrote are rewritten,
     /// if the kernel recorded them (`Pages::ReusedWritten`). Every byte is written or checked
     /// otherwise. Returns the address range mapped, if the memory was mapped rather than written.
@@ -371,7 +371,7 @@ impl SharedSnapshot {
             return Err("the snapshot cannot be restored over itself".into());
         }
         if let Some(image) = self.image.as_ref().filter(|_| self.maps)
-            && image.map_over(heap, len)?
+            && image.map_over(heap, len).map_err(|e| e.to_string())?
         {
             let start = heap.as_ptr() as usize;
             return Ok(Some(start..start + len));
@@ -492,7 +492,7 @@ fn sparse_store(
 
 /// A backing store holding `bytes` (a snapshot whose linear memory starts at `offset` and is made of
 /// `runs`) as a mapping of a sealed file that sandboxes map their memory from (see
-/// `memory_image.rs`; the file's zero pages are holes), with the mapping and the file; `None` where
+/// `pages/mapped_image.rs`; the file's zero pages are holes), with the mapping and the file; `None` where
 /// the system cannot.
 fn mapped_store(
     bytes: &[u8],
@@ -506,10 +506,10 @@ fn mapped_store(
             .filter(|run| !run.zero)
             .map(|run| offset + run.start..offset + run.end);
         let (image, mapping, start) =
-            crate::sandbox::prepared::memory_image::lay_out(bytes, offset, data)?;
+            crate::sandbox::pages::mapped_image::lay_out(bytes, offset, data)?;
         // SAFETY: the mapping is returned with the store; `SharedSnapshot` keeps both, and each
         // isolate given an ArrayBuffer over the store keeps the mapping (`array_buffer`).
-        let store = unsafe { mapping.backing_store_of(start, bytes.len()) }?;
+        let store = unsafe { crate::sandbox::cow::backing_store_of(&mapping, start, bytes.len()) }?;
         Some((store.make_shared(), mapping, image))
     }
     #[cfg(not(target_os = "linux"))]
@@ -525,10 +525,13 @@ fn mapped_store(
 /// freed, and then clears them, ~10 ms for the 30 MB of a session image.)
 fn zeroed_store(len: usize) -> (v8::UniqueRef<v8::BackingStore>, Option<Mapping>) {
     #[cfg(target_os = "linux")]
-    if let Some(mapping) = Mapping::new(None, len) {
+    if let Some(mapping) = Mapping::anonymous(len) {
         // SAFETY: the mapping is returned with the store; `SharedSnapshot` keeps both, and each
         // isolate given an ArrayBuffer over the store keeps the mapping (`array_buffer`).
-        return (unsafe { mapping.backing_store() }, Some(mapping));
+        return (
+            unsafe { crate::sandbox::cow::backing_store(&mapping) },
+            Some(mapping),
+        );
     }
     let bytes = vec![0u8; len].into_boxed_slice();
     (v8::ArrayBuffer::new_backing_store_from_bytes(bytes), None)

@@ -37,8 +37,8 @@ function target() {
   // starts with the smallest pools (one prewarmed worker, one ready sandbox) to cut its start-up CPU;
   // this changes no behaviour under test.
   const vars = {
-    CODE_INTERPRETER_MCP_PREWARMED_WORKERS: "1",
-    CODE_INTERPRETER_MCP_READY_SANDBOXES: "1",
+    CODE_INTERPRETER_MCP_WORKERS_PREWARMED_WORKERS: "1",
+    CODE_INTERPRETER_MCP_WORKERS_READY_SANDBOXES: "1",
     ...Object.fromEntries(
       Object.entries(process.env).filter(([k]) => /^(CODE_INTERPRETER_MCP_|RUST_LOG$|RUST_BACKTRACE$|XDG_|TMPDIR$)/.test(k)),
     ),

@@ -10,7 +10,8 @@ use deno_error::JsErrorBox;
 
 use super::{Phase, Role, boot, boot_mut, call_state, state, state_mut};
 use crate::protocol::limits::shown;
-use crate::sandbox::isolate::spare_memory;
+use crate::sandbox::pages::mapping::advise_huge_pages;
+use crate::sandbox::pages::{RestoredMemory, spare};
 use crate::sandbox::prepared::layer::LayerOrigin;
 use crate::sandbox::prepared::memory_snapshot::{Pages, SharedSnapshot};
 use crate::sandbox::prepared::wasm::CodegenAllowed;
@@ -22,13 +23,10 @@ pub(crate) struct BootState {
     pub phase: Phase,
     /// How many copy-on-write mappings it was given (see `cow.rs`); past `MAX_MAPPINGS` it gets copies.
     pub mappings: u32,
-    /// Where the memory snapshot was mapped into this sandbox's memory (addresses), if it was (see
-    /// `memory_image.rs`).
-    pub mapped_memory: Option<std::ops::Range<usize>>,
-    /// Where the memory snapshot was copied into this sandbox's WebAssembly memory (addresses), if
-    /// it was copied into the memory the budget holds: given to the next sandbox as spare memory
-    /// when this one is dropped (see `spare_memory.rs`).
-    pub restored_memory: Option<std::ops::Range<usize>>,
+    /// The part of this sandbox's WebAssembly memory the memory snapshot was restored into, if it
+    /// was mapped there, or copied into the memory the budget holds (`pages/restored.rs`): the
+    /// pages an idle sandbox gives back, or the next sandbox's spare when this one is dropped.
+    pub restored: Option<RestoredMemory>,
     /// Whether the snapshot's bytes were handed out (`op_sandbox_snapshot` serves them once: a
     /// session image's Python runs while Pyodide restores it and must not get them again).
     pub snapshot_taken: bool,
@@ -43,8 +41,7 @@ impl BootState {
             role,
             phase: Phase::Booting,
             mappings: 0,
-            mapped_memory: None,
-            restored_memory: None,
+            restored: None,
             snapshot_taken: false,
             memory_restored: false,
         }
@@ -128,20 +125,20 @@ pub(super) fn op_sandbox_boot_config(op_state: &mut OpState) -> Result<BootConfi
         display_source: super::DISPLAY_PY,
         upstream_source: super::UPSTREAM_PY,
         http_source: super::HTTP_PY,
-        upstream: s.shared.config.upstreams.is_some(),
+        upstream: s.shared.upstreams.is_some(),
         saveable: matches!(b.role, Role::Sandbox { saveable: true, .. }),
-        table_rows: s.shared.config.table_rows,
-        table_columns: s.shared.config.table_columns,
-        figure_plotly_js: s.shared.config.figure_plotly_js.clone(),
-        auto_load: s.shared.config.runtime_package_installation,
+        table_rows: s.shared.settings.table_rows,
+        table_columns: s.shared.settings.table_columns,
+        figure_plotly_js: s.shared.settings.figure_plotly_js.clone(),
+        auto_load: s.shared.settings.runtime_package_installation,
         kind: b.role.name(),
         load_snapshot: b.restore_from().is_some(),
         requirements: if matches!(b.role, Role::Installer { .. }) {
-            s.shared.config.preinstall_packages.clone()
+            s.shared.settings.preinstall_packages.clone()
         } else {
             Vec::new()
         },
-        index_urls: s.shared.config.package_index_urls.clone(),
+        index_urls: s.shared.settings.package_index_urls.clone(),
         preimport: match &b.role {
             Role::MemorySnapshotMaker { preimport, .. } => preimport.clone(),
             _ => Vec::new(),
@@ -205,7 +202,7 @@ pub(super) fn op_sandbox_snapshot<'s, 'i>(
 /// snapshot's linear memory (found at `memory_offset` of the snapshot), writing only the pages that
 /// hold data and clearing any zero page that instantiation wrote to, or mapping it copy-on-write (see
 /// `SharedSnapshot::restore_into`). On a pool worker the memory takes the last sandbox's pages first
-/// and, from the end of the restore, the kernel records the pages written (`spare_memory.rs`).
+/// and, from the end of the restore, the kernel records the pages written (`pages/spare.rs`).
 #[op2(fast)]
 pub(super) fn op_sandbox_restore_memory(
     op_state: &mut OpState,
@@ -225,7 +222,7 @@ pub(super) fn op_sandbox_restore_memory(
     // The memory may have grown since it was registered (a pre-imported snapshot's or a session
     // image's is larger than Pyodide's start-up): the new part is a mapping of its own, which needs
     // the advice too.
-    advise_huge_pages(heap.as_mut_ptr().cast(), heap.len());
+    advise_huge_pages(address_range(heap));
     // Copied (not mapped) into Python's memory as the budget holds it: the pages of the last
     // sandbox this thread dropped can take the place of fresh ones, which the kernel would clear
     // only for the copy to overwrite them.
@@ -238,7 +235,7 @@ pub(super) fn op_sandbox_restore_memory(
         .filter(|len| *len <= heap.len());
     let reused = restored_len
         .filter(|_| copied_into_memory)
-        .and_then(|len| spare_memory::take_into(&mut heap[..len], snapshot.id()));
+        .and_then(|len| spare::take_into(&mut heap[..len], snapshot.id()));
     // Reused pages: only those the last sandbox wrote, if the kernel recorded them, else all
     // compared.
     let pages = match &reused {
@@ -248,15 +245,22 @@ pub(super) fn op_sandbox_restore_memory(
             .as_deref()
             .map_or(Pages::Reused, Pages::ReusedWritten),
     };
-    let b = boot_mut(op_state);
-    b.mapped_memory = snapshot
+    let mapped = snapshot
         .restore_into(heap, memory_offset as usize, pages)
         .map_err(JsErrorBox::generic)?;
-    if let Some(len) = restored_len.filter(|_| copied_into_memory && b.mapped_memory.is_none()) {
-        b.restored_memory = Some(base..base + len);
+    let b = boot_mut(op_state);
+    if let Some(mapped) = mapped {
+        // SAFETY: the mapping `restore_into` just made over the start of this sandbox's
+        // WebAssembly memory, which the budget keeps mapped until after the isolate is disposed
+        // (so longer than the boot state holding this value), and which only the isolate touches,
+        // on this thread, never while an op (or the sandbox's drop) holds the boot state.
+        b.restored = Some(unsafe { RestoredMemory::mapped(&mut heap[..mapped.len()]) });
+    } else if let Some(len) = restored_len.filter(|_| copied_into_memory) {
         // SAFETY: `heap[..len]` is this sandbox's WebAssembly memory as its budget holds it
-        // (private anonymous memory, read-write), every byte of it now the snapshot's.
-        unsafe { spare_memory::record_writes(base..base + len, snapshot.id()) };
+        // (private anonymous memory, read-write, `copied_into_memory`), every byte of it now the
+        // snapshot's, kept and touched as above; the sandbox's drop hands it on as a spare before
+        // the isolate is disposed, and V8 then only unmaps it.
+        b.restored = Some(unsafe { RestoredMemory::copied(&mut heap[..len], snapshot.id()) });
     }
     tracing::trace!(
         ms = started.elapsed().as_secs_f64() * 1e3,
@@ -400,26 +404,17 @@ pub(super) fn op_sandbox_main_memory(
     if let Some(data) = store.data()
         && store.byte_length() > 0
     {
-        advise_huge_pages(data.as_ptr(), store.byte_length());
+        let start = data.as_ptr() as usize;
+        advise_huge_pages(start..start + store.byte_length());
     }
     s.budget.set_wasm_memory(store);
     Ok(())
 }
 
-/// Asks Linux to back the `len` bytes at `data` (a WebAssembly memory's accessible bytes) with
-/// transparent huge pages (see `op_sandbox_main_memory`).
-fn advise_huge_pages(data: *mut std::ffi::c_void, len: usize) {
-    #[cfg(target_os = "linux")]
-    if len > 0 {
-        // SAFETY: the caller's range is a WebAssembly memory's accessible bytes, mapped while the
-        // caller holds the memory; MADV_HUGEPAGE changes no contents and no protection (and
-        // dereferences nothing).
-        unsafe {
-            libc::madvise(data, len, libc::MADV_HUGEPAGE);
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = (data, len);
+/// The addresses of `bytes`.
+fn address_range(bytes: &[u8]) -> std::ops::Range<usize> {
+    let range = bytes.as_ptr_range();
+    range.start as usize..range.end as usize
 }
 
 /// Whether `bytes` more still fit the sandbox's memory budget (MEMFS asks before it grows a file,

@@ -19,7 +19,7 @@ const DEADLINE_SLACK: std::time::Duration = std::time::Duration::from_millis(500
 #[op2]
 #[string]
 pub(super) fn op_sandbox_upstream_catalog(op_state: &mut OpState) -> String {
-    match &state(op_state).shared.config.upstreams {
+    match &state(op_state).shared.upstreams {
         Some(upstreams) => upstreams.catalog_json(),
         None => r#"{"servers":[]}"#.to_string(),
     }
@@ -45,7 +45,7 @@ pub(super) async fn op_sandbox_upstream_call(
             ));
         }
         let s = state(&op_state);
-        let Some(upstreams) = s.shared.config.upstreams.clone() else {
+        let Some(upstreams) = s.shared.upstreams.clone() else {
             return Err(JsErrorBox::generic(
                 "no upstream MCP servers are configured on this server",
             ));

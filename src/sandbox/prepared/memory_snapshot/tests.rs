@@ -109,7 +109,7 @@ fn restoring_into_mapped_memory_reads_only_touched_zero_pages_and_still_clears_t
     memory[0] = 1;
     memory[40 * PAGE] = 2;
     let snap = snapshot(&memory);
-    let mapped = crate::sandbox::prepared::memory_image::tests::Memory::new(80);
+    let mapped = crate::sandbox::pages::testing::Memory::new(80);
     let heap = &mut *mapped.0;
     // Pages 10 and 50 were written (as constructors might), page 20 only read; the rest untouched.
     heap[10 * PAGE + 3] = 9;

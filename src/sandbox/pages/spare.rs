@@ -17,7 +17,7 @@
 //! Only threads that opt in keep a spare ([`keep_on_this_thread`]: the pool's workers, which boot the
 //! next sandbox right after dropping one), at most one, and [`release`] gives it back to the system.
 //!
-//! Where the kernel can record writes (`written_pages.rs`), the restored memory is watched from the
+//! Where the kernel can record writes (`written.rs`), the restored memory is watched from the
 //! end of its restore ([`record_writes`]) and the spare carries the list of pages written since and
 //! the snapshot it was restored from: a restore of that same snapshot into it then rewrites only
 //! those pages, instead of comparing all ~75 MiB of a pre-imported sandbox's.
@@ -26,9 +26,11 @@ use std::cell::{Cell, RefCell};
 use std::ops::Range;
 
 #[cfg(target_os = "linux")]
-use super::written_pages::Recorder;
+use super::PAGE;
 #[cfg(target_os = "linux")]
-use crate::sandbox::prepared::memory_image::PAGE;
+use super::mapping::Mapping;
+#[cfg(target_os = "linux")]
+use super::written::Recorder;
 
 thread_local! {
     static ENABLED: Cell<bool> = const { Cell::new(false) };
@@ -41,11 +43,13 @@ thread_local! {
     static RECORDING: RefCell<Vec<(Range<usize>, u64)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Pages moved out of a dropped sandbox's memory: an anonymous private mapping of `len` bytes.
+/// Pages moved out of a dropped sandbox's memory: an anonymous private mapping, unmapped if it is
+/// dropped rather than moved into the next sandbox's memory.
 struct Spare {
-    addr: usize,
-    len: usize,
+    #[cfg(target_os = "linux")]
+    pages: Mapping,
     /// The snapshot they were restored from and the byte ranges written since, if recorded.
+    #[cfg(target_os = "linux")]
     written: Option<(u64, Vec<Range<usize>>)>,
 }
 
@@ -54,15 +58,6 @@ pub(crate) struct Reused {
     /// The byte ranges written since the pages were restored from the snapshot being restored now,
     /// if they were and the kernel recorded them (otherwise any page may differ from it).
     pub(crate) written: Option<Vec<Range<usize>>>,
-}
-
-impl Drop for Spare {
-    fn drop(&mut self) {
-        // SAFETY: the mapping was made by `keep` for this `Spare` alone and nothing refers to it.
-        unsafe {
-            libc::munmap(self.addr as *mut libc::c_void, self.len);
-        }
-    }
 }
 
 /// How many times a sandbox's memory was given a spare, in the process.
@@ -82,7 +77,7 @@ pub(crate) fn taken_recorded() -> u64 {
     RECORDED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Whether this system lets the process record writes to its memory (see `written_pages.rs`).
+/// Whether this system lets the process record writes to its memory (see `written.rs`).
 pub(crate) fn can_record_writes() -> bool {
     #[cfg(target_os = "linux")]
     return Recorder::new().is_some();
@@ -114,7 +109,7 @@ fn take_spare() -> Option<Spare> {
 /// # Safety
 /// As for the Linux version.
 #[cfg(not(target_os = "linux"))]
-pub(crate) unsafe fn keep(_range: Range<usize>) {}
+pub(super) unsafe fn keep(_range: Range<usize>) {}
 
 /// Moves this thread's spare over `heap` (see the Linux version); not on this platform.
 #[cfg(not(target_os = "linux"))]
@@ -127,7 +122,7 @@ pub(crate) fn take_into(_heap: &mut [u8], _snapshot: u64) -> Option<Reused> {
 /// # Safety
 /// As for the Linux version.
 #[cfg(not(target_os = "linux"))]
-pub(crate) unsafe fn record_writes(_range: Range<usize>, _snapshot: u64) {}
+pub(super) unsafe fn record_writes(_range: Range<usize>, _snapshot: u64) {}
 
 /// Starts recording the writes to `range`, the memory just restored from snapshot number
 /// `snapshot` (its every byte the snapshot's), on a thread that keeps spares and where the kernel
@@ -138,7 +133,7 @@ pub(crate) unsafe fn record_writes(_range: Range<usize>, _snapshot: u64) {}
 /// `range` must be page-aligned private anonymous memory mapped read-write (a WebAssembly memory
 /// the caller holds).
 #[cfg(target_os = "linux")]
-pub(crate) unsafe fn record_writes(range: Range<usize>, snapshot: u64) {
+pub(super) unsafe fn record_writes(range: Range<usize>, snapshot: u64) {
     if !ENABLED.try_with(Cell::get).unwrap_or(false) {
         return;
     }
@@ -185,7 +180,7 @@ pub(crate) unsafe fn record_writes(range: Range<usize>, snapshot: u64) {
 /// Stops recording the writes to `range` (its pages are about to be replaced): a memory kept as a
 /// spare then carries no list, and its pages are compared in full by the next restore.
 #[cfg(target_os = "linux")]
-pub(crate) fn forget(range: &Range<usize>) {
+pub(super) fn forget(range: &Range<usize>) {
     let _ = RECORDING.try_with(|recording| {
         if let Ok(mut recording) = recording.try_borrow_mut() {
             recording.retain(|(r, _)| r != range);
@@ -195,7 +190,7 @@ pub(crate) fn forget(range: &Range<usize>) {
 
 /// Stops recording the writes to `range` (see the Linux version); not on this platform.
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn forget(_range: &Range<usize>) {}
+pub(super) fn forget(_range: &Range<usize>) {}
 
 /// Most restored memories a thread records the writes of at once (a worker holds its stock, at most a
 /// few sandboxes).
@@ -231,7 +226,7 @@ fn written_in(range: &Range<usize>) -> Option<(u64, Vec<Range<usize>>)> {
 /// `range` must be readable and writable memory of a WebAssembly memory that stays alive until this
 /// returns, that nothing reads or writes any more, and that is only unmapped (never read) afterwards.
 #[cfg(target_os = "linux")]
-pub(crate) unsafe fn keep(range: Range<usize>) {
+pub(super) unsafe fn keep(range: Range<usize>) {
     let enabled = ENABLED.try_with(Cell::get).unwrap_or(false);
     if !enabled || range.is_empty() || !range.start.is_multiple_of(PAGE) {
         return;
@@ -241,75 +236,45 @@ pub(crate) unsafe fn keep(range: Range<usize>) {
     release();
     // Asked before the pages move (moving them ends their registration with the recorder).
     let written = written_in(&range);
-    let old = range.start as *mut libc::c_void;
     // A place of our own for the pages, at the same offset within a 2 MiB stretch as the memory (so
-    // its transparent huge pages stay whole): reserved with room to align, the rest given back.
-    let Some(place) = reserve_like(range.start, len) else {
+    // its transparent huge pages stay whole).
+    let Some(place) = Mapping::reserve_like(range.start, len, HUGE_PAGE) else {
         return;
     };
+    use rustix::mm::{MremapFlags, mremap_fixed};
     // SAFETY: the caller guarantees `range` is this memory's, unused from now on, and `place` is a
-    // mapping of `len` bytes this function just made. mremap moves the memory's pages over `place`
-    // (it fails, changing nothing, unless the range is one mapping) and, with MREMAP_DONTUNMAP,
-    // leaves the range mapped as it was, without pages (read as zeros), so the memory's owner finds
-    // its whole range mapped when it unmaps it. The range is never a hole, not even for a moment:
+    // mapping of `len` bytes this function owns. mremap moves the memory's pages over `place` (it
+    // fails, changing nothing, unless the range is one mapping) and, with MREMAP_DONTUNMAP, leaves
+    // the range mapped as it was, without pages (read as zeros), so the memory's owner finds its
+    // whole range mapped when it unmaps it. The range is never a hole, not even for a moment:
     // another thread's new mapping could be placed in one, and would then be lost to whatever
     // filled it (what the first version, which mapped fresh memory over the hole, risked).
-    unsafe {
-        let moved = libc::mremap(
-            old,
+    let moved = unsafe {
+        mremap_fixed(
+            range.start as *mut std::ffi::c_void,
             len,
             len,
-            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP,
-            place as *mut libc::c_void,
-        );
-        if moved == libc::MAP_FAILED {
-            // (Also before Linux 5.7, which has no MREMAP_DONTUNMAP: no spare is kept.)
-            libc::munmap(place as *mut libc::c_void, len);
-            tracing::debug!(len, "a sandbox's memory could not be moved aside");
-            return;
-        }
-        let spare = Spare {
-            addr: moved as usize,
-            len,
-            written,
-        };
-        // Kept unless the thread is ending (then dropped here: unmapped).
-        let _ = SPARE.try_with(move |s| {
-            if let Ok(mut slot) = s.try_borrow_mut() {
-                *slot = Some(spare);
-            }
-        });
+            MremapFlags::MAYMOVE | MremapFlags::DONTUNMAP,
+            place.as_ptr().cast(),
+        )
+    };
+    if moved.is_err() {
+        // (Also before Linux 5.7, which has no MREMAP_DONTUNMAP: no spare is kept; `place` is
+        // unmapped as it drops.)
+        tracing::debug!(len, "a sandbox's memory could not be moved aside");
+        return;
     }
-}
-
-/// A new inaccessible mapping of `len` bytes whose address is `like`'s modulo 2 MiB.
-#[cfg(target_os = "linux")]
-fn reserve_like(like: usize, len: usize) -> Option<usize> {
-    let slack = HUGE_PAGE;
-    // SAFETY: a fresh private anonymous mapping the kernel places; only its own parts are unmapped.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len + slack,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        );
-        if p == libc::MAP_FAILED {
-            return None;
+    // `place` now holds the pages.
+    let spare = Spare {
+        pages: place,
+        written,
+    };
+    // Kept unless the thread is ending (then dropped here: unmapped).
+    let _ = SPARE.try_with(move |s| {
+        if let Ok(mut slot) = s.try_borrow_mut() {
+            *slot = Some(spare);
         }
-        let base = p as usize;
-        let start = base + (like.wrapping_sub(base) % slack);
-        if start > base {
-            libc::munmap(p, start - base);
-        }
-        let end = start + len;
-        if base + len + slack > end {
-            libc::munmap(end as *mut libc::c_void, base + len + slack - end);
-        }
-        Some(start)
-    }
+    });
 }
 
 /// Moves this thread's spare over the start of `heap` if it is exactly `heap.len()` bytes long (the
@@ -318,39 +283,39 @@ fn reserve_like(like: usize, len: usize) -> Option<usize> {
 /// were recorded and restored from that same snapshot (counted in [`taken_recorded`]).
 #[cfg(target_os = "linux")]
 pub(crate) fn take_into(heap: &mut [u8], snapshot: u64) -> Option<Reused> {
-    let mut spare = take_spare()?;
+    let spare = take_spare()?;
     let target = heap.as_mut_ptr();
-    if spare.len != heap.len() || !(target as usize).is_multiple_of(PAGE) {
+    if spare.pages.len() != heap.len() || !(target as usize).is_multiple_of(PAGE) {
         return None;
     }
-    if spare.addr < target as usize + heap.len() && (target as usize) < spare.addr + spare.len {
+    let (pages, theirs) = (spare.pages.range(), heap.as_ptr_range());
+    if pages.start < theirs.end as usize && (theirs.start as usize) < pages.end {
         // Cannot happen (the spare is a mapping of its own); never unmap `heap`'s pages.
         std::mem::forget(spare);
         return None;
     }
     // SAFETY: `heap` is memory this thread holds exclusively (a `&mut`) and whose every byte the
-    // caller makes the snapshot's next; MREMAP_FIXED replaces its pages with the spare's (the same length, the
-    // same protection and kind: anonymous private read-write), leaving `heap`'s address range
-    // mapped. On failure nothing changed and the spare is unmapped.
+    // caller makes the snapshot's next; MREMAP_FIXED replaces its pages with the spare's (the same
+    // length, the same protection and kind: anonymous private read-write), leaving `heap`'s
+    // address range mapped. On failure nothing changed and the spare is unmapped as it drops.
     let moved = unsafe {
-        libc::mremap(
-            spare.addr as *mut libc::c_void,
-            spare.len,
-            spare.len,
-            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
-            target.cast::<libc::c_void>(),
+        rustix::mm::mremap_fixed(
+            spare.pages.as_ptr().cast(),
+            spare.pages.len(),
+            heap.len(),
+            rustix::mm::MremapFlags::MAYMOVE,
+            target.cast(),
         )
     };
-    if moved == libc::MAP_FAILED {
+    if moved.is_err() {
         return None;
     }
-    // The pages now belong to `heap`.
-    let written = spare
-        .written
-        .take()
+    // The pages now belong to `heap`: the spare's range is no longer mapped.
+    let Spare { pages, written } = spare;
+    pages.into_moved();
+    let written = written
         .filter(|(id, _)| *id == snapshot)
         .map(|(_, written)| written);
-    std::mem::forget(spare);
     TAKEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     if written.is_some() {
         RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -364,7 +329,7 @@ const HUGE_PAGE: usize = 2 * 1024 * 1024;
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
-    use crate::sandbox::prepared::memory_image::tests::Memory;
+    use crate::sandbox::pages::testing::Memory;
 
     #[test]
     fn a_dropped_memorys_pages_move_to_the_next_of_the_same_length_only_and_leave_it_mapped() {
@@ -507,7 +472,7 @@ mod tests {
     #[test]
     fn a_spare_carries_the_pages_written_since_its_restore_and_for_that_snapshot_only() {
         std::thread::spawn(|| {
-            if super::super::written_pages::Recorder::new().is_none() {
+            if super::super::written::Recorder::new().is_none() {
                 eprintln!("userfaultfd with asynchronous write-protection is unavailable here");
                 return;
             }

@@ -2,7 +2,7 @@
 //! 6.7 or later): the range is registered with a userfaultfd for *asynchronous* write-protection and
 //! every page write-protected; the first write to a page lifts its protection inside the kernel's
 //! fault handler (no signal, no thread, no round trip to user space); `PAGEMAP_SCAN` then lists the
-//! pages whose protection was lifted. `spare_memory.rs` uses it so that a worker's next sandbox
+//! pages whose protection was lifted. `spare.rs` uses it so that a worker's next sandbox
 //! rewrites only the pages the last one wrote instead of comparing all of them.
 //!
 //! Code in a sandbox cannot hide a write from it: every write to the range, from WebAssembly,
@@ -13,72 +13,48 @@
 
 use std::fs::File;
 use std::ops::Range;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
-use crate::sandbox::prepared::memory_image::PAGE;
+use linux_raw_sys::general::{
+    PAGE_IS_WRITTEN, PM_SCAN_CHECK_WPASYNC, UFFD_API, UFFD_FEATURE_WP_ASYNC,
+    UFFD_FEATURE_WP_UNPOPULATED, UFFD_USER_MODE_ONLY, UFFDIO_REGISTER_MODE_WP, page_region,
+    pm_scan_arg, uffdio_api, uffdio_range, uffdio_register, uffdio_writeprotect,
+};
+use linux_raw_sys::ioctl::{UFFDIO_API, UFFDIO_REGISTER, UFFDIO_WRITEPROTECT};
+use rustix::ioctl::{Ioctl, IoctlOutput, Opcode, Updater, opcode};
 
-// From <linux/userfaultfd.h> and <linux/fs.h> (Linux 6.7), which the libc crate does not carry.
-const UFFD_USER_MODE_ONLY: libc::c_int = 1;
-const UFFD_API: u64 = 0xAA;
-const UFFD_FEATURE_WP_UNPOPULATED: u64 = 1 << 13;
-const UFFD_FEATURE_WP_ASYNC: u64 = 1 << 15;
-const UFFDIO_REGISTER_MODE_WP: u64 = 1 << 1;
+use super::PAGE;
+
+/// `UFFDIO_WRITEPROTECT_MODE_WP` of <linux/userfaultfd.h>, which linux-raw-sys leaves out (the header
+/// writes it as a cast).
 const UFFDIO_WRITEPROTECT_MODE_WP: u64 = 1 << 0;
-const UFFDIO_API: libc::c_ulong = 0xc018_aa3f;
-const UFFDIO_REGISTER: libc::c_ulong = 0xc020_aa00;
-const UFFDIO_WRITEPROTECT: libc::c_ulong = 0xc018_aa06;
-const PAGEMAP_SCAN: libc::c_ulong = 0xc060_6610;
-const PM_SCAN_CHECK_WPASYNC: u64 = 1 << 1;
-const PAGE_IS_WRITTEN: u64 = 1 << 1;
 
-#[repr(C)]
-struct UffdioApi {
-    api: u64,
-    features: u64,
-    ioctls: u64,
-}
+/// `PAGEMAP_SCAN` (<linux/fs.h>: `_IOWR('f', 16, struct pm_scan_arg)`), built from its parts.
+const PAGEMAP_SCAN: Opcode = opcode::read_write::<pm_scan_arg>(b'f', 16);
 
-#[repr(C)]
-struct UffdioRange {
-    start: u64,
-    len: u64,
-}
+/// `PAGEMAP_SCAN` as rustix calls it: the kernel answers with how many regions it wrote.
+struct Scan<'a>(&'a mut pm_scan_arg);
 
-#[repr(C)]
-struct UffdioRegister {
-    range: UffdioRange,
-    mode: u64,
-    ioctls: u64,
-}
+// SAFETY: the opcode is PAGEMAP_SCAN's, its argument a `pm_scan_arg` that lives across the call and
+// that the kernel reads and updates (`walk_end`); the output is the ioctl's non-negative result.
+unsafe impl Ioctl for Scan<'_> {
+    type Output = usize;
+    const IS_MUTATING: bool = true;
 
-#[repr(C)]
-struct UffdioWriteprotect {
-    range: UffdioRange,
-    mode: u64,
-}
+    fn opcode(&self) -> Opcode {
+        PAGEMAP_SCAN
+    }
 
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct PageRegion {
-    start: u64,
-    end: u64,
-    categories: u64,
-}
+    fn as_ptr(&mut self) -> *mut std::ffi::c_void {
+        std::ptr::from_mut(self.0).cast()
+    }
 
-#[repr(C)]
-struct PmScanArg {
-    size: u64,
-    flags: u64,
-    start: u64,
-    end: u64,
-    walk_end: u64,
-    vec: u64,
-    vec_len: u64,
-    max_pages: u64,
-    category_inverted: u64,
-    category_mask: u64,
-    category_anyof_mask: u64,
-    return_mask: u64,
+    unsafe fn output_from_ptr(
+        out: IoctlOutput,
+        _: *mut std::ffi::c_void,
+    ) -> rustix::io::Result<usize> {
+        usize::try_from(out).map_err(|_| rustix::io::Errno::INVAL)
+    }
 }
 
 /// Records writes to ranges of this process's memory (see the module doc).
@@ -90,25 +66,21 @@ pub(crate) struct Recorder {
 impl Recorder {
     /// A recorder, if this system has asynchronous write-protection and lets the process use it.
     pub(crate) fn new() -> Option<Self> {
-        // SAFETY: the system call takes flags only and returns a new descriptor (or -1).
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_userfaultfd,
-                libc::O_CLOEXEC | libc::O_NONBLOCK | UFFD_USER_MODE_ONLY,
-            )
-        };
-        let fd = libc::c_int::try_from(fd).ok().filter(|fd| *fd >= 0)?;
-        // SAFETY: `fd` is a descriptor the kernel just gave this process, owned by nothing else.
-        let uffd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let mut api = UffdioApi {
-            api: UFFD_API,
-            features: UFFD_FEATURE_WP_ASYNC | UFFD_FEATURE_WP_UNPOPULATED,
+        use rustix::mm::{UserfaultfdFlags, userfaultfd};
+        let flags = UserfaultfdFlags::CLOEXEC
+            | UserfaultfdFlags::NONBLOCK
+            | UserfaultfdFlags::from_bits_retain(UFFD_USER_MODE_ONLY);
+        // SAFETY: the descriptor is new and owned by this recorder; the faults it could report are
+        // never asked for (asynchronous write-protection resolves them in the kernel), so no
+        // thread ever waits on it.
+        let uffd: OwnedFd = unsafe { userfaultfd(flags) }.ok()?;
+        let mut api = uffdio_api {
+            api: UFFD_API.into(),
+            features: (UFFD_FEATURE_WP_ASYNC | UFFD_FEATURE_WP_UNPOPULATED).into(),
             ioctls: 0,
         };
-        // SAFETY: UFFDIO_API reads and writes the struct passed, which lives across the call.
-        if unsafe { libc::ioctl(uffd.as_raw_fd(), UFFDIO_API, &mut api) } != 0 {
-            return None;
-        }
+        // SAFETY: UFFDIO_API reads and writes a `uffdio_api`, the type the opcode is made for.
+        unsafe { rustix::ioctl::ioctl(&uffd, Updater::<{ UFFDIO_API }, _>::new(&mut api)) }.ok()?;
         let pagemap = File::open("/proc/self/pagemap").ok()?;
         Some(Self { uffd, pagemap })
     }
@@ -123,25 +95,33 @@ impl Recorder {
         {
             return false;
         }
-        let whole = || UffdioRange {
+        let whole = || uffdio_range {
             start: range.start as u64,
             len: (range.end - range.start) as u64,
         };
-        let mut register = UffdioRegister {
+        let mut register = uffdio_register {
             range: whole(),
-            mode: UFFDIO_REGISTER_MODE_WP,
+            mode: UFFDIO_REGISTER_MODE_WP.into(),
             ioctls: 0,
         };
-        let mut protect = UffdioWriteprotect {
+        let mut protect = uffdio_writeprotect {
             range: whole(),
             mode: UFFDIO_WRITEPROTECT_MODE_WP,
         };
-        // SAFETY: both ioctls read (and UFFDIO_REGISTER writes) the struct passed, which lives
-        // across the call; they change only the protection of pages the caller vouches for, and an
-        // asynchronous write-protection never stops a writer.
+        // SAFETY: each ioctl takes the struct its opcode is made for, which lives across the call;
+        // they change only the protection of pages the caller vouches for, and an asynchronous
+        // write-protection never stops a writer.
         unsafe {
-            libc::ioctl(self.uffd.as_raw_fd(), UFFDIO_REGISTER, &mut register) == 0
-                && libc::ioctl(self.uffd.as_raw_fd(), UFFDIO_WRITEPROTECT, &mut protect) == 0
+            rustix::ioctl::ioctl(
+                &self.uffd,
+                Updater::<{ UFFDIO_REGISTER }, _>::new(&mut register),
+            )
+            .is_ok()
+                && rustix::ioctl::ioctl(
+                    &self.uffd,
+                    Updater::<{ UFFDIO_WRITEPROTECT }, _>::new(&mut protect),
+                )
+                .is_ok()
         }
     }
 
@@ -150,13 +130,17 @@ impl Recorder {
     /// been written). `range` must be the range given to `start`.
     pub(crate) fn written(&self, range: Range<usize>) -> Option<Vec<Range<usize>>> {
         let mut written: Vec<Range<usize>> = Vec::new();
-        let mut regions = [PageRegion::default(); 256];
+        let mut regions = [page_region {
+            start: 0,
+            end: 0,
+            categories: 0,
+        }; 256];
         let mut from = range.start as u64;
         while from < range.end as u64 {
-            let mut scan = PmScanArg {
-                size: std::mem::size_of::<PmScanArg>() as u64,
+            let mut scan = pm_scan_arg {
+                size: std::mem::size_of::<pm_scan_arg>() as u64,
                 // Fails unless the whole range is registered for asynchronous write-protection.
-                flags: PM_SCAN_CHECK_WPASYNC,
+                flags: PM_SCAN_CHECK_WPASYNC.into(),
                 start: from,
                 end: range.end as u64,
                 walk_end: 0,
@@ -164,14 +148,13 @@ impl Recorder {
                 vec_len: regions.len() as u64,
                 max_pages: 0,
                 category_inverted: 0,
-                category_mask: PAGE_IS_WRITTEN,
+                category_mask: PAGE_IS_WRITTEN.into(),
                 category_anyof_mask: 0,
-                return_mask: PAGE_IS_WRITTEN,
+                return_mask: PAGE_IS_WRITTEN.into(),
             };
             // SAFETY: PAGEMAP_SCAN reads the struct passed and writes at most `vec_len` regions to
             // `vec`, both of which live across the call; it only reads the page tables.
-            let found = unsafe { libc::ioctl(self.pagemap.as_raw_fd(), PAGEMAP_SCAN, &mut scan) };
-            let found = usize::try_from(found).ok()?;
+            let found = unsafe { rustix::ioctl::ioctl(&self.pagemap, Scan(&mut scan)) }.ok()?;
             for region in regions.get(..found)? {
                 let start = usize::try_from(region.start)
                     .ok()?
@@ -194,7 +177,7 @@ impl Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::prepared::memory_image::tests::Memory;
+    use crate::sandbox::pages::testing::Memory;
 
     /// A list of one range.
     fn only(range: Range<usize>) -> Option<Vec<Range<usize>>> {

@@ -1,7 +1,7 @@
 //! A memory snapshot's linear memory mapped copy-on-write into each sandbox instead of copied (the
 //! snapshot with pre-imported modules, on Linux), and the pages each sandbox gets written up front.
 //!
-//! The snapshot's bytes go once into a sealed in-memory file (`cow::SealedFile`), the only copy the
+//! The snapshot's bytes go once into a sealed in-memory file (`mapping::SealedFile`), the only copy the
 //! engine keeps. A sandbox maps the memory part of the file privately over the start of its
 //! WebAssembly memory: pages it only reads stay shared with every other sandbox, and a page it writes
 //! becomes its own copy; no sandbox can change the file or see another's pages. A page written on
@@ -26,8 +26,11 @@
 use std::ops::Range;
 use std::sync::OnceLock;
 
-/// The granularity of mappings and of the page map: one OS page.
-pub(crate) const PAGE: usize = 4096;
+use super::PAGE;
+use super::PagesError;
+#[cfg(target_os = "linux")]
+use super::mapping::{Mapping, SealedFile, populate_written};
+use super::pagemap::page_map;
 
 /// How much of the file is read at a time to compare a memory with it: 1 MiB.
 #[cfg(target_os = "linux")]
@@ -36,7 +39,7 @@ const CHUNK: usize = 256 * PAGE;
 /// The snapshot's bytes as a sealed file that sandboxes map their memory from.
 pub(crate) struct MappedImage {
     #[cfg(target_os = "linux")]
-    file: crate::sandbox::cow::SealedFile,
+    file: SealedFile,
     /// Where the linear memory starts in the file (a page boundary).
     memory_start: usize,
     /// The pages (byte ranges of the linear memory) each sandbox gets copied when it maps the
@@ -53,13 +56,13 @@ pub(crate) fn lay_out(
     bytes: &[u8],
     offset: usize,
     parts: impl Iterator<Item = Range<usize>>,
-) -> Option<(MappedImage, crate::sandbox::cow::Mapping, usize)> {
+) -> Option<(MappedImage, Mapping, usize)> {
     let pad = (PAGE - offset % PAGE) % PAGE;
     let len = (pad + bytes.len()).next_multiple_of(PAGE);
     let parts = std::iter::once(0..offset)
         .chain(parts)
         .map(|r| (pad + r.start, &bytes[r]));
-    let file = match crate::sandbox::cow::SealedFile::sparse(len, parts) {
+    let file = match SealedFile::sparse(len, parts) {
         Ok(file) => file,
         Err(e) => {
             tracing::warn!(error = %e, "cannot map the snapshot's memory copy-on-write; sandboxes copy it");
@@ -83,32 +86,20 @@ impl MappedImage {
     /// of what instantiation left there, and copies the working set. `Ok(false)` where `heap` does
     /// not allow it (not whole pages): the caller copies instead. After an error the memory may have
     /// lost its pages: the sandbox must not be used.
-    pub fn map_over(&self, heap: &mut [u8], len: usize) -> Result<bool, String> {
+    pub fn map_over(&self, heap: &mut [u8], len: usize) -> Result<bool, PagesError> {
         let start = heap.as_mut_ptr();
         if heap.len() < len || !(start as usize).is_multiple_of(PAGE) || !len.is_multiple_of(PAGE) {
             return Ok(false);
         }
         #[cfg(target_os = "linux")]
         {
-            // SAFETY: `heap` is borrowed mutably (nothing else reads or writes it meanwhile), is
-            // readable and writable, starts on a page and holds `len` bytes, whole pages.
-            unsafe { self.file.map_over(self.memory_start, start, len) }
-                .map_err(|e| format!("cannot map the snapshot's memory: {e}"))?;
+            let memory = &mut heap[..len];
+            self.file
+                .map_over(self.memory_start, memory)
+                .map_err(|e| PagesError::system("cannot map the snapshot's memory", e))?;
             for pages in self.working_set.get().into_iter().flatten() {
-                if pages.end > len {
-                    break;
-                }
-                // SAFETY: a range of the mapping just made (page-aligned, inside `heap`); the advice
-                // only faults its pages in as written, which changes no byte.
-                let advised = unsafe {
-                    libc::madvise(
-                        start.add(pages.start).cast(),
-                        pages.len(),
-                        libc::MADV_POPULATE_WRITE,
-                    )
-                };
-                if advised != 0 {
-                    // (Before Linux 5.14: the pages are copied when first written instead.)
+                // (Before Linux 5.14 the advice fails: the pages are copied when first written.)
+                if pages.end > len || !populate_written(memory, pages.clone()) {
                     break;
                 }
             }
@@ -121,16 +112,16 @@ impl MappedImage {
     /// Gives back the pages of a mapped memory that are its own but hold the file's bytes again
     /// (the working set copied up front and not written since, or pages written back to what they
     /// were): the kernel drops its copy, and the page reads as the file's again. `memory` is the
-    /// address range `map_over` mapped. The file is read, not mapped, for the comparison, so that
-    /// it does not bring the file's pages into the process. Returns how many bytes were given back.
+    /// memory `map_over` mapped. The file is read, not mapped, for the comparison, so that it does
+    /// not bring the file's pages into the process. Returns how many bytes were given back.
     ///
     /// # Safety
-    /// `memory` must be a mapping that `map_over` made from this image, which nothing writes
-    /// meanwhile (the sandbox is idle on this thread).
-    pub unsafe fn give_back_unchanged(&self, memory: Range<usize>) -> usize {
+    /// `memory` must be a mapping that `map_over` (or `map_copied`) made from this image: dropping
+    /// a page of any other memory would make it read zeros or another file's bytes.
+    pub(super) unsafe fn give_back_unchanged(&self, memory: &mut [u8]) -> usize {
         #[cfg(target_os = "linux")]
         {
-            let Some(pages) = page_map(memory.start, memory.len()) else {
+            let Some(pages) = page_map(memory.as_ptr() as usize, memory.len()) else {
                 return 0;
             };
             // Runs of the pages that are the memory's own, each compared with the file's bytes.
@@ -146,26 +137,23 @@ impl MappedImage {
                     i += 1;
                 }
                 let run = first * PAGE..i * PAGE;
-                let mut same: Option<Range<usize>> = None;
-                // SAFETY: by the caller, `memory` (which holds `run`) is readable and nothing
-                // writes it meanwhile.
-                let compared = unsafe {
-                    self.compare_pages(memory.start, run, |at, _, equal| {
-                        if equal {
-                            match &mut same {
-                                Some(r) => r.end = at + PAGE,
-                                None => same = Some(at..at + PAGE),
-                            }
-                        } else if let Some(r) = same.take() {
-                            given += drop_pages(memory.start, r);
-                        }
-                    })
-                };
+                let mut same: Vec<Range<usize>> = Vec::new();
+                let compared = self.compare_pages(memory, run, |at, _, equal| {
+                    if !equal {
+                        return;
+                    }
+                    match same.last_mut() {
+                        Some(r) if r.end == at => r.end = at + PAGE,
+                        _ => same.push(at..at + PAGE),
+                    }
+                });
                 if compared.is_err() {
                     return given;
                 }
-                if let Some(r) = same {
-                    given += drop_pages(memory.start, r);
+                for r in same {
+                    // SAFETY: by the caller, a mapping of this image, whose pages `r` equal the
+                    // file's (just compared, and the exclusive borrow keeps them so).
+                    given += unsafe { drop_pages(memory, r) };
                 }
             }
             given
@@ -179,27 +167,21 @@ impl MappedImage {
 
     /// Turns a copied memory into a mapping of this image holding the same bytes, so that the pages
     /// it holds unchanged are given back (the copied mode's counterpart of `give_back_unchanged`).
-    /// `memory` is the address range a restore wrote the snapshot's memory over (copied, not
-    /// mapped). Each page is compared with the file's (read, not mapped); the pages that differ are
+    /// `memory` is what a restore wrote the snapshot's memory over (copied, not mapped). Each page is compared with the file's (read, not mapped); the pages that differ are
     /// saved, the file is mapped privately over the whole range, and the saved pages are written
     /// back: every byte reads as before, and only the pages that differ are the memory's own.
     /// `Ok(None)` if it was left as it is (more than half of it differs, or not whole pages);
     /// otherwise how many bytes of its own it held before and holds no more. After an error the
     /// memory may have lost its pages: the sandbox must not be used.
     ///
-    /// # Safety
-    /// `memory` must be readable and writable private memory of a sandbox's WebAssembly memory
-    /// that nothing else reads or writes meanwhile (the sandbox is idle on this thread), which
-    /// holds the snapshot's memory as far as it goes, and whose pages may be replaced (nothing
-    /// keeps their addresses: not a write recorder, not a spare).
-    pub unsafe fn map_copied(&self, memory: Range<usize>) -> Result<Option<usize>, String> {
+    pub(super) fn map_copied(&self, memory: &mut [u8]) -> Result<Option<usize>, PagesError> {
         #[cfg(target_os = "linux")]
         {
             let len = memory.len();
-            if !memory.start.is_multiple_of(PAGE) || !len.is_multiple_of(PAGE) {
+            if !(memory.as_ptr() as usize).is_multiple_of(PAGE) || !len.is_multiple_of(PAGE) {
                 return Ok(None);
             }
-            let own_before = match page_map(memory.start, len) {
+            let own_before = match page_map(memory.as_ptr() as usize, len) {
                 Some(pages) => pages.iter().filter(|p| p.written()).count() * PAGE,
                 None => return Ok(None),
             };
@@ -208,32 +190,22 @@ impl MappedImage {
             let mut saved: Vec<u8> = Vec::new();
             for at in (0..len).step_by(CHUNK) {
                 let run = at..(at + CHUNK).min(len);
-                // SAFETY: by the caller, `memory` (which holds `run`) is readable and nothing
-                // writes it meanwhile.
-                unsafe {
-                    self.compare_pages(memory.start, run, |at, own, equal| {
-                        if !equal {
-                            differ.push(at);
-                            saved.extend_from_slice(own);
-                        }
-                    })
-                }
-                .map_err(|e| format!("cannot read the snapshot's file: {e}"))?;
+                self.compare_pages(memory, run, |at, own, equal| {
+                    if !equal {
+                        differ.push(at);
+                        saved.extend_from_slice(own);
+                    }
+                })
+                .map_err(|e| PagesError::system("cannot read the snapshot's file", e))?;
                 if saved.len() > len / 2 {
                     return Ok(None);
                 }
             }
-            // SAFETY: by the caller, `memory` is this sandbox's, whole pages, idle; MAP_FIXED
-            // replaces its pages with the file's, readable and writable as before.
-            unsafe {
-                self.file
-                    .map_over(self.memory_start, memory.start as *mut u8, len)
-            }
-            .map_err(|e| format!("cannot map the snapshot's memory: {e}"))?;
-            // SAFETY: the mapping just made over `memory`, written by nothing else.
-            let own = unsafe { std::slice::from_raw_parts_mut(memory.start as *mut u8, len) };
+            self.file
+                .map_over(self.memory_start, memory)
+                .map_err(|e| PagesError::system("cannot map the snapshot's memory", e))?;
             for (at, bytes) in differ.iter().zip(saved.chunks(PAGE)) {
-                own[*at..*at + PAGE].copy_from_slice(bytes);
+                memory[*at..*at + PAGE].copy_from_slice(bytes);
             }
             Ok(Some(own_before.saturating_sub(saved.len())))
         }
@@ -245,25 +217,22 @@ impl MappedImage {
     }
 
     /// Compares the pages `run` (byte offsets of the linear memory, whole pages, at most
-    /// [`CHUNK`] bytes) of the memory at address `start` with the file's, which are read, not
-    /// mapped (mapping them would bring the file's pages into the process): `each` gets each
-    /// page's offset, its bytes in the memory, and whether they equal the file's.
-    ///
-    /// # Safety
-    /// `start + run` must be readable memory that nothing writes meanwhile.
+    /// [`CHUNK`] bytes) of `memory` with the file's, which are read, not mapped (mapping them would
+    /// bring the file's pages into the process): `each` gets each page's offset, its bytes in the
+    /// memory, and whether they equal the file's.
     #[cfg(target_os = "linux")]
-    unsafe fn compare_pages(
+    fn compare_pages(
         &self,
-        start: usize,
+        memory: &[u8],
         run: Range<usize>,
         mut each: impl FnMut(usize, &[u8], bool),
     ) -> std::io::Result<()> {
         let file = self
             .file
             .read_at(self.memory_start + run.start, run.len())?;
-        // SAFETY: as the caller guarantees.
-        let own =
-            unsafe { std::slice::from_raw_parts((start + run.start) as *const u8, run.len()) };
+        let own = memory
+            .get(run.clone())
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
         for (page, (own, file)) in own.chunks(PAGE).zip(file.chunks(PAGE)).enumerate() {
             each(run.start + page * PAGE, own, own == file);
         }
@@ -271,8 +240,9 @@ impl MappedImage {
     }
 
     /// Sets the working set, once: the pages of a mapped memory at `memory` (its address range) that
-    /// are the sandbox's own. Returns how many bytes that is.
-    pub fn measure_working_set(&self, memory: Range<usize>) -> usize {
+    /// are the sandbox's own (read from the page map, not from the memory). Returns how many bytes
+    /// that is.
+    pub(super) fn measure_working_set(&self, memory: Range<usize>) -> usize {
         let Some(pages) = page_map(memory.start, memory.len()) else {
             return 0;
         };
@@ -293,117 +263,32 @@ impl MappedImage {
     }
 }
 
-/// Drops the pages `pages` (offsets, whole pages) of the private file mapping at `start`, which
-/// then read as the file's again. Returns how many bytes it dropped.
+/// Drops the pages `pages` (offsets, whole pages) of `memory`, a private file mapping, which then
+/// read as the file's again. Returns how many bytes it dropped.
+///
+/// # Safety
+/// `memory` must be a private mapping of a file whose bytes at `pages` equal those pages' own (the
+/// caller compared them): dropping the copies then changes no byte anyone reads.
 #[cfg(target_os = "linux")]
-fn drop_pages(start: usize, pages: Range<usize>) -> usize {
-    // SAFETY: whole pages of a private file mapping whose bytes equal the file's (the caller
-    // compared them): dropping the copies changes no byte anyone reads.
+unsafe fn drop_pages(memory: &mut [u8], pages: Range<usize>) -> usize {
+    let Some(part) = memory.get_mut(pages) else {
+        return 0;
+    };
+    // SAFETY: as the caller guarantees; whole pages of memory held exclusively.
     let advised = unsafe {
-        libc::madvise(
-            (start + pages.start) as *mut libc::c_void,
-            pages.len(),
-            libc::MADV_DONTNEED,
+        rustix::mm::madvise(
+            part.as_mut_ptr().cast(),
+            part.len(),
+            rustix::mm::Advice::LinuxDontNeed,
         )
     };
-    if advised == 0 { pages.len() } else { 0 }
-}
-
-/// One page's entry in Linux's page map.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PageEntry(u64);
-
-impl PageEntry {
-    const PRESENT: u64 = 1 << 63;
-    const SWAPPED: u64 = 1 << 62;
-    /// A page of a file (or shared memory), not the process's own.
-    const FILE: u64 = 1 << 61;
-
-    /// Whether the page may ever have been written (a page neither present nor swapped out was
-    /// never touched and reads as zeros).
-    pub fn touched(self) -> bool {
-        self.0 & (Self::PRESENT | Self::SWAPPED) != 0
-    }
-
-    /// Whether the page is the process's own (written, or copied on write), not a file's.
-    pub fn written(self) -> bool {
-        self.touched() && self.0 & Self::FILE == 0
-    }
-}
-
-/// The page-map entries of the `len` bytes at address `start` (a page boundary); `None` where the
-/// system cannot say. Reads no byte of that memory.
-pub(crate) fn page_map(start: usize, len: usize) -> Option<Vec<PageEntry>> {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::unix::fs::FileExt;
-        static PAGEMAP: OnceLock<Option<std::fs::File>> = OnceLock::new();
-        let pagemap = PAGEMAP
-            .get_or_init(|| std::fs::File::open("/proc/self/pagemap").ok())
-            .as_ref()?;
-        if !start.is_multiple_of(PAGE) {
-            return None;
-        }
-        let mut entries = vec![0u8; len.div_ceil(PAGE) * 8];
-        pagemap
-            .read_exact_at(&mut entries, (start / PAGE * 8) as u64)
-            .ok()?;
-        Some(
-            entries
-                .chunks_exact(8)
-                .map(|e| PageEntry(u64::from_le_bytes(e.try_into().unwrap_or_default())))
-                .collect(),
-        )
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = (start, len);
-        None
-    }
+    if advised.is_ok() { part.len() } else { 0 }
 }
 
 #[cfg(all(test, target_os = "linux"))]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-
-    /// A private anonymous mapping of `pages` pages standing in for a WebAssembly memory, unmapped
-    /// when dropped.
-    pub(crate) struct Memory(pub &'static mut [u8]);
-
-    impl Memory {
-        pub fn new(pages: usize) -> Self {
-            let len = pages * PAGE;
-            // SAFETY: a new private anonymous mapping, owned by this value alone.
-            unsafe {
-                let data = libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                );
-                assert_ne!(data, libc::MAP_FAILED);
-                Self(std::slice::from_raw_parts_mut(data.cast::<u8>(), len))
-            }
-        }
-
-        fn range(&self) -> Range<usize> {
-            self.0.as_ptr_range().start as usize..self.0.as_ptr_range().end as usize
-        }
-
-        fn written(&self) -> Vec<usize> {
-            let map = page_map(self.0.as_ptr() as usize, self.0.len()).expect("a page map");
-            (0..map.len()).filter(|&i| map[i].written()).collect()
-        }
-    }
-
-    impl Drop for Memory {
-        fn drop(&mut self) {
-            // SAFETY: the mapping made in `new`, not used again.
-            unsafe { libc::munmap(self.0.as_mut_ptr().cast(), self.0.len()) };
-        }
-    }
+    use crate::sandbox::pages::testing::Memory;
 
     /// A snapshot in Pyodide's layout with a header of 100 bytes (so the memory is not on a page
     /// in the snapshot) and `pages` pages of memory, page `i` filled with `i`, page 2 all zeros.
@@ -497,7 +382,7 @@ pub(crate) mod tests {
         sandbox.0[7 * PAGE] = 0xee;
         sandbox.0[7 * PAGE] = 7; // written back to what it was
         // SAFETY: the mapping `map_over` made from this image; nothing else uses it.
-        let given = unsafe { image.give_back_unchanged(sandbox.range()) };
+        let given = unsafe { image.give_back_unchanged(sandbox.0) };
         assert_eq!(given, 2 * PAGE, "pages 1 and 7");
         assert_eq!(sandbox.written(), [6]);
         let mut expected = bytes[offset..].to_vec();
@@ -505,7 +390,7 @@ pub(crate) mod tests {
         assert_eq!(&sandbox.0[..memory_len], &expected[..]);
         // Nothing more to give back; a page given back is copied again when written.
         // SAFETY: as above.
-        assert_eq!(unsafe { image.give_back_unchanged(sandbox.range()) }, 0);
+        assert_eq!(unsafe { image.give_back_unchanged(sandbox.0) }, 0);
         sandbox.0[PAGE] = 3;
         assert_eq!(sandbox.written(), [1, 6]);
     }
@@ -528,9 +413,9 @@ pub(crate) mod tests {
         copied.0[2 * PAGE + 9] = 1;
         let before = copied.0.to_vec();
         assert_eq!(copied.written(), [0, 1, 2, 3, 4, 5, 6, 7, 8]);
-        let memory = copied.0.as_ptr() as usize..copied.0.as_ptr() as usize + memory_len;
-        // SAFETY: a memory holding the snapshot's bytes as far as they go, used by nothing else.
-        let given = unsafe { image.map_copied(memory.clone()) }.expect("mapped");
+        let given = image
+            .map_copied(&mut copied.0[..memory_len])
+            .expect("mapped");
         assert_eq!(given, Some(5 * PAGE), "8 own pages before, 3 after");
         assert_eq!(&copied.0[..], &before[..], "every byte as before");
         assert_eq!(copied.written(), [2, 3, 6, 8]);
@@ -544,15 +429,14 @@ pub(crate) mod tests {
         // Now a mapping: what it holds unchanged is given back the mapped way.
         copied.0[5 * PAGE] = 5;
         // SAFETY: a mapping of this image, used by nothing else.
-        assert_eq!(unsafe { image.give_back_unchanged(memory.clone()) }, PAGE);
+        let given = unsafe { image.give_back_unchanged(&mut copied.0[..memory_len]) };
+        assert_eq!(given, PAGE);
         assert_eq!(&copied.0[..], &before[..]);
 
         // A memory that differs in more than half its pages is left as it is.
         let changed = Memory::new(8);
         changed.0.fill(0xab);
-        let range = changed.0.as_ptr() as usize..changed.0.as_ptr() as usize + memory_len;
-        // SAFETY: as above.
-        assert_eq!(unsafe { image.map_copied(range) }, Ok(None));
+        assert!(matches!(image.map_copied(changed.0), Ok(None)));
         assert!(changed.0.iter().all(|b| *b == 0xab));
         assert_eq!(changed.written().len(), 8);
     }
