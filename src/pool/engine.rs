@@ -6,12 +6,13 @@ use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use super::{Backend, WorkerSettings};
-use crate::sandbox::{Engine, ExecRequest, ExecResult, Flavor, Sandbox};
+use crate::sandbox::{Engine, EngineError, ExecRequest, ExecResult, Flavor, Sandbox};
 use crate::telemetry;
 
 impl Backend for Engine {
     type Sandbox = Sandbox;
     type Job = ExecRequest;
+    type Error = EngineError;
     type Output = ExecResult;
     type Flavor = Flavor;
 
@@ -19,10 +20,10 @@ impl Backend for Engine {
         self.flavor_for(&job.code)
     }
 
-    fn boot(&self, flavor: Flavor) -> Result<Sandbox, String> {
+    fn boot(&self, flavor: Flavor) -> Result<Sandbox, EngineError> {
         // Workers boot right after they drop a used sandbox: its memory serves the next one.
         self.keep_spare_memory_on_this_thread();
-        self.boot_flavor(flavor).map_err(|e| e.to_string())
+        self.boot_flavor(flavor)
     }
 
     /// Sandboxes with pre-imported modules hold about three times a plain one's memory: a worker
@@ -47,7 +48,7 @@ impl Backend for Engine {
 
     /// A sandbox gives back the pages of its memory that hold the snapshot's bytes
     /// (`Sandbox::give_back_unchanged_memory`).
-    fn give_back(&self, sandbox: &mut Sandbox) -> Result<(), String> {
+    fn give_back(&self, sandbox: &mut Sandbox) -> Result<(), EngineError> {
         let bytes = sandbox.give_back_unchanged_memory()?;
         tracing::debug!(
             mib = bytes as f64 / f64::from(1 << 20),

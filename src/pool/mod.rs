@@ -34,12 +34,15 @@ pub trait Backend: Send + Sync + 'static {
     /// The kinds of sandbox there are (`()` for one kind). A worker keeps a sandbox of the kind its
     /// last call needed ready for the next.
     type Flavor: Copy + PartialEq + Default + std::fmt::Debug + Send + 'static;
+    /// Why a sandbox could not boot or give back memory (its message is shown to the caller and
+    /// logged).
+    type Error: std::error::Error + Send + 'static;
 
     /// The kind of sandbox that serves `job` best.
     fn flavor(&self, job: &Self::Job) -> Self::Flavor;
 
     /// Boots a fresh sandbox of `flavor`; the error is the reason, for the caller and the log.
-    fn boot(&self, flavor: Self::Flavor) -> Result<Self::Sandbox, String>;
+    fn boot(&self, flavor: Self::Flavor) -> Result<Self::Sandbox, Self::Error>;
 
     /// Settles a sandbox booted ahead of its call, once no call has come for it for a moment (a
     /// call back to back takes it unsettled).
@@ -54,7 +57,7 @@ pub trait Backend: Send + Sync + 'static {
     /// get again on demand, at some cost to the call that takes it. An error means the sandbox
     /// cannot be used any more: the worker drops its stock (newest first, as V8 requires) and boots
     /// a new one.
-    fn give_back(&self, _sandbox: &mut Self::Sandbox) -> Result<(), String> {
+    fn give_back(&self, _sandbox: &mut Self::Sandbox) -> Result<(), Self::Error> {
         Ok(())
     }
 

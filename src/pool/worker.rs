@@ -396,7 +396,8 @@ impl<B: Backend> Worker<B> {
     ) -> Result<B::Sandbox, String> {
         guard.set(WorkerState::Initializing);
         let started = Instant::now();
-        let sandbox = self.backend.boot(flavor);
+        // (The reason, from here on, is a message: for the caller, the log and the start-up.)
+        let sandbox = self.backend.boot(flavor).map_err(|e| e.to_string());
         let took = started.elapsed();
         telemetry::isolate_initialization(phase, sandbox.is_ok(), took);
         tracing::debug!(

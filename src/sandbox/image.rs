@@ -55,24 +55,25 @@ impl SessionImage {
     }
 
     /// The image in `payload`, if it is one of this format (the memory is not copied out of it).
-    pub fn decode(payload: Bytes) -> Result<Self, String> {
+    pub fn decode(payload: Bytes) -> Result<Self, ImageError> {
+        use ImageError::Malformed;
         let mut rest: &[u8] = payload
             .strip_prefix(MAGIC)
-            .ok_or("not a session image of this format")?;
+            .ok_or(Malformed("not a session image of this format"))?;
         let memory = payload.slice_ref(take(&mut rest)?);
         let count = u64::from_le_bytes(take_n(&mut rest)?);
         let mut files = Vec::new();
         for _ in 0..count {
             let path = String::from_utf8(take(&mut rest)?.to_vec())
-                .map_err(|_| "a file path is not UTF-8")?;
+                .map_err(|_| Malformed("a file path is not UTF-8"))?;
             files.push((path, take(&mut rest)?.to_vec()));
         }
         let dylibs = String::from_utf8(take(&mut rest)?.to_vec())
-            .map_err(|_| "the library record is not UTF-8")?;
+            .map_err(|_| Malformed("the library record is not UTF-8"))?;
         let base = String::from_utf8(take(&mut rest)?.to_vec())
-            .map_err(|_| "the base snapshot's name is not UTF-8")?;
+            .map_err(|_| Malformed("the base snapshot's name is not UTF-8"))?;
         if !rest.is_empty() {
-            return Err("trailing bytes after the base snapshot's name".into());
+            return Err(Malformed("trailing bytes after the base snapshot's name"));
         }
         Ok(Self {
             memory,
@@ -110,6 +111,17 @@ pub const REALM_GLOBALS: &[&str] = &[
     "readbuffer",
 ];
 
+/// Why bytes are not a session image this build can restore, or what in one is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ImageError {
+    /// Not this format, cut short, or otherwise malformed: what is wrong.
+    #[error("{0}")]
+    Malformed(&'static str),
+    /// Its memory refers to a JavaScript object an image may not name ([`check_references`]).
+    #[error("the image refers to a JavaScript object a session image may not name")]
+    Refused,
+}
+
 /// The longest header (Pyodide's record of the JavaScript objects Python holds) an image may have.
 const MAX_HEADER_JSON: usize = 16 << 20;
 /// Pyodide's memory snapshot magic number (the header's first u32).
@@ -124,20 +136,23 @@ const HEADER_JSON_AT: usize = 48;
 /// the global object (Pyodide's own `{path}` form) is never accepted: a restore would resolve it
 /// before the realm is checked. Decided here, in Rust, before a restore starts and when an image is
 /// made: whatever the session's code made of Pyodide's serializer, an image names nothing else.
-pub fn check_references(memory: &[u8]) -> Result<(), String> {
+pub fn check_references(memory: &[u8]) -> Result<(), ImageError> {
+    use ImageError::{Malformed, Refused};
     let word = |i: usize| {
         memory
             .get(i * 4..i * 4 + 4)
             .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .ok_or("the image's memory header is cut short")
+            .ok_or(Malformed("the image's memory header is cut short"))
     };
     if word(0)? != SNAPSHOT_MAGIC {
-        return Err("the image's memory is not a Pyodide memory snapshot".into());
+        return Err(Malformed(
+            "the image's memory is not a Pyodide memory snapshot",
+        ));
     }
     let header_len = word(1)? as usize;
     let json_len = word(2)? as usize;
     if json_len > MAX_HEADER_JSON || HEADER_JSON_AT + json_len > header_len.min(memory.len()) {
-        return Err("the image's memory header is malformed".into());
+        return Err(Malformed("the image's memory header is malformed"));
     }
     #[derive(serde::Deserialize)]
     #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -163,7 +178,7 @@ pub fn check_references(memory: &[u8]) -> Result<(), String> {
     }
     let json = &memory[HEADER_JSON_AT..HEADER_JSON_AT + json_len];
     let header: Header = serde_json::from_slice(json).map_err(|_| {
-        "the image's record of the JavaScript objects Python holds is malformed".to_string()
+        Malformed("the image's record of the JavaScript objects Python holds is malformed")
     })?;
     let _ = header.immortal_keys;
     for held in header.hiwire_keys.iter().flatten() {
@@ -177,9 +192,7 @@ pub fn check_references(memory: &[u8]) -> Result<(), String> {
             },
         };
         if !allowed {
-            return Err(
-                "the image refers to a JavaScript object a session image may not name".into(),
-            );
+            return Err(Refused);
         }
     }
     Ok(())
@@ -199,19 +212,19 @@ fn put(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
-fn take_n<const N: usize>(rest: &mut &[u8]) -> Result<[u8; N], String> {
+fn take_n<const N: usize>(rest: &mut &[u8]) -> Result<[u8; N], ImageError> {
     let (head, tail) = rest
         .split_first_chunk::<N>()
-        .ok_or("the image is cut short")?;
+        .ok_or(ImageError::Malformed("the image is cut short"))?;
     *rest = tail;
     Ok(*head)
 }
 
-fn take<'a>(rest: &mut &'a [u8]) -> Result<&'a [u8], String> {
-    let len =
-        usize::try_from(u64::from_le_bytes(take_n(rest)?)).map_err(|_| "a length overflows")?;
+fn take<'a>(rest: &mut &'a [u8]) -> Result<&'a [u8], ImageError> {
+    let len = usize::try_from(u64::from_le_bytes(take_n(rest)?))
+        .map_err(|_| ImageError::Malformed("a length overflows"))?;
     if rest.len() < len {
-        return Err("the image is cut short".into());
+        return Err(ImageError::Malformed("the image is cut short"));
     }
     let (head, tail) = rest.split_at(len);
     *rest = tail;

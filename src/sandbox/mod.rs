@@ -30,10 +30,12 @@ mod types;
 pub mod image;
 
 pub use engine::Engine;
-pub use image::{SessionImage, join};
+pub use image::{ImageError, SessionImage, join};
 pub use isolate::boot::ParkedSandbox;
 pub use isolate::output::valid_image;
+pub use isolate::session::SessionSandboxError;
 pub use isolate::{FileListing, FileRead, MAX_LISTED_FILES, Sandbox};
+pub use pages::PagesError;
 pub use prepared::layer;
 pub use prepared::memory_snapshot::SnapshotOrigin;
 pub use prepared::shared::{BootMode, EngineError, EngineSettings};

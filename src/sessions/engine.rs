@@ -13,22 +13,26 @@ use bytes::Bytes;
 
 use super::Backend;
 use crate::sandbox::{
-    Engine, ExecRequest, ExecResult, FileListing, FileRead, ParkedSandbox, Sandbox, SandboxEnd,
-    SessionImage,
+    Engine, EngineError, ExecRequest, ExecResult, FileListing, FileRead, ParkedSandbox, Sandbox,
+    SandboxEnd, SessionImage, SessionSandboxError,
 };
 use crate::telemetry;
 
 impl Backend for Engine {
     type Sandbox = Sandbox;
     type Parked = ParkedSandbox;
+    type Error = SessionSandboxError;
 
     fn park(&self) -> Option<ParkedSandbox> {
         self.park_session()
     }
 
-    fn boot(&self, parked: Option<ParkedSandbox>, first_code: &str) -> Result<Sandbox, String> {
-        self.boot_session_flavor(parked, self.flavor_for(first_code))
-            .map_err(|e| e.to_string())
+    fn boot(
+        &self,
+        parked: Option<ParkedSandbox>,
+        first_code: &str,
+    ) -> Result<Sandbox, SessionSandboxError> {
+        Ok(self.boot_session_flavor(parked, self.flavor_for(first_code))?)
     }
 
     fn run(
@@ -43,15 +47,25 @@ impl Backend for Engine {
         result
     }
 
-    fn list(&self, sandbox: &mut Sandbox) -> Result<FileListing, String> {
+    fn list(&self, sandbox: &mut Sandbox) -> Result<FileListing, SessionSandboxError> {
         sandbox.list_files()
     }
 
-    fn read(&self, sandbox: &mut Sandbox, path: &str, limit: u64) -> Result<FileRead, String> {
+    fn read(
+        &self,
+        sandbox: &mut Sandbox,
+        path: &str,
+        limit: u64,
+    ) -> Result<FileRead, SessionSandboxError> {
         sandbox.read_file(path, limit)
     }
 
-    fn store(&self, sandbox: &mut Sandbox, path: &str, data: Vec<u8>) -> Result<(), String> {
+    fn store(
+        &self,
+        sandbox: &mut Sandbox,
+        path: &str,
+        data: Vec<u8>,
+    ) -> Result<(), SessionSandboxError> {
         sandbox.store_file(path, data)
     }
 
@@ -63,7 +77,7 @@ impl Backend for Engine {
         sandbox.check_image()
     }
 
-    fn save(&self, sandbox: &mut Sandbox) -> Result<Vec<Bytes>, String> {
+    fn save(&self, sandbox: &mut Sandbox) -> Result<Vec<Bytes>, SessionSandboxError> {
         let started = Instant::now();
         let image = sandbox.save_image()?;
         let bytes = image.memory.len();
@@ -75,12 +89,14 @@ impl Backend for Engine {
         Ok(image.encode())
     }
 
-    fn restore(&self, parked: Option<ParkedSandbox>, payload: Bytes) -> Result<Sandbox, String> {
+    fn restore(
+        &self,
+        parked: Option<ParkedSandbox>,
+        payload: Bytes,
+    ) -> Result<Sandbox, SessionSandboxError> {
         let started = Instant::now();
-        let image = SessionImage::decode(payload)?;
-        let sandbox = self
-            .restore_session(parked, image)
-            .map_err(|e| e.to_string())?;
+        let image = SessionImage::decode(payload).map_err(EngineError::from)?;
+        let sandbox = self.restore_session(parked, image)?;
         tracing::debug!(
             ms = started.elapsed().as_secs_f64() * 1e3,
             "session sandbox restored"

@@ -108,21 +108,27 @@ fn success(result: &str) -> ExecResult {
     }
 }
 
+/// The fake's failures, by their message.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(super) struct Failed(String);
+
 impl Backend for Fake {
     type Sandbox = FakeSandbox;
     type Parked = ();
+    type Error = Failed;
 
     fn park(&self) -> Option<()> {
         Some(())
     }
 
-    fn boot(&self, parked: Option<()>, first_code: &str) -> Result<FakeSandbox, String> {
+    fn boot(&self, parked: Option<()>, first_code: &str) -> Result<FakeSandbox, Failed> {
         if first_code == "slow-boot" {
             let _ = self.started.send("boot");
             self.hold(None);
         }
         if first_code == "fail-boot" {
-            return Err("no".into());
+            return Err(Failed("no".into()));
         }
         Ok(FakeSandbox {
             ended: None,
@@ -180,15 +186,15 @@ impl Backend for Fake {
         }
     }
 
-    fn list(&self, _sandbox: &mut FakeSandbox) -> Result<FileListing, String> {
+    fn list(&self, _sandbox: &mut FakeSandbox) -> Result<FileListing, Failed> {
         Ok(FileListing::default())
     }
 
-    fn read(&self, _: &mut FakeSandbox, _: &str, _: u64) -> Result<FileRead, String> {
+    fn read(&self, _: &mut FakeSandbox, _: &str, _: u64) -> Result<FileRead, Failed> {
         Ok(FileRead::Missing)
     }
 
-    fn store(&self, _: &mut FakeSandbox, _: &str, _: Vec<u8>) -> Result<(), String> {
+    fn store(&self, _: &mut FakeSandbox, _: &str, _: Vec<u8>) -> Result<(), Failed> {
         Ok(())
     }
 
@@ -202,9 +208,9 @@ impl Backend for Fake {
             .then(|| "it holds a JavaScript object".to_string())
     }
 
-    fn save(&self, sandbox: &mut FakeSandbox) -> Result<Vec<Bytes>, String> {
+    fn save(&self, sandbox: &mut FakeSandbox) -> Result<Vec<Bytes>, Failed> {
         match self.unsaveable(sandbox) {
-            Some(reason) => Err(reason),
+            Some(reason) => Err(Failed(reason)),
             // (In two parts, as the engine's payloads are.)
             None => Ok(vec![
                 Bytes::from_static(b"fake:"),
@@ -213,9 +219,11 @@ impl Backend for Fake {
         }
     }
 
-    fn restore(&self, parked: Option<()>, payload: Bytes) -> Result<FakeSandbox, String> {
-        let text = String::from_utf8(payload.to_vec()).map_err(|e| e.to_string())?;
-        let state = text.strip_prefix("fake:").ok_or("not a fake image")?;
+    fn restore(&self, parked: Option<()>, payload: Bytes) -> Result<FakeSandbox, Failed> {
+        let text = String::from_utf8(payload.to_vec()).map_err(|e| Failed(e.to_string()))?;
+        let state = text
+            .strip_prefix("fake:")
+            .ok_or_else(|| Failed("not a fake image".into()))?;
         Ok(FakeSandbox {
             ended: None,
             state: state

@@ -161,10 +161,11 @@ fn run<B: Backend>(launch: Launch<B>, parked: Option<B::Parked>) {
         Start::Boot(first_code) => thread.backend.boot(parked, &first_code),
         Start::Restore(payload) => thread.backend.restore(parked, payload),
     };
+    // (Past this thread the backend's errors are their messages: the reasons callers are given.)
     let mut sandbox = match made {
         Ok(sandbox) => sandbox,
         Err(e) => {
-            let _ = booted.send(Err(e));
+            let _ = booted.send(Err(e.to_string()));
             return;
         }
     };
@@ -226,14 +227,14 @@ fn serve<B: Backend>(thread: &Thread<B>, sandbox: &mut B::Sandbox, jobs: mpsc::R
                 ended
             }
             Job::Save { reply, pending } => {
-                let saved = backend.save(sandbox);
+                let saved = backend.save(sandbox).map_err(|e| e.to_string());
                 let ended = report_end(backend, sandbox, manager, id);
                 drop(pending);
                 let _ = reply.send(saved);
                 ended
             }
             Job::List { reply, pending } => {
-                let listing = backend.list(sandbox);
+                let listing = backend.list(sandbox).map_err(|e| e.to_string());
                 let ended = report_end(backend, sandbox, manager, id);
                 drop(pending);
                 let _ = reply.send(listing);
@@ -245,7 +246,9 @@ fn serve<B: Backend>(thread: &Thread<B>, sandbox: &mut B::Sandbox, jobs: mpsc::R
                 reply,
                 pending,
             } => {
-                let read = backend.read(sandbox, &path, limit);
+                let read = backend
+                    .read(sandbox, &path, limit)
+                    .map_err(|e| e.to_string());
                 let ended = report_end(backend, sandbox, manager, id);
                 drop(pending);
                 let _ = reply.send(read);

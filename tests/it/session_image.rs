@@ -144,12 +144,20 @@ fn what_an_image_does_not_carry_is_refused_with_the_reason() {
     plain.keep_for_session();
     run(&mut plain, "x = 1");
     let error = plain.save_image().unwrap_err();
+    assert!(
+        matches!(
+            error,
+            code_interpreter_mcp::sandbox::SessionSandboxError::Unsaveable(_)
+        ),
+        "{error:?}"
+    );
+    let error = error.to_string();
     assert!(error.contains("not booted to be saved"), "{error}");
 
     // A JavaScript object held from Python.
     let mut session = engine.boot_session_flavor(None, Flavor::Plain).unwrap();
     run(&mut session, "import js\nheld = js.Object.new()");
-    let error = session.save_image().unwrap_err();
+    let error = session.save_image().unwrap_err().to_string();
     assert!(error.contains("JavaScript object"), "{error}");
     // Letting go of it makes the session saveable again.
     run(&mut session, "del held");
@@ -159,14 +167,14 @@ fn what_an_image_does_not_carry_is_refused_with_the_reason() {
         &mut session,
         "js.globalThis.made = js.Object.new()\nheld = js.made",
     );
-    let error = session.save_image().unwrap_err();
+    let error = session.save_image().unwrap_err().to_string();
     assert!(error.contains("JavaScript object"), "{error}");
 
     // A package loaded from the package index during the session (not preinstalled: not in the
     // package layer a restore relinks from) is not carried.
     let mut numeric = engine.boot_session_flavor(None, Flavor::Plain).unwrap();
     run(&mut numeric, "import numpy as np\na = np.arange(10)");
-    let error = numeric.save_image().unwrap_err();
+    let error = numeric.save_image().unwrap_err().to_string();
     assert!(error.contains("preinstall_packages"), "{error}");
     assert_eq!(numeric.check_image(), Some(error));
     assert_eq!(

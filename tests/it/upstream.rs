@@ -503,7 +503,7 @@ fn a_session_keeps_calling_after_it_is_saved_and_restored_and_cannot_be_saved_mi
         &mut restored,
         "import asyncio\ntask = asyncio.ensure_future(everything['trigger-long-running-operation'](duration=5, steps=1))\nawait asyncio.sleep(0.2)",
     );
-    let error = restored.save_image().unwrap_err();
+    let error = restored.save_image().unwrap_err().to_string();
     assert!(error.contains("pending"), "{error}");
 }
 

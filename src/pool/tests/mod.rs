@@ -111,19 +111,25 @@ impl FakeJob {
     }
 }
 
+/// The fake's failures, by their message.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Failed(&'static str);
+
 impl Backend for Fake {
     type Sandbox = FakeSandbox;
     type Job = FakeJob;
     type Output = (&'static str, usize);
     type Flavor = u8;
+    type Error = Failed;
 
     fn flavor(&self, job: &FakeJob) -> u8 {
         job.flavor
     }
 
-    fn boot(&self, flavor: u8) -> Result<FakeSandbox, String> {
+    fn boot(&self, flavor: u8) -> Result<FakeSandbox, Failed> {
         if self.fail_boots.load(Ordering::SeqCst) {
-            return Err("no sandbox today".into());
+            return Err(Failed("no sandbox today"));
         }
         pass(&self.boot_gate);
         self.flavors.lock().unwrap().push(flavor);
@@ -146,10 +152,10 @@ impl Backend for Fake {
         self.rests.lock().unwrap().push(boots);
     }
 
-    fn give_back(&self, sandbox: &mut FakeSandbox) -> Result<(), String> {
+    fn give_back(&self, sandbox: &mut FakeSandbox) -> Result<(), Failed> {
         self.given_back.lock().unwrap().push(sandbox.number);
         if self.fail_give_back.load(Ordering::SeqCst) {
-            return Err("the memory is gone".into());
+            return Err(Failed("the memory is gone"));
         }
         Ok(())
     }

@@ -111,12 +111,12 @@ impl Engine {
                 .unwrap_or(usize::MAX);
                 let delta =
                     session_base::Delta::parse(image.memory, max).map_err(EngineError::Boot)?;
-                check_references(delta.header()).map_err(EngineError::Boot)?;
+                check_references(delta.header())?;
                 based = Some((base.clone(), name));
                 SharedSnapshot::overlaid(base, delta, dylibs).map_err(EngineError::Boot)?
             }
             None => {
-                check_references(&image.memory).map_err(EngineError::Boot)?;
+                check_references(&image.memory)?;
                 let memory = image.memory.to_vec();
                 match dylibs {
                     Some(dylibs) => {
@@ -134,7 +134,9 @@ impl Engine {
             "session sandbox booted from its image"
         );
         for (path, data) in image.files {
-            sandbox.store_file(&path, data).map_err(EngineError::Boot)?;
+            sandbox
+                .store_file(&path, data)
+                .map_err(|e| EngineError::Boot(e.to_string()))?;
         }
         Ok(sandbox)
     }

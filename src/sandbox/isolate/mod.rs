@@ -20,7 +20,7 @@ pub(crate) mod ops;
 pub(crate) mod outcome;
 pub(crate) mod output;
 mod realm;
-mod session;
+pub(crate) mod session;
 pub(crate) mod startup;
 mod waker;
 pub(crate) mod watchdog;
@@ -35,6 +35,7 @@ use self::outcome::{Limits, Observed, Verdict};
 use self::output::Report;
 use self::watchdog::{Phase, Stop, Watchdog};
 use crate::sandbox::memory::MemoryBudget;
+use crate::sandbox::pages::PagesError;
 use crate::sandbox::prepared::memory_snapshot::SharedSnapshot;
 use crate::sandbox::types::{ErrorKind, ErrorType, ExecError, ExecRequest, ExecResult, SandboxEnd};
 
@@ -103,7 +104,7 @@ impl Sandbox {
     /// (`give_back_idle_memory`), and is then no spare for the next sandbox
     /// (`RestoredMemory::give_back`). Returns how many bytes. An error means the memory may have
     /// lost pages: the sandbox must be dropped unused.
-    pub fn give_back_unchanged_memory(&mut self) -> Result<usize, String> {
+    pub fn give_back_unchanged_memory(&mut self) -> Result<usize, PagesError> {
         self.with::<BootState, _>(|b| {
             let Some(snapshot) = b.restore_from().cloned() else {
                 return Ok(0);
@@ -111,7 +112,7 @@ impl Sandbox {
             let (Some(image), Some(restored)) = (snapshot.image(), b.restored.as_mut()) else {
                 return Ok(0);
             };
-            restored.give_back(image).map_err(|e| e.to_string())
+            restored.give_back(image)
         })
     }
 

@@ -9,7 +9,26 @@ use super::ops::{CallState, EntryPoints};
 use super::watchdog::{Phase, Watchdog};
 use super::{FileListing, FileRead, Sandbox};
 use crate::sandbox::image::SessionImage;
+use crate::sandbox::prepared::shared::EngineError;
 use crate::sandbox::types::SandboxEnd;
+
+/// Why a session's sandbox could not be booted or restored, or list, read, write or save its state
+/// between calls.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionSandboxError {
+    /// It could not be booted or restored.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The sandbox ended (see [`SandboxEnd::reason`]): it can do nothing more.
+    #[error("the session has ended: {}", .0.reason())]
+    Ended(SandboxEnd),
+    /// It holds what an image cannot carry, or something that must end first: the reason.
+    #[error("{0}")]
+    Unsaveable(String),
+    /// Its state could not be read, written or turned into an image (or an image into a sandbox).
+    #[error("{0}")]
+    Failed(String),
+}
 
 /// How long a session's file listing, read or image may take (its JavaScript is the session's own).
 const INSPECT_DEADLINE: Duration = Duration::from_secs(5);
@@ -17,7 +36,7 @@ const INSPECT_DEADLINE: Duration = Duration::from_secs(5);
 impl Sandbox {
     /// A session's regular files under /workspace with their sizes, sorted; at most
     /// [`MAX_LISTED_FILES`] (the listing says what it left out).
-    pub fn list_files(&mut self) -> Result<FileListing, String> {
+    pub fn list_files(&mut self) -> Result<FileListing, SessionSandboxError> {
         let listing = self.inspect(None, 0)?.listing;
         Ok(FileListing {
             files: listing.files,
@@ -28,7 +47,7 @@ impl Sandbox {
 
     /// A session's file at `path` (relative to /workspace), if it is a regular file of at most
     /// `limit` bytes reached without following a link.
-    pub fn read_file(&mut self, path: &str, limit: u64) -> Result<FileRead, String> {
+    pub fn read_file(&mut self, path: &str, limit: u64) -> Result<FileRead, SessionSandboxError> {
         Ok(match self.inspect(Some(path), limit)?.read {
             Some((0, data)) if data.len() as u64 <= limit => FileRead::Found(data),
             Some((2, _)) | Some((0, _)) => FileRead::TooLarge,
@@ -38,32 +57,37 @@ impl Sandbox {
 
     /// Writes `data` as the session's file at `path` (relative to /workspace; directories made as
     /// needed), charged to its memory budget.
-    pub fn store_file(&mut self, path: &str, data: Vec<u8>) -> Result<(), String> {
+    pub fn store_file(&mut self, path: &str, data: Vec<u8>) -> Result<(), SessionSandboxError> {
         self.inspect_with(Some(path), 0, Some(data)).map(drop)
     }
 
-    fn inspect(&mut self, path: Option<&str>, limit: u64) -> Result<CallState, String> {
+    fn inspect(
+        &mut self,
+        path: Option<&str>,
+        limit: u64,
+    ) -> Result<CallState, SessionSandboxError> {
         self.inspect_with(path, limit, None)
     }
 
     /// The session's state as an image (between calls), or why it cannot be saved: it holds
     /// something an image does not carry (see `sandbox/image.rs`), or the sandbox was not booted
     /// saveable.
-    pub fn save_image(&mut self) -> Result<SessionImage, String> {
+    pub fn save_image(&mut self) -> Result<SessionImage, SessionSandboxError> {
+        use SessionSandboxError::{Failed, Unsaveable};
         if let Some(reason) = self.upstream_pending() {
-            return Err(reason);
+            return Err(Unsaveable(reason));
         }
         let parts = self.call_entry(|e| &e.image, None, 0, None)?.image;
         if let Some(reason) = parts.refused {
-            return Err(reason);
+            return Err(Unsaveable(reason));
         }
         if let Some(reason) = self.unrelinkable(parts.dylibs.as_deref()) {
-            return Err(reason);
+            return Err(Unsaveable(reason));
         }
         Ok(SessionImage {
             memory: parts
                 .memory
-                .ok_or("the sandbox produced no memory image")?
+                .ok_or_else(|| Failed("the sandbox produced no memory image".into()))?
                 .into(),
             files: parts.files,
             dylibs: parts.dylibs,
@@ -119,7 +143,7 @@ impl Sandbox {
                 .image
                 .refused
                 .or_else(|| self.unrelinkable(call.image.dylibs.as_deref())),
-            Err(e) => Some(e),
+            Err(e) => Some(e.to_string()),
         }
     }
 
@@ -141,7 +165,7 @@ impl Sandbox {
         path: Option<&str>,
         limit: u64,
         data: Option<Vec<u8>>,
-    ) -> Result<CallState, String> {
+    ) -> Result<CallState, SessionSandboxError> {
         self.call_entry(|e| &e.inspect, path, limit, data)
     }
 
@@ -154,20 +178,21 @@ impl Sandbox {
         path: Option<&str>,
         limit: u64,
         data: Option<Vec<u8>>,
-    ) -> Result<CallState, String> {
+    ) -> Result<CallState, SessionSandboxError> {
+        use SessionSandboxError::{Ended, Failed};
         if let Some(end) = self.ended {
-            return Err(format!("the session has ended: {}", end.reason()));
+            return Err(Ended(end));
         }
         let inspect = self
             .with_state(|s| s.entry.as_ref().map(|e| pick(e).clone()))
-            .ok_or("the sandbox has no such entry point")?;
+            .ok_or_else(|| Failed("the sandbox has no such entry point".into()))?;
         let watchdog = Watchdog::start(
             self.runtime.v8_isolate().thread_safe_handle(),
             None,
             None,
             None,
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Failed(e.to_string()))?;
         watchdog.arming().arm(Phase::Setup, INSPECT_DEADLINE);
         self.runtime.op_state().borrow_mut().put(CallState::idle());
         let runtime = &mut self.runtime;
@@ -184,7 +209,7 @@ impl Sandbox {
                 Some(bytes) => self
                     .budget
                     .array_buffer(scope, bytes)
-                    .map_err(|e| e.to_string())?
+                    .map_err(|e| Failed(e.to_string()))?
                     .into(),
                 None => v8::undefined(scope).into(),
             };
@@ -206,13 +231,10 @@ impl Sandbox {
         let call = self.take_call();
         match (stopped, outcome) {
             (None, Some(Ok(_))) => Ok(call),
-            (None, Some(Err(e))) => Err(format!("reading the session's files failed: {e}")),
+            (None, Some(Err(e))) => Err(Failed(format!("reading the session's files failed: {e}"))),
             _ => {
                 self.ended = Some(SandboxEnd::Unresponsive);
-                Err(format!(
-                    "the session has ended: {}",
-                    SandboxEnd::Unresponsive.reason()
-                ))
+                Err(Ended(SandboxEnd::Unresponsive))
             }
         }
     }

@@ -440,4 +440,35 @@ mod tests {
         assert!(changed.0.iter().all(|b| *b == 0xab));
         assert_eq!(changed.written().len(), 8);
     }
+
+    #[test]
+    fn a_copied_memory_given_back_reads_the_same_holds_only_what_differs_and_is_no_spare() {
+        use crate::sandbox::pages::{RestoredMemory, spare};
+        std::thread::spawn(|| {
+            spare::keep_on_this_thread();
+            let (bytes, offset) = snapshot(8);
+            let image = image(&bytes, offset);
+            let memory = Memory::new(8);
+            memory.0.copy_from_slice(&bytes[offset..]);
+            memory.0[3 * PAGE] = 0xee;
+            let before = memory.0.to_vec();
+            // SAFETY: a live private anonymous mapping only this test uses, unmapped (never read
+            // as a sandbox's) after `into_spare`.
+            let mut restored = unsafe { RestoredMemory::copied(memory.0, 1) };
+            assert_eq!(
+                restored.give_back(&image).unwrap(),
+                7 * PAGE,
+                "8 own pages, 1 after"
+            );
+            assert_eq!(&memory.0[..], &before[..]);
+            assert_eq!(memory.written(), [3]);
+            // Now a mapping: nothing more to give back, and not a spare for the next sandbox.
+            assert_eq!(restored.give_back(&image).unwrap(), 0);
+            restored.into_spare();
+            assert!(spare::take_into(Memory::new(8).0, 1).is_none());
+            assert_eq!(&memory.0[..], &before[..]);
+        })
+        .join()
+        .unwrap();
+    }
 }

@@ -41,9 +41,9 @@ pub(crate) use restored::RestoredMemory;
 /// The granularity of mappings and of the page map: one OS page.
 pub(crate) const PAGE: usize = 4096;
 
-/// What a system call on memory refused, or why a range could not be used.
+/// What a system call on memory refused.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum PagesError {
+pub enum PagesError {
     #[error("{what}: {source}")]
     System {
         what: &'static str,

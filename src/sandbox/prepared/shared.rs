@@ -31,6 +31,11 @@ pub enum EngineError {
     Boot(String),
     #[error("preparing the package layer failed: {0}")]
     Packages(String),
+    /// A session image that cannot be restored (malformed, or naming what it may not).
+    #[error("the session image cannot be restored: {0}")]
+    Image(#[from] crate::sandbox::image::ImageError),
+    #[error("giving back a sandbox's memory failed: {0}")]
+    Memory(#[from] crate::sandbox::pages::PagesError),
 }
 
 /// What every sandbox shares.

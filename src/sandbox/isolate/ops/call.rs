@@ -162,7 +162,7 @@ pub(super) fn op_sandbox_image_part(
         // of Pyodide's serializer.
         0 => match crate::sandbox::image::check_references(data) {
             Ok(()) => image.memory = Some(data.to_vec()),
-            Err(reason) => image.refused = Some(reason),
+            Err(reason) => image.refused = Some(reason.to_string()),
         },
         1 => image.files.push((name.to_string(), data.to_vec())),
         2 => {
