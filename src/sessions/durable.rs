@@ -22,8 +22,8 @@ use tokio::sync::oneshot;
 
 use super::thread::{Job, Start};
 use super::{
-    Backend, Caller, Inner, Place, Principal, ResidentSlot, Session, SessionError, Sessions, id,
-    lock, short,
+    Backend, Caller, Inner, Place, Principal, ResidentSlot, Session, SessionError, SessionId,
+    Sessions, id, lock, short,
 };
 use crate::store::{Store, StoreError, unix_ms};
 use crate::telemetry::{self, ResumeOutcome, SaveOutcome, SessionEnd};
@@ -187,7 +187,7 @@ impl<B: Backend> Sessions<B> {
         except: Option<&str>,
     ) -> Result<ResidentSlot<'_>, SessionError> {
         let inner = &self.inner;
-        let mut tried: Vec<String> = Vec::new();
+        let mut tried: Vec<SessionId> = Vec::new();
         let now = self.now();
         loop {
             {
@@ -203,7 +203,7 @@ impl<B: Backend> Sessions<B> {
                     s.resident.load(Ordering::SeqCst)
                         && s.pending.load(Ordering::SeqCst) == 0
                         && s.spillable(now)
-                        && Some(s.id.as_str()) != except
+                        && Some(s.id.as_wire()) != except
                         && !tried.contains(&s.id)
                 })
                 .min_by_key(|s| s.last_used())
@@ -250,7 +250,7 @@ impl<B: Backend> Sessions<B> {
         let image = match saved.await {
             Ok(Ok(image)) => image,
             Ok(Err(reason)) => {
-                tracing::info!(session = short(&session.id), reason = %reason, "session not saved: it holds what an image cannot carry; it stays in memory");
+                tracing::info!(session = %session.id, reason = %reason, "session not saved: it holds what an image cannot carry; it stays in memory");
                 *lock(&session.unsaveable) = Some(reason);
                 telemetry::session_saved(SaveOutcome::Refused, started.elapsed(), None);
                 return false;
@@ -266,10 +266,10 @@ impl<B: Backend> Sessions<B> {
         };
         let mut payload = vec![record.encode()];
         payload.extend(image);
-        let bytes = match durability.store.save(&session.id, payload).await {
+        let bytes = match durability.store.save(session.id.as_wire(), payload).await {
             Ok(bytes) => bytes,
             Err(e) => {
-                tracing::warn!(session = short(&session.id), error = %e, "session not saved: the store failed; it stays in memory");
+                tracing::warn!(session = %session.id, error = %e, "session not saved: the store failed; it stays in memory");
                 telemetry::session_saved(SaveOutcome::StoreFailed, started.elapsed(), None);
                 *lock(&session.spill_failed) = Some(self.now());
                 return false;
@@ -283,15 +283,15 @@ impl<B: Backend> Sessions<B> {
         if lock(&session.leased).take().is_some()
             && let Err(e) = durability
                 .store
-                .release_lease(&session.id, &durability.holder)
+                .release_lease(session.id.as_wire(), &durability.holder)
                 .await
         {
-            tracing::warn!(session = short(&session.id), error = %e, "a session's lease was not released; it expires");
+            tracing::warn!(session = %session.id, error = %e, "a session's lease was not released; it expires");
         }
         telemetry::session_saved(SaveOutcome::Saved, started.elapsed(), Some(bytes));
         self.report_places();
         tracing::info!(
-            session = short(&session.id),
+            session = %session.id,
             bytes,
             ms = started.elapsed().as_millis() as u64,
             image_ms = imaged.as_millis() as u64,
@@ -441,7 +441,7 @@ impl<B: Backend> Sessions<B> {
         let now = self.now();
         let idle = Duration::from_millis(unix_ms().saturating_sub(record.last_used_ms));
         let session = Arc::new(Session {
-            id: id.to_string(),
+            id: SessionId::from_wire(id),
             caller: Caller {
                 client: None,
                 principal: record.principal,
@@ -462,7 +462,7 @@ impl<B: Backend> Sessions<B> {
             spill_failed: Mutex::new(None),
         });
         let session = lock(&inner.sessions)
-            .entry(id.to_string())
+            .entry(SessionId::from_wire(id))
             .or_insert(session)
             .clone();
         self.report_places();
@@ -478,18 +478,18 @@ impl<B: Backend> Sessions<B> {
         place: &mut Place,
     ) -> Result<(), SessionError> {
         let Some(durability) = &self.inner.durability else {
-            return Err(self.not_found(&session.id));
+            return Err(self.not_found(session.id.as_wire()));
         };
-        let room = self.make_room(Some(&session.id)).await?;
+        let room = self.make_room(Some(session.id.as_wire())).await?;
         let started = Instant::now();
         let image = match std::mem::replace(place, Place::Spilled { leased: None }) {
             Place::Spilled {
                 leased: Some(image),
             } => image,
             _ => {
-                self.lease(durability, &session.id).await?;
+                self.lease(durability, session.id.as_wire()).await?;
                 let leased = started.elapsed();
-                let image = self.load(durability, &session.id).await?.1;
+                let image = self.load(durability, session.id.as_wire()).await?.1;
                 tracing::debug!(
                     lease_ms = leased.as_secs_f64() * 1e3,
                     load_ms = (started.elapsed() - leased).as_secs_f64() * 1e3,
@@ -510,7 +510,7 @@ impl<B: Backend> Sessions<B> {
                 telemetry::session_resumed(ResumeOutcome::Resumed, started.elapsed());
                 self.report_places();
                 tracing::info!(
-                    session = short(&session.id),
+                    session = %session.id,
                     ms = started.elapsed().as_millis() as u64,
                     "session resumed"
                 );
@@ -518,12 +518,14 @@ impl<B: Backend> Sessions<B> {
             }
             Err(reason) => {
                 telemetry::session_resumed(ResumeOutcome::BootFailed, started.elapsed());
-                tracing::warn!(session = short(&session.id), error = %reason, "a saved session did not restore; it ends");
-                self.inner
-                    .remember_end(&session.id, "its saved image could not be restored");
-                self.end(&session.id, SessionEnd::Error);
+                tracing::warn!(session = %session.id, error = %reason, "a saved session did not restore; it ends");
+                self.inner.remember_end(
+                    session.id.as_wire(),
+                    "its saved image could not be restored",
+                );
+                self.end(session.id.as_wire(), SessionEnd::Error);
                 Err(SessionError::Unrestorable {
-                    id: short(&session.id).to_string(),
+                    id: session.id.to_string(),
                     reason,
                 })
             }

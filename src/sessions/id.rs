@@ -1,7 +1,52 @@
 //! Session ids: minted from OS randomness (also the legacy-era MCP session ids), named by their
 //! replica, and shortened for logs and errors (an id is its session's only credential).
 
+use std::sync::Arc;
+
 use base64::Engine as _;
+
+/// A session's id as the manager keeps it. The whole id is its session's only credential: it
+/// leaves this type only through [`SessionId::as_wire`] (for the client, the store, and lookups);
+/// `Display` and `Debug` show [`short`] of it, so a log line or an error message cannot carry it
+/// whole by accident.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionId(Arc<str>);
+
+impl SessionId {
+    /// A new id for a session of `replica` (see [`mint_id`]).
+    pub fn mint(replica: &str) -> Result<Self, getrandom::Error> {
+        Ok(Self(mint_id(replica, ID_BYTES)?.into()))
+    }
+
+    /// An id as a client or the store gave it.
+    pub fn from_wire(id: &str) -> Self {
+        Self(id.into())
+    }
+
+    /// The whole id: what the client is given and the store is keyed by.
+    pub fn as_wire(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for SessionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(short(&self.0))
+    }
+}
+
+impl std::fmt::Debug for SessionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SessionId({:?}…)", short(&self.0))
+    }
+}
+
+/// Maps keyed by `SessionId` are looked up with the id a client sent.
+impl std::borrow::Borrow<str> for SessionId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
 
 /// A session's id as logs show it: the replica prefix, if any, and six more characters. A prefix
 /// that cannot be a replica name (`replica_id`: lower-case letters, digits and '-', at most 63) may
@@ -69,4 +114,26 @@ pub fn well_formed(id: &str) -> bool {
         && random
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_shows_only_its_short_form_and_is_whole_only_on_the_wire() {
+        let id = SessionId::mint("r1").unwrap();
+        let wire = id.as_wire().to_string();
+        assert!(wire.starts_with("r1.") && wire.len() == 3 + 32, "{wire}");
+        assert!(well_formed(&wire));
+        assert_eq!(id.to_string(), short(&wire));
+        assert_eq!(id.to_string().len(), 3 + 6);
+        assert!(!format!("{id:?}").contains(&wire[3..12]), "{id:?}");
+        assert!(!format!("{id}").contains(&wire[3..12]));
+        // Looked up by the id a client sends; the same id from the wire is equal.
+        let mut map = std::collections::HashMap::new();
+        map.insert(id.clone(), 1);
+        assert_eq!(map.get(wire.as_str()), Some(&1));
+        assert_eq!(SessionId::from_wire(&wire), id);
+    }
 }

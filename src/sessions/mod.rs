@@ -43,7 +43,7 @@ mod types;
 
 pub use backend::{Backend, Clock, SystemClock};
 pub use durable::Durability;
-pub use id::{mint_id, replica_of, short};
+pub use id::{SessionId, mint_id, replica_of, short};
 pub use types::{
     Caller, KeepOutputs, Principal, PrincipalKind, Profile, SessionError, SessionFile,
     SessionFiles, SessionRun,
@@ -73,7 +73,7 @@ struct Inner<B: Backend> {
     config: SessionSettings,
     /// Prefix of minted ids (`replica_id`); empty: none.
     replica_id: String,
-    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    sessions: Mutex<HashMap<SessionId, Arc<Session>>>,
     /// Sessions ended by their sandbox, newest last (id, why), for the next call's error.
     ended: Mutex<VecDeque<(String, &'static str)>>,
     /// Sessions being created (counted against `max_sessions` before they exist).
@@ -242,7 +242,7 @@ impl<B: Backend> Sessions<B> {
             )
         };
         let room = self.make_room(None).await?;
-        let id = mint_id(&inner.replica_id, id::ID_BYTES)
+        let id = SessionId::mint(&inner.replica_id)
             .map_err(|e| SessionError::Boot(format!("no OS randomness for the session id: {e}")))?;
         let dead = Arc::new(AtomicBool::new(false));
         let jobs = self
@@ -273,14 +273,14 @@ impl<B: Backend> Sessions<B> {
         };
         telemetry::session_created(live);
         self.report_places();
-        tracing::info!(session = short(&id), "session created");
-        Ok(id)
+        tracing::info!(session = %id, "session created");
+        Ok(id.as_wire().to_string())
     }
 
     /// Boots a session's sandbox from `start` on a thread of its own; the channel to it.
     async fn spawn_thread(
         &self,
-        id: &str,
+        id: &SessionId,
         start: Start,
         dead: Arc<AtomicBool>,
     ) -> Result<mpsc::Sender<Job>, String> {
@@ -289,7 +289,7 @@ impl<B: Backend> Sessions<B> {
         let thread = thread::Thread {
             backend: self.inner.backend.clone(),
             manager: Arc::downgrade(&self.inner),
-            id: id.to_string(),
+            id: id.clone(),
             store_off: self.store_off(),
             dead,
         };
@@ -399,7 +399,7 @@ impl<B: Backend> Sessions<B> {
         let capacity = self.inner.config.queue_capacity;
         let pending = Pending::take(&session.pending, capacity + 1).map_err(|waiting| {
             SessionError::Busy {
-                id: short(&session.id).to_string(),
+                id: session.id.to_string(),
                 waiting,
                 capacity,
             }
@@ -407,7 +407,7 @@ impl<B: Backend> Sessions<B> {
         session.touch(self.now());
         let mut place = session.place.lock().await;
         if session.dead.load(Ordering::SeqCst) {
-            return Err(self.not_found(&session.id));
+            return Err(self.not_found(session.id.as_wire()));
         }
         if let Place::Spilled { .. } = &*place {
             let from = std::time::Instant::now();
@@ -419,8 +419,8 @@ impl<B: Backend> Sessions<B> {
         match &*place {
             Place::Resident(jobs) => jobs
                 .send(job(pending))
-                .map_err(|_| self.not_found(&session.id)),
-            Place::Spilled { .. } => Err(self.not_found(&session.id)),
+                .map_err(|_| self.not_found(session.id.as_wire())),
+            Place::Spilled { .. } => Err(self.not_found(session.id.as_wire())),
         }
     }
 
@@ -536,7 +536,7 @@ impl<B: Backend> Sessions<B> {
             .filter(|s| {
                 s.caller.client.as_deref() == Some(client) && !s.dead.load(Ordering::SeqCst)
             })
-            .map(|s| s.id.clone())
+            .map(|s| s.id.as_wire().to_string())
             .collect();
         ids.sort();
         ids

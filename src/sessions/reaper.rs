@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::durable::{LEASE_TTL, SWEEP_EVERY, tombstone};
-use super::{Backend, Session, Sessions, lock, short};
+use super::{Backend, Session, SessionId, Sessions, lock};
 use crate::telemetry::SessionEnd;
 
 impl<B: Backend> Sessions<B> {
@@ -22,9 +22,9 @@ impl<B: Backend> Sessions<B> {
         for s in sessions {
             let idle = s.pending.load(Ordering::SeqCst) == 0;
             if now.duration_since(s.created) >= config.max_lifetime {
-                self.end(&s.id, SessionEnd::Lifetime);
+                self.end(s.id.as_wire(), SessionEnd::Lifetime);
             } else if idle && now.duration_since(s.last_used()) >= config.idle_timeout {
-                self.end(&s.id, SessionEnd::Idle);
+                self.end(s.id.as_wire(), SessionEnd::Idle);
             } else {
                 keep.push(s);
             }
@@ -59,7 +59,7 @@ impl<B: Backend> Sessions<B> {
             durability.store.wanted().await.unwrap_or_default()
         };
         for s in &leased {
-            if wanted.contains(&crate::store::seal::name(&s.id)) && s.spillable(now) {
+            if wanted.contains(&crate::store::seal::name(s.id.as_wire())) && s.spillable(now) {
                 self.spill(s).await;
             }
         }
@@ -69,16 +69,16 @@ impl<B: Backend> Sessions<B> {
             if renew {
                 match durability
                     .store
-                    .take_lease(&s.id, &durability.holder, LEASE_TTL)
+                    .take_lease(s.id.as_wire(), &durability.holder, LEASE_TTL)
                     .await
                 {
                     Ok(Ok(_)) => *lock(&s.leased) = Some(now),
                     Ok(Err(_)) => tracing::warn!(
-                        session = short(&s.id),
+                        session = %s.id,
                         "another replica took a session's lease while it was in memory here"
                     ),
                     Err(e) => {
-                        tracing::warn!(session = short(&s.id), error = %e, "a session's lease was not renewed")
+                        tracing::warn!(session = %s.id, error = %e, "a session's lease was not renewed")
                     }
                 }
             }
@@ -131,9 +131,9 @@ impl<B: Backend> Sessions<B> {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let Some(durability) = &self.inner.durability else {
-            let ids: Vec<String> = lock(&self.inner.sessions).keys().cloned().collect();
+            let ids: Vec<SessionId> = lock(&self.inner.sessions).keys().cloned().collect();
             for id in ids {
-                self.end(&id, SessionEnd::Shutdown);
+                self.end(id.as_wire(), SessionEnd::Shutdown);
             }
             return;
         };
@@ -165,7 +165,7 @@ impl<B: Backend> Sessions<B> {
                     .clone()
                     .unwrap_or_else(|| "it could not be saved before the deadline".to_string());
                 (
-                    s.id.clone(),
+                    s.id.as_wire().to_string(),
                     format!("the server it ran on stopped, and it was not saved: {why}"),
                 )
             })
@@ -177,9 +177,9 @@ impl<B: Backend> Sessions<B> {
                 .map(|(id, why)| store.save(id, tombstone(why))),
         );
         let _ = tokio::time::timeout_at(deadline.into(), notes).await;
-        let ids: Vec<String> = lock(&self.inner.sessions).keys().cloned().collect();
+        let ids: Vec<SessionId> = lock(&self.inner.sessions).keys().cloned().collect();
         for id in ids {
-            self.end(&id, SessionEnd::Shutdown);
+            self.end(id.as_wire(), SessionEnd::Shutdown);
         }
     }
 }

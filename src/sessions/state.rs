@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::thread::Job;
-use super::{Caller, durable};
+use super::{Caller, SessionId, durable};
 use bytes::Bytes;
 
 /// Where a session is.
@@ -22,7 +22,7 @@ pub(super) enum Place {
 
 /// A session and what the manager tracks about it.
 pub(super) struct Session {
-    pub(super) id: String,
+    pub(super) id: SessionId,
     pub(super) caller: Caller,
     pub(super) created: Instant,
     /// When it was created, milliseconds since the Unix epoch (carried in its image).

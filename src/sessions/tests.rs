@@ -368,7 +368,7 @@ async fn a_busy_session_queues_at_most_its_capacity() {
             })
         })
         .collect();
-    while sessions.inner.sessions.lock().unwrap()[&id]
+    while sessions.inner.sessions.lock().unwrap()[id.as_str()]
         .pending
         .load(Ordering::SeqCst)
         < 3

@@ -12,7 +12,7 @@ use std::sync::{Arc, Weak};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use super::{Backend, Inner, KeepOutputs, SessionRun, short};
+use super::{Backend, Inner, KeepOutputs, SessionId, SessionRun};
 
 use crate::sandbox::{ExecRequest, FileListing, FileRead};
 
@@ -80,7 +80,7 @@ pub(super) enum Job {
 pub(super) struct Thread<B: Backend> {
     pub backend: Arc<B>,
     pub manager: Weak<Inner<B>>,
-    pub id: String,
+    pub id: SessionId,
     /// Why no session can be saved here (no store), if so: then nothing is checked.
     pub store_off: Option<String>,
     pub dead: Arc<AtomicBool>,
@@ -143,7 +143,7 @@ pub(super) fn spawn<B: Backend>(launch: Launch<B>, spare: Option<Spare<B>>) -> s
         None => launch,
     };
     std::thread::Builder::new()
-        .name(format!("session-{}", short(&launch.thread.id)))
+        .name(format!("session-{}", launch.thread.id))
         .stack_size(STACK)
         .spawn(move || run(launch, None))
         .map(drop)
@@ -176,7 +176,7 @@ fn run<B: Backend>(launch: Launch<B>, parked: Option<B::Parked>) {
     serve(&thread, &mut sandbox, jobs);
     drop(sandbox);
     thread.backend.dropped();
-    tracing::debug!(session = short(&thread.id), "session thread ended");
+    tracing::debug!(session = %thread.id, "session thread ended");
 }
 
 fn serve<B: Backend>(thread: &Thread<B>, sandbox: &mut B::Sandbox, jobs: mpsc::Receiver<Job>) {
@@ -290,13 +290,13 @@ fn report_end<B: Backend>(
     backend: &B,
     sandbox: &B::Sandbox,
     manager: &Weak<Inner<B>>,
-    id: &str,
+    id: &SessionId,
 ) -> bool {
     let Some(end) = backend.ended(sandbox) else {
         return false;
     };
     if let Some(inner) = manager.upgrade() {
-        inner.sandbox_ended(id, end);
+        inner.sandbox_ended(id.as_wire(), end);
     }
     true
 }
