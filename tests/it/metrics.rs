@@ -351,10 +351,10 @@ fn cancelled_calls_are_counted() {
     }
 }
 
-#[test]
-fn the_listener_starts_before_python_and_fails_startup_when_it_cannot_bind() {
-    let port = free_port();
-    let mut child = crate::common::server_command()
+/// The server, on any port, with its metrics listener on `port`.
+fn with_metrics_on(port: u16) -> std::process::Command {
+    let mut command = crate::common::server_command();
+    command
         .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
         .env(
             "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_ENABLED",
@@ -363,7 +363,14 @@ fn the_listener_starts_before_python_and_fails_startup_when_it_cannot_bind() {
         .env(
             "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_PORT",
             port.to_string(),
-        )
+        );
+    command
+}
+
+#[test]
+fn the_listener_starts_before_python_and_fails_startup_when_it_cannot_bind() {
+    let port = free_port();
+    let mut child = with_metrics_on(port)
         .env("CODE_INTERPRETER_MCP_WORKERS_PREWARMED_WORKERS", "1")
         .env(
             "CODE_INTERPRETER_MCP_PACKAGE_BASE_URL",
@@ -425,18 +432,7 @@ fn the_listener_starts_before_python_and_fails_startup_when_it_cannot_bind() {
     );
 
     // A second server on the same metrics port cannot start.
-    let out = crate::common::server_command()
-        .env("CODE_INTERPRETER_MCP_BIND_ADDR", "127.0.0.1:0")
-        .env(
-            "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_ENABLED",
-            "true",
-        )
-        .env(
-            "CODE_INTERPRETER_MCP_INTEGRATIONS_PROMETHEUS_PORT",
-            port.to_string(),
-        )
-        .output()
-        .unwrap();
+    let out = with_metrics_on(port).output().unwrap();
     assert_ne!(out.status.code(), Some(0));
     assert!(out.stdout.is_empty());
     assert!(

@@ -214,26 +214,18 @@ fn a_tool_call_is_a_span_of_the_callers_trace_with_its_steps_as_children() {
     let server = Server::start_with_args(
         &["--config", config.to_str().unwrap()],
         &[
-            (
-                "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_ENABLED",
-                "true",
-            ),
-            (
-                "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_ENDPOINT",
-                &collector.url,
-            ),
-            (
-                "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_EXPORT_INTERVAL_MS",
-                "100",
-            ),
-            ("TRACES_TEST_KEY", "key-123"),
-            // Ignored: the configuration is the source of truth.
-            ("OTEL_EXPORTER_OTLP_HEADERS", "x-from-env=leak"),
-            (
-                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-                "http://127.0.0.1:9/v1/traces",
-            ),
-        ],
+            exporting_to(&collector.url).as_slice(),
+            &[
+                ("TRACES_TEST_KEY", "key-123"),
+                // Ignored: the configuration is the source of truth.
+                ("OTEL_EXPORTER_OTLP_HEADERS", "x-from-env=leak"),
+                (
+                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                    "http://127.0.0.1:9/v1/traces",
+                ),
+            ],
+        ]
+        .concat(),
     );
 
     // 1. `traceparent` in `_meta`: a first call boots its sandbox, runs, calls an upstream tool.
@@ -425,6 +417,24 @@ fn median_call_ms(server: &Server, n: usize) -> f64 {
     ms[n / 2]
 }
 
+/// The environment that has a server export its spans to `url` every 100 ms.
+fn exporting_to(url: &str) -> [(&'static str, &str); 3] {
+    [
+        (
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_ENABLED",
+            "true",
+        ),
+        (
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_ENDPOINT",
+            url,
+        ),
+        (
+            "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_EXPORT_INTERVAL_MS",
+            "100",
+        ),
+    ]
+}
+
 #[test]
 fn a_collector_that_never_answers_slows_no_call_and_holds_no_shutdown() {
     let collector = Collector::start(true);
@@ -436,19 +446,8 @@ fn a_collector_that_never_answers_slows_no_call_and_holds_no_shutdown() {
     let traced = Server::start(
         &[
             envs.as_slice(),
+            exporting_to(&collector.url).as_slice(),
             &[
-                (
-                    "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_ENABLED",
-                    "true",
-                ),
-                (
-                    "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_ENDPOINT",
-                    &collector.url,
-                ),
-                (
-                    "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_EXPORT_INTERVAL_MS",
-                    "100",
-                ),
                 (
                     "CODE_INTERPRETER_MCP_INTEGRATIONS_OPENTELEMETRY_EXPORT_TIMEOUT_MS",
                     "1000",

@@ -35,7 +35,7 @@ use self::outcome::{Limits, Observed, Verdict};
 use self::output::Report;
 use self::watchdog::{Phase, Stop, Watchdog};
 use crate::sandbox::memory::MemoryBudget;
-use crate::sandbox::pages::PagesError;
+use crate::sandbox::pages::{MappedImage, PagesError, RestoredMemory};
 use crate::sandbox::prepared::memory_snapshot::SharedSnapshot;
 use crate::sandbox::types::{ErrorKind, ErrorType, ExecError, ExecRequest, ExecResult, SandboxEnd};
 
@@ -105,15 +105,8 @@ impl Sandbox {
     /// (`RestoredMemory::give_back`). Returns how many bytes. An error means the memory may have
     /// lost pages: the sandbox must be dropped unused.
     pub fn give_back_unchanged_memory(&mut self) -> Result<usize, PagesError> {
-        self.with::<BootState, _>(|b| {
-            let Some(snapshot) = b.restore_from().cloned() else {
-                return Ok(0);
-            };
-            let (Some(image), Some(restored)) = (snapshot.image(), b.restored.as_mut()) else {
-                return Ok(0);
-            };
-            restored.give_back(image)
-        })
+        self.with_restored(|restored, image| restored.give_back(image))
+            .unwrap_or(Ok(0))
     }
 
     /// What `f` takes out of the sandbox's role (what a snapshot maker or an installer produced).
@@ -124,12 +117,19 @@ impl Sandbox {
     /// Measures the working set of the image the sandbox's memory is mapped from, if it is mapped
     /// (see `pages/mapped_image.rs`). Returns how many bytes it is.
     pub(crate) fn measure_working_set(&self) -> usize {
+        self.with_restored(|restored, image| restored.measure_working_set(image))
+            .unwrap_or(0)
+    }
+
+    /// `f` applied to the memory the snapshot was restored into and that snapshot's sealed-file
+    /// image, if the sandbox has both.
+    fn with_restored<T>(
+        &self,
+        f: impl FnOnce(&mut RestoredMemory, &MappedImage) -> T,
+    ) -> Option<T> {
         self.with::<BootState, _>(|b| {
-            let snapshot = b.restore_from().cloned();
-            match (snapshot.as_ref().and_then(|s| s.image()), &b.restored) {
-                (Some(image), Some(restored)) => restored.measure_working_set(image),
-                _ => 0,
-            }
+            let snapshot = b.restore_from().cloned()?;
+            Some(f(b.restored.as_mut()?, snapshot.image()?))
         })
     }
 

@@ -41,6 +41,12 @@ pub(crate) use restored::RestoredMemory;
 /// The granularity of mappings and of the page map: one OS page.
 pub(crate) const PAGE: usize = 4096;
 
+/// The addresses `bytes` occupy.
+pub(crate) fn address_range(bytes: &[u8]) -> std::ops::Range<usize> {
+    let range = bytes.as_ptr_range();
+    range.start as usize..range.end as usize
+}
+
 /// What a system call on memory refused.
 #[derive(Debug, thiserror::Error)]
 pub enum PagesError {
@@ -76,8 +82,7 @@ pub(crate) mod testing {
         }
 
         pub fn range(&self) -> std::ops::Range<usize> {
-            let bytes = self.0.as_ptr_range();
-            bytes.start as usize..bytes.end as usize
+            super::address_range(self.0)
         }
 
         /// The pages of it that are the process's own.

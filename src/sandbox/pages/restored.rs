@@ -11,7 +11,7 @@
 use std::marker::PhantomData;
 use std::ops::Range;
 
-use super::{MappedImage, PagesError, spare};
+use super::{MappedImage, PagesError, address_range, spare};
 
 /// See the module doc. Not `Send`: it is used on the thread of the isolate whose memory it is.
 pub(crate) struct RestoredMemory {
@@ -37,8 +37,7 @@ impl RestoredMemory {
     /// isolate on this thread, never while a method of this value runs, and that is only unmapped
     /// (never read) after [`into_spare`](Self::into_spare).
     pub unsafe fn copied(memory: &mut [u8], snapshot: u64) -> Self {
-        let range = memory.as_ptr_range();
-        let range = range.start as usize..range.end as usize;
+        let range = address_range(memory);
         // SAFETY: as the caller guarantees (private anonymous memory, read-write).
         unsafe { spare::record_writes(range.clone(), snapshot) };
         Self {
@@ -53,9 +52,8 @@ impl RestoredMemory {
     /// # Safety
     /// As for [`copied`](Self::copied), and `memory` must be the mapping `map_over` made.
     pub unsafe fn mapped(memory: &mut [u8]) -> Self {
-        let range = memory.as_ptr_range();
         Self {
-            range: range.start as usize..range.end as usize,
+            range: address_range(memory),
             kind: Kind::Mapped,
             _isolate_thread: PhantomData,
         }

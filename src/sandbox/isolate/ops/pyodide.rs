@@ -10,6 +10,7 @@ use deno_error::JsErrorBox;
 
 use super::{Phase, Role, boot, boot_mut, call_state, state, state_mut};
 use crate::protocol::limits::shown;
+use crate::sandbox::pages::address_range;
 use crate::sandbox::pages::mapping::advise_huge_pages;
 use crate::sandbox::pages::{RestoredMemory, spare};
 use crate::sandbox::prepared::layer::LayerOrigin;
@@ -409,12 +410,6 @@ pub(super) fn op_sandbox_main_memory(
     }
     s.budget.set_wasm_memory(store);
     Ok(())
-}
-
-/// The addresses of `bytes`.
-fn address_range(bytes: &[u8]) -> std::ops::Range<usize> {
-    let range = bytes.as_ptr_range();
-    range.start as usize..range.end as usize
 }
 
 /// Whether `bytes` more still fit the sandbox's memory budget (MEMFS asks before it grows a file,
